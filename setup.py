@@ -1,0 +1,39 @@
+"""ibpo-verl: counterfactual credit assignment (IBPO, counterfactual importance weighting) for verl 0.9.1."""
+
+from setuptools import find_packages, setup
+
+# Versions verified together on CPU (torch 2.13.0+cpu, Python 3.11). Never add verl[cpu] or verl[fsdp]
+# here: both pull torch builds with several GB of CUDA packages. Install torch first (README).
+INSTALL_REQUIRES = [
+    "verl[verl-core]==0.9.1",
+    "math-verify[antlr4_13_2]==0.9.0",
+    "rapidfuzz>=3.9",
+    "numpy>=1.26",
+    "pyarrow>=15",
+    "datasets>=2.19",
+]
+
+EXTRAS = {
+    "test": ["pytest>=8", "hypothesis>=6.100"],
+    "plots": ["matplotlib>=3.8"],
+}
+
+setup(
+    name="ibpo-verl",
+    version="0.1.0",
+    description="IBPO and counterfactual importance weighting as a verl 0.9.1 recipe/plugin",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    # `tests` and `scripts` are deliberately not packages: the verl 0.9.1 wheel installs top-level
+    # `tests` and `scripts` packages of its own into site-packages.
+    packages=find_packages(include=["ibpo", "ibpo.*", "recipe", "recipe.*", "reward_fns", "reward_fns.*",
+                                    "data_prep", "data_prep.*"]),
+    package_data={"recipe.ibpo": ["config/*.yaml", "*.sh", "REQUIRED_VERL.txt"]},
+    install_requires=INSTALL_REQUIRES,
+    extras_require=EXTRAS,
+    entry_points={
+        # verl imports every entry point of this group at `import verl` (verl/__init__.py), in every process.
+        "verl.plugins": ["ibpo = ibpo.verl_plugin"],
+    },
+)
