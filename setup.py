@@ -34,6 +34,9 @@ setup(
     extras_require=EXTRAS,
     entry_points={
         # verl imports every entry point of this group at `import verl` (verl/__init__.py), in every process.
-        "verl.plugins": ["ibpo = ibpo.verl_plugin"],
+        "verl.plugins": [
+            "ibpo = ibpo.verl_plugin",  # advantage estimator `ibpo`
+            "ibpo_cpu = recipe.ibpo.cpu.plugin",  # CPU platform + `hf` rollout (inert unless VERL_PLATFORM=cpu)
+        ],
     },
 )

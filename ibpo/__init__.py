@@ -1,0 +1,10 @@
+"""IBPO: Implicit Behavior Policy Optimization as pure functions (no Ray, no trainer).
+
+Modules: ``config`` (validated options), ``references`` (Alg. 1 l.14-19), ``prompts`` (Eq. 13/28),
+``alignment`` (App. C.2), ``shaping`` (Eq. 14-19), ``advantages`` (Eq. 8-9, 23), ``diagnostics``
+(Theorem A.2), ``pipeline`` (a batch's steps B-C), ``verl_plugin`` (verl registration).
+"""
+
+from ibpo.config import IBPOConfig, IBPOConfigError
+
+__all__ = ["IBPOConfig", "IBPOConfigError"]

@@ -1,0 +1,108 @@
+"""Shaped rewards and group-normalised advantages (paper Eq. 8, 9, 15, 23, 27; Alg. 1 lines 25-31).
+
+r'_i = r_i + λΔ_i,  Â_i = (r'_i − mean_G r') / (std_G r' + ε) with the population std and ε = 1e-8.
+Singleton and constant groups get Â = 0 (no within-group signal). The sequence advantage is broadcast
+over the response tokens and multiplied by the token mask m_t (IBPO-mask, Eq. 7/17) *after*
+normalisation, so GSPO's sequence ratio still covers every token.
+"""
+
+from __future__ import annotations
+
+from typing import Hashable, Sequence
+
+import numpy as np
+import torch
+
+IBPO_EPSILON = 1e-8
+
+
+def shaped_rewards(rewards: torch.Tensor, delta: torch.Tensor, lam: float) -> torch.Tensor:
+    """r' = r + λΔ (Eq. 15/27), asserting 0 <= λΔ < 1 (Eq. 8)."""
+    bonus = lam * delta.to(rewards.dtype)
+    if bonus.numel() and (bool((bonus < 0).any()) or bool((bonus >= 1).any())):
+        raise ValueError(f"λΔ must lie in [0, 1) (Eq. 8); got min {bonus.min().item()}, max {bonus.max().item()}")
+    return rewards + bonus
+
+
+def group_ids_to_index(group_ids: Sequence[Hashable]) -> torch.Tensor:
+    """Map arbitrary group ids (verl ``uid`` strings) to dense int64 ids in order of first appearance."""
+    dense: dict[Hashable, int] = {}
+    return torch.tensor([dense.setdefault(g, len(dense)) for g in group_ids], dtype=torch.long)
+
+
+def group_normalized_advantages(
+    scores: torch.Tensor, group_ids: Sequence[Hashable], epsilon: float = IBPO_EPSILON
+) -> torch.Tensor:
+    """Eq. 9/23 per group, vectorised: (s − mean_g) / (std_g + ε), population std; 0 for groups of size 1
+    or with constant scores."""
+    if scores.dim() != 1 or scores.shape[0] != len(group_ids):
+        raise ValueError(f"scores must be 1-D with one entry per group id; got {tuple(scores.shape)}, {len(group_ids)}")
+    if scores.numel() == 0:
+        return scores.clone()
+    index = group_ids_to_index(group_ids).to(scores.device)
+    num_groups = int(index.max()) + 1
+    values = scores.to(torch.float64)
+    count = torch.zeros(num_groups, dtype=torch.float64, device=scores.device).index_add_(
+        0, index, torch.ones_like(values))
+    mean = torch.zeros_like(count).index_add_(0, index, values) / count
+    centred = values - mean[index]
+    var = torch.zeros_like(count).index_add_(0, index, centred * centred) / count
+    std = var.sqrt()
+    adv = centred / (std[index] + epsilon)
+    # Singleton groups have no baseline. Constant groups are detected by max == min, not by var == 0:
+    # round-off in the mean can leave centred ~1e-17, which ε = 1e-8 would blow up to ~1e-9.
+    high = torch.full_like(count, -torch.inf).scatter_reduce(0, index, values, reduce="amax")
+    low = torch.full_like(count, torch.inf).scatter_reduce(0, index, values, reduce="amin")
+    degenerate = (count[index] < 2) | (high[index] == low[index])
+    adv = torch.where(degenerate, torch.zeros_like(adv), adv)
+    return adv.to(scores.dtype)
+
+
+def broadcast_advantages(
+    sequence_advantages: torch.Tensor, response_mask: torch.Tensor, token_mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """(bs,) → (bs, T): Â_i on every valid response token, times m_t when a token mask is given (Eq. 7)."""
+    adv = sequence_advantages.unsqueeze(-1) * response_mask.to(sequence_advantages.dtype)
+    if token_mask is not None:
+        if token_mask.shape != response_mask.shape:
+            raise ValueError(f"token_mask shape {tuple(token_mask.shape)} != response_mask {tuple(response_mask.shape)}")
+        adv = adv * token_mask.to(adv.dtype)
+    return adv
+
+
+def compute_ibpo_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: np.ndarray | Sequence[Hashable],
+    config=None,
+    **_: object,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """verl advantage estimator ``ibpo``: group normalisation (Eq. 23) of the shaped reward r' that the
+    trainer has already placed in ``token_level_rewards``.
+
+    Differs from verl's ``grpo`` exactly where the paper does: ε = 1e-8 (``algorithm.ibpo_epsilon``
+    overrides), population std, and singleton groups get 0 rather than their raw reward. Returns
+    ``(advantages, returns)``, both ``(bs, T)``, like every verl estimator.
+    """
+    epsilon = IBPO_EPSILON
+    if config is not None and hasattr(config, "get"):
+        epsilon = float(config.get("ibpo_epsilon", IBPO_EPSILON) or IBPO_EPSILON)
+    scores = token_level_rewards.sum(dim=-1)
+    with torch.no_grad():
+        adv = group_normalized_advantages(scores, list(index), epsilon)
+        token_adv = broadcast_advantages(adv, response_mask)
+    return token_adv, token_adv
+
+
+def place_sequence_reward(response_mask: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """A (bs, T) token-level reward tensor holding ``values[i]`` at row i's last valid response token
+    (verl's convention for outcome rewards); rows without valid tokens get nothing."""
+    out = torch.zeros(response_mask.shape, dtype=values.dtype, device=values.device)
+    lengths = response_mask.sum(dim=-1).long()
+    rows = torch.nonzero(lengths > 0, as_tuple=False).squeeze(-1)
+    if rows.numel():
+        # last valid position = index of the last 1 in the mask (masks are right-padded but be general)
+        positions = torch.arange(response_mask.shape[1], device=response_mask.device)
+        last = (response_mask.bool() * positions).max(dim=-1).values
+        out[rows, last[rows]] = values[rows]
+    return out

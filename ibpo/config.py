@@ -1,0 +1,153 @@
+"""One validated configuration object for every IBPO option (``ibpo_spec.md``; paper App. C, D, E).
+
+Every bad value fails at construction with a message naming the option and its allowed range, so a
+mistyped YAML key or an out-of-range hyper-parameter stops a run before any GPU time is spent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, fields
+from typing import Any, Mapping
+
+VARIANTS = ("binary", "ratio", "mask")
+ALPHA_MODES = ("fixed", "adaptive")
+CANDIDATE_VIEWS = ("full", "strip_thinking")
+LAMBDA_SCHEDULES = ("fixed", "theorem")
+
+# App. C.1, verbatim.
+DEFAULT_INSTRUCTION = (
+    "You are given two candidate solutions to the same problem. Compare them step by step, identify any "
+    "inconsistencies or errors, and then produce a corrected solution and final answer."
+)
+# Used when num_references = 0 (the "k = 1 self-correction" ablation of Table 3): one candidate only.
+DEFAULT_SELF_INSTRUCTION = (
+    "You are given a candidate solution to the problem. Check it step by step, identify any errors, and then "
+    "produce a corrected solution and final answer."
+)
+# Restates the original answer-format instruction so the verifier can read the corrected answer.
+DEFAULT_FORMAT_REMINDER = (
+    "Write the complete corrected solution, and give the final answer in exactly the format the problem asks for."
+)
+# Placeholders: {instruction}, {problem}, {candidates}, {format_reminder}.
+DEFAULT_TEMPLATE = "{instruction}\n\n### Problem\n{problem}\n\n{candidates}\n\n{format_reminder}"
+
+
+class IBPOConfigError(ValueError):
+    """An IBPO option is unknown or out of range."""
+
+
+@dataclass(frozen=True)
+class IBPOConfig:
+    """All IBPO options, validated at construction.
+
+    Attributes mirror the ``ibpo:`` block of ``recipe/ibpo/config/ibpo_trainer.yaml``; see that file for
+    the documentation of each option and the paper section it comes from.
+    """
+
+    enable: bool = True
+    variant: str = "binary"  # binary (Eq. 14/19) | ratio (Eq. 16) | mask (Eq. 7/17)
+    lam: float = 0.6  # λ in r' = r + λΔ (Eq. 15/27); Table 4 optimum 0.6
+    beta: float = 0.5  # β in Δ = β·1[...] (Eq. 14/26)
+    alpha: float = 0.6  # fixed rewrite threshold α (Eq. 18), Table 5 plateau 0.55-0.70
+    alpha_mode: str = "fixed"  # fixed | adaptive (α = μ_d + 2σ_d over the batch, App. C.3)
+    adaptive_min_samples: int = 8  # fewer successful corrections than this -> fall back to fixed α
+    group_size: int = 8  # G = rollout.n (App. D: IBPO G = 8)
+    num_references: int = 1  # K - 1 references per wrong response (Eq. 4); 0 = self-correction (k = 1)
+    corrections_per_target: int = 1  # corrections sampled per wrong response
+    instruction: str = DEFAULT_INSTRUCTION
+    self_instruction: str = DEFAULT_SELF_INSTRUCTION
+    format_reminder: str = DEFAULT_FORMAT_REMINDER
+    template: str = DEFAULT_TEMPLATE
+    candidate_labels: tuple[str, ...] = ("Solution 1", "Solution 2")
+    shuffle_candidates: bool = False
+    candidate_view: str = "full"  # full | strip_thinking (drop text up to </think>)
+    max_candidate_tokens: int = 0  # 0 = no truncation; else middle-truncate each candidate to this many tokens
+    correct_threshold: float = 0.5  # a response with reward >= this is "correct" (rewards are {0, 1})
+    joint_training: bool = False  # App. E.2 (C): train on correction samples too
+    rewrite_penalty: float = 0.0  # App. C.3: r_corr = r(ŷ) - penalty·1[rewrite] for correction samples
+    lambda_schedule: str = "fixed"  # fixed | theorem (clip λ to a fraction of the running λ_max, Thm. A.2)
+    lambda_max_fraction: float = 0.5  # theorem schedule: λ_t = min(lam, fraction · running λ_max)
+    lambda_max_momentum: float = 0.9  # EMA momentum of the running λ_max
+    diagnostics_interval: int = 1  # log the (costlier) variance diagnostics every N steps
+    seed: int = 0
+    epsilon: float = 1e-8  # advantage normalisation ε (Alg. 1 line 29)
+
+    def __post_init__(self) -> None:
+        def bad(name: str, allowed: str) -> IBPOConfigError:
+            return IBPOConfigError(f"ibpo.{name}={getattr(self, name)!r} is out of range: must be {allowed}")
+
+        if self.variant not in VARIANTS:
+            raise bad("variant", f"one of {VARIANTS}")
+        if self.alpha_mode not in ALPHA_MODES:
+            raise bad("alpha_mode", f"one of {ALPHA_MODES}")
+        if self.candidate_view not in CANDIDATE_VIEWS:
+            raise bad("candidate_view", f"one of {CANDIDATE_VIEWS}")
+        if self.lambda_schedule not in LAMBDA_SCHEDULES:
+            raise bad("lambda_schedule", f"one of {LAMBDA_SCHEDULES}")
+        if not 0.0 <= self.alpha <= 1.0:
+            raise bad("alpha", "in [0, 1]")
+        if not 0.0 <= self.beta <= 1.0:
+            raise bad("beta", "in [0, 1]")
+        if self.lam < 0.0:
+            raise bad("lam", ">= 0")
+        # Eq. 8: 0 <= λΦ < 1, so a shaped wrong response never reaches a correct one's reward.
+        if self.lam * self.max_delta >= 1.0:
+            raise IBPOConfigError(
+                f"ibpo.lam * max Δ = {self.lam} * {self.max_delta} = {self.lam * self.max_delta} must be < 1 "
+                f"(Eq. 8: 0 <= λΔ < 1; max Δ is beta={self.beta} for variant '{self.variant}', 1 for 'ratio')"
+            )
+        if self.group_size < 1:
+            raise bad("group_size", ">= 1 (G, the number of responses per prompt)")
+        if self.num_references < 0:
+            raise bad("num_references", ">= 0 (K - 1; 0 means self-correction without a reference)")
+        if self.corrections_per_target < 1:
+            raise bad("corrections_per_target", ">= 1")
+        if self.adaptive_min_samples < 2:
+            raise bad("adaptive_min_samples", ">= 2")
+        if self.max_candidate_tokens < 0:
+            raise bad("max_candidate_tokens", ">= 0 (0 disables truncation)")
+        if not 0.0 < self.correct_threshold <= 1.0:
+            raise bad("correct_threshold", "in (0, 1]")
+        if self.rewrite_penalty < 0.0:
+            raise bad("rewrite_penalty", ">= 0")
+        if not 0.0 < self.lambda_max_fraction <= 1.0:
+            raise bad("lambda_max_fraction", "in (0, 1]")
+        if not 0.0 <= self.lambda_max_momentum < 1.0:
+            raise bad("lambda_max_momentum", "in [0, 1)")
+        if self.diagnostics_interval < 1:
+            raise bad("diagnostics_interval", ">= 1")
+        if not 0.0 < self.epsilon < 1e-2:
+            raise bad("epsilon", "in (0, 1e-2)")
+        if len(self.candidate_labels) < 1 + self.num_references:
+            raise IBPOConfigError(
+                f"ibpo.candidate_labels has {len(self.candidate_labels)} labels but a correction prompt shows "
+                f"1 + num_references = {1 + self.num_references} candidates"
+            )
+        missing = [p for p in ("{problem}", "{candidates}") if p not in self.template]
+        if missing:
+            raise IBPOConfigError(f"ibpo.template lacks the placeholder(s) {missing}")
+
+    @property
+    def max_delta(self) -> float:
+        """Largest Δ the variant can produce: β for binary/mask, 1 for ratio (|U|/T <= 1)."""
+        return 1.0 if self.variant == "ratio" else self.beta
+
+    @classmethod
+    def from_mapping(cls, options: Mapping[str, Any] | None) -> "IBPOConfig":
+        """Build from a plain mapping (e.g. ``OmegaConf.to_container(config.ibpo)``); unknown keys fail."""
+        options = dict(options or {})
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise IBPOConfigError(f"unknown ibpo option(s) {unknown}; known options: {sorted(known)}")
+        if "candidate_labels" in options and options["candidate_labels"] is not None:
+            options["candidate_labels"] = tuple(options["candidate_labels"])
+        return cls(**options)
+
+    def replace(self, **changes: Any) -> "IBPOConfig":
+        """A validated copy with some options changed."""
+        return dataclasses.replace(self, **changes)
+
+
+__all__ = ["IBPOConfig", "IBPOConfigError", "VARIANTS", "DEFAULT_INSTRUCTION"]

@@ -1,0 +1,126 @@
+"""The paper's own evidence, computed every step (§5.1.1, App. A Theorem A.2, App. C.3).
+
+Statistics of the Theorem are *within-group* (the theorem fixes x and varies the trajectory): every
+quantity is centred by its group mean and pooled over the batch's groups. With r ∈ {0, 1} and φ = 0 on
+correct responses, Cov(Y, φ) = −Ȳ·φ̄ ≤ 0 in every group (Assumption A.1 holds by construction).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Hashable, Sequence
+
+import numpy as np
+
+from ibpo.advantages import group_ids_to_index
+
+
+def _group_centred(values: np.ndarray, index: np.ndarray, num_groups: int) -> np.ndarray:
+    counts = np.bincount(index, minlength=num_groups).astype(np.float64)
+    means = np.bincount(index, weights=values, minlength=num_groups) / np.maximum(counts, 1.0)
+    return values - means[index]
+
+
+@dataclass(frozen=True)
+class TheoremStats:
+    """Pooled within-group statistics of Theorem A.2 for one batch."""
+
+    cov_y_phi: float  # Cov(Y, φ), must be <= 0
+    c: float  # C = −Cov(Y, φ)
+    v_phi: float  # V_φ = Var(φ − φ̄)
+    lambda_max: float  # 2C / (V_φ + ε); +inf-like when V_φ = 0 and C = 0 is reported as 0
+    var_adv_gspo: float  # Var(A^GSPO) = Var(Y − Ȳ) (Eq. 10)
+    var_adv_ibpo: float  # Var(A^IBPO) = Var(Y + λφ − mean) (Eq. 11) at the λ used
+    num_groups: int  # groups with >= 2 members that entered the statistics
+
+
+def theorem_stats(
+    rewards: Sequence[float], phi: Sequence[float], group_ids: Sequence[Hashable], lam: float, eps: float = 1e-8
+) -> TheoremStats:
+    """Cov(Y, φ), C, V_φ, λ_max = 2C / (V_φ + ε) (Theorem A.2) and the unnormalised advantage variances of
+    Eq. 10-12, pooled within groups of size >= 2 (population moments)."""
+    y = np.asarray(rewards, dtype=np.float64)
+    f = np.asarray(phi, dtype=np.float64)
+    if not (y.shape == f.shape and y.shape[0] == len(group_ids)):
+        raise ValueError("rewards, phi and group_ids must have the same length")
+    index = group_ids_to_index(list(group_ids)).numpy() if len(group_ids) else np.zeros(0, dtype=np.int64)
+    num_groups = int(index.max()) + 1 if index.size else 0
+    counts = np.bincount(index, minlength=num_groups)
+    keep = counts[index] >= 2 if index.size else np.zeros(0, dtype=bool)
+    if not keep.any():
+        return TheoremStats(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0)
+    yc = _group_centred(y, index, num_groups)[keep]
+    fc = _group_centred(f, index, num_groups)[keep]
+    cov = float(np.mean(yc * fc))
+    v_phi = float(np.mean(fc * fc))
+    c = -cov
+    lambda_max = 2.0 * c / (v_phi + eps) if c > 0 else 0.0
+    var_gspo = float(np.mean(yc * yc))
+    a_ibpo = yc + lam * fc
+    return TheoremStats(cov, c, v_phi, lambda_max, var_gspo, float(np.mean(a_ibpo * a_ibpo)),
+                        int(np.sum(counts >= 2)))
+
+
+def correction_stats(
+    num_wrong: int,
+    correction_right: Sequence[bool],
+    rewrite: Sequence[bool],
+    delta: Sequence[float],
+    unmodified_ratio: Sequence[float],
+    batch_size: int,
+) -> dict[str, float]:
+    """Success rate (right corrections / corrections), rewrite rate (rewrites / right corrections),
+    shaped fraction (shaped responses / all responses), mean Δ over shaped responses, mean unmodified ratio
+    over right corrections. Empty denominators give 0 and are reported as such."""
+    right = np.asarray(correction_right, dtype=bool)
+    rew = np.asarray(rewrite, dtype=bool)
+    d = np.asarray(delta, dtype=np.float64)
+    ratio = np.asarray(unmodified_ratio, dtype=np.float64)
+    n_corr = right.size
+    n_right = int(right.sum())
+    shaped = d > 0
+    return {
+        "num_wrong": float(num_wrong),
+        "num_corrections": float(n_corr),
+        "correction_success_rate": n_right / n_corr if n_corr else 0.0,
+        "rewrite_rate": int((rew & right).sum()) / n_right if n_right else 0.0,
+        "shaped_fraction": int(shaped.sum()) / batch_size if batch_size else 0.0,
+        "mean_delta": float(d[shaped].mean()) if shaped.any() else 0.0,
+        "unmodified_ratio": float(ratio[right].mean()) if n_right else 0.0,
+    }
+
+
+class LambdaSchedule:
+    """λ per step: ``fixed`` returns the configured λ; ``theorem`` clips it to ``fraction`` × a running
+    (EMA) estimate of λ_max = 2C/V_φ, so the shaping stays inside Theorem A.2's variance-reduction range.
+
+    Steps where λ_max is undefined (no shaped response, V_φ = 0) leave the running estimate unchanged;
+    before the first estimate the configured λ is used.
+    """
+
+    def __init__(self, mode: str, lam: float, fraction: float = 0.5, momentum: float = 0.9):
+        if mode not in ("fixed", "theorem"):
+            raise ValueError(f"lambda_schedule must be 'fixed' or 'theorem', got {mode!r}")
+        self.mode, self.lam, self.fraction, self.momentum = mode, float(lam), float(fraction), float(momentum)
+        self.running_lambda_max: float | None = None
+
+    def current(self) -> float:
+        """λ to use this step."""
+        if self.mode == "fixed" or self.running_lambda_max is None:
+            return self.lam
+        return min(self.lam, self.fraction * self.running_lambda_max)
+
+    def update(self, stats: TheoremStats) -> None:
+        """Fold this step's λ_max into the running estimate."""
+        if stats.v_phi <= 0.0 or stats.c <= 0.0:
+            return
+        if self.running_lambda_max is None:
+            self.running_lambda_max = stats.lambda_max
+        else:
+            self.running_lambda_max = self.momentum * self.running_lambda_max + (1 - self.momentum) * stats.lambda_max
+
+    def state_dict(self) -> dict:
+        return {"running_lambda_max": self.running_lambda_max}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.running_lambda_max = state.get("running_lambda_max")

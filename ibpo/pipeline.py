@@ -1,0 +1,136 @@
+"""IBPO steps B-C on plain Python data (Alg. 1 lines 12-31): plan the corrections of a batch, then turn
+their outcomes into Δ, φ, token masks and metrics. The verl trainer only converts DataProto to and from
+these inputs; every number it feeds verl comes from here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Hashable, Sequence
+
+import numpy as np
+
+from ibpo.alignment import Alignment, align
+from ibpo.config import IBPOConfig
+from ibpo.diagnostics import correction_stats
+from ibpo.prompts import Message, build_correction_messages, render_candidate
+from ibpo.references import select_references
+from ibpo.shaping import TargetShaping, aggregate_corrections, shape_targets
+
+
+@dataclass(frozen=True)
+class CorrectionRequest:
+    """One correction to generate: x~ for wrong response ``target_row`` (batch row index)."""
+
+    target_row: int
+    reference_rows: tuple[int, ...]
+    messages: list[Message]
+    group_id: Hashable
+
+
+@dataclass
+class ShapingOutcome:
+    """Per-row results of a step (rows of the main batch, in batch order)."""
+
+    delta: np.ndarray  # (bs,) Δ_i (0 for correct responses and unshaped wrong ones)
+    phi: np.ndarray  # (bs,) φ_i = Δ_i (Eq. 6): 0 for correct responses
+    token_masks: list[np.ndarray]  # per row, float32 over the row's response tokens
+    correction_rewrite: np.ndarray  # (num_corrections,) rewrite flag per correction (for the rewrite penalty)
+    alpha: float
+    alpha_adaptive: bool
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def plan_corrections(
+    group_ids: Sequence[Hashable],
+    is_correct: Sequence[bool],
+    prompt_messages: Sequence[Sequence[Message]],
+    response_ids: Sequence[Sequence[int]],
+    decode: Callable[[list[int]], str],
+    config: IBPOConfig,
+    step: int,
+) -> list[CorrectionRequest]:
+    """References (Alg. 1 lines 14-19) and correction prompts (Eq. 28) for every wrong response,
+    ``corrections_per_target`` requests each (consecutive, same target)."""
+    n = len(group_ids)
+    if not (len(is_correct) == len(prompt_messages) == len(response_ids) == n):
+        raise ValueError("group_ids, is_correct, prompt_messages and response_ids must have equal lengths")
+    references = select_references(group_ids, is_correct, config.num_references, config.seed, step)
+    rng = np.random.default_rng([int(config.seed), int(step), 1])
+    rendered: dict[int, str] = {}
+
+    def text(row: int) -> str:
+        if row not in rendered:
+            rendered[row] = render_candidate(response_ids[row], decode, config)
+        return rendered[row]
+
+    requests = []
+    for row, refs in enumerate(references):
+        if refs is None:
+            continue
+        messages = build_correction_messages(prompt_messages[row], text(row), [text(r) for r in refs], config, rng)
+        for _ in range(config.corrections_per_target):
+            requests.append(CorrectionRequest(row, tuple(refs), messages, group_ids[row]))
+    return requests
+
+
+def shape_batch(
+    requests: Sequence[CorrectionRequest],
+    correction_ids: Sequence[Sequence[int]],
+    correction_right: Sequence[bool],
+    response_ids: Sequence[Sequence[int]],
+    is_correct: Sequence[bool],
+    config: IBPOConfig,
+) -> ShapingOutcome:
+    """Alignment, rewrite filter, Δ, φ and token masks for a batch (Eq. 14-19), plus correction metrics.
+
+    Only successful corrections are aligned: a failed correction earns Δ = 0 whatever its distance
+    (App. C.2), so aligning it would be wasted work.
+    """
+    if not (len(requests) == len(correction_ids) == len(correction_right)):
+        raise ValueError("requests, correction_ids and correction_right must have equal lengths")
+    n = len(response_ids)
+    alignments: list[Alignment | None] = []
+    for req, ids, right in zip(requests, correction_ids, correction_right):
+        if right:
+            # Eq. 18 compares to one reference; with K-1 > 1 the closest reference is the copying risk.
+            refs = [response_ids[r] for r in req.reference_rows]
+            best: Alignment | None = None
+            for ref in refs or [None]:
+                a = align(response_ids[req.target_row], ids, ref)
+                if best is None or (a.d_reference is not None and a.d_reference < best.d_reference):
+                    best = a
+            alignments.append(best)
+        else:
+            alignments.append(None)
+    lengths = [len(response_ids[req.target_row]) for req in requests]
+    per_correction, alpha, adaptive = shape_targets(alignments, correction_right, lengths, config)
+
+    by_target: dict[int, list[TargetShaping]] = {}
+    for req, result in zip(requests, per_correction):
+        by_target.setdefault(req.target_row, []).append(result)
+    delta = np.zeros(n, dtype=np.float64)
+    masks = [np.ones(len(ids), dtype=np.float32) for ids in response_ids]
+    for row, results in by_target.items():
+        if is_correct[row]:
+            raise ValueError(f"row {row} is correct but was planned for correction")
+        delta[row], masks[row] = aggregate_corrections(results, len(response_ids[row]))
+    phi = np.where(np.asarray(is_correct, dtype=bool), 0.0, delta)
+
+    ratios = [r.alignment.unmodified_ratio if r.alignment is not None else 0.0 for r in per_correction]
+    metrics = correction_stats(
+        num_wrong=int(n - int(np.sum(np.asarray(is_correct, dtype=bool)))),
+        correction_right=[r.correction_right for r in per_correction],
+        rewrite=[r.rewrite for r in per_correction],
+        delta=delta[[row for row in by_target]] if by_target else [],
+        unmodified_ratio=ratios,
+        batch_size=n,
+    )
+    metrics["alpha"] = float(alpha)
+    metrics["alpha_adaptive"] = float(adaptive)
+    if config.variant == "mask":
+        shaped_rows = [row for row in by_target if delta[row] > 0]
+        metrics["mask_kept_fraction"] = (
+            float(np.mean([masks[r].mean() if masks[r].size else 0.0 for r in shaped_rows])) if shaped_rows else 1.0)
+    return ShapingOutcome(delta, phi, masks, np.array([r.rewrite for r in per_correction], dtype=bool),
+                          alpha, adaptive, metrics)
