@@ -1,0 +1,134 @@
+"""Config validation, reference selection and correction prompts."""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import pytest
+
+from ibpo.config import DEFAULT_INSTRUCTION, IBPOConfig, IBPOConfigError
+from ibpo.prompts import (
+    TRUNCATION_MARKER,
+    build_correction_messages,
+    render_candidate,
+    strip_thinking,
+    truncate_middle,
+)
+from ibpo.references import select_references, select_references_in_group
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"alpha": 1.5}, r"ibpo.alpha=1.5 is out of range: must be in \[0, 1\]"),
+        ({"alpha": -0.1}, "ibpo.alpha"),
+        ({"lam": 2.0, "beta": 0.5}, "lam \\* max Δ"),
+        ({"variant": "ratio", "lam": 1.0}, "lam \\* max Δ"),
+        ({"variant": "foo"}, "ibpo.variant='foo'.*one of"),
+        ({"group_size": 0}, "ibpo.group_size=0.*>= 1"),
+        ({"alpha_mode": "auto"}, "ibpo.alpha_mode"),
+        ({"candidate_view": "nothink"}, "ibpo.candidate_view"),
+        ({"lambda_schedule": "cosine"}, "ibpo.lambda_schedule"),
+        ({"num_references": 2}, "candidate_labels has 2 labels"),
+        ({"template": "{problem} only"}, "placeholder"),
+        ({"corrections_per_target": 0}, "corrections_per_target"),
+    ],
+)
+def test_bad_options_fail_at_construction(options, message):
+    with pytest.raises(IBPOConfigError, match=message):
+        IBPOConfig(**options)
+
+
+def test_from_mapping_rejects_unknown_keys():
+    with pytest.raises(IBPOConfigError, match="unknown ibpo option.*'lamda'"):
+        IBPOConfig.from_mapping({"lamda": 0.5})
+    cfg = IBPOConfig.from_mapping({"variant": "mask", "candidate_labels": ["A", "B", "C"], "num_references": 2})
+    assert cfg.candidate_labels == ("A", "B", "C") and cfg.variant == "mask"
+    # λβ < 1 is the bound for binary: λ = 1.9 with β = 0.5 is allowed
+    assert IBPOConfig(lam=1.9, beta=0.5).lam == 1.9
+
+
+def test_references_prefer_correct_and_are_uniform():
+    rng = np.random.default_rng(0)
+    counts = collections.Counter()
+    for _ in range(3000):
+        refs = select_references_in_group([False, True, False, True, True], 1, rng)
+        assert refs[1] is None and refs[3] is None and refs[4] is None
+        counts[refs[0][0]] += 1
+        assert refs[2][0] in (1, 3, 4)
+    assert set(counts) == {1, 3, 4}
+    for k in (1, 3, 4):  # uniform: each ~1000 of 3000
+        assert 850 < counts[k] < 1150
+
+
+def test_references_fall_back_to_other_wrong_and_duplicate():
+    rng = np.random.default_rng(1)
+    refs = select_references_in_group([False, False, False], 1, rng)
+    assert all(r[0] != i for i, r in enumerate(refs))
+    refs = select_references_in_group([False, True], 3, rng)
+    assert refs[0] == [1, 1, 1]  # duplicates when too few correct ones (Eq. 4)
+    refs = select_references_in_group([False, True, True], 2, rng)
+    assert sorted(refs[0]) == [1, 2]  # distinct while possible
+    assert select_references_in_group([False], 1, rng) == [[]]  # G = 1: self-correction
+    assert select_references_in_group([False, True], 0, rng) == [[], None]  # K = 1
+
+
+def test_batch_references_are_seeded_and_group_local():
+    gids = ["x", "y", "x", "y", "x"]
+    ok = [False, True, True, False, True]
+    a = select_references(gids, ok, 1, seed=7, step=3)
+    assert a == select_references(gids, ok, 1, seed=7, step=3)
+    assert a[0][0] in (2, 4) and a[3] == [1] and a[1] is None
+    different = {tuple(select_references(gids, ok, 1, seed=7, step=s)[0]) for s in range(20)}
+    assert different == {(2,), (4,)}
+
+
+def test_truncate_middle_and_marker():
+    head, tail, omitted = truncate_middle(list(range(10)), 4)
+    assert head == [0, 1] and tail == [8, 9] and omitted == 6
+    assert truncate_middle([1, 2, 3], 0) == ([1, 2, 3], [], 0)
+    assert truncate_middle([1, 2, 3], 3) == ([1, 2, 3], [], 0)
+    cfg = IBPOConfig(max_candidate_tokens=5)
+    text = render_candidate(list(range(20)), lambda ids: " ".join(map(str, ids)), cfg)
+    assert text.startswith("0 1 2") and text.endswith("18 19")
+    assert TRUNCATION_MARKER.format(n=15).strip() in text
+
+
+def test_strip_thinking_view():
+    assert strip_thinking("<think>long musing</think>\nSo the answer is \\boxed{3}") == "So the answer is \\boxed{3}"
+    assert strip_thinking("no thinking here") == "no thinking here"
+    cfg = IBPOConfig(candidate_view="strip_thinking")
+    assert render_candidate([1], lambda ids: "<think>x</think> final", cfg) == "final"
+
+
+def test_correction_messages_default_template():
+    original = [{"role": "system", "content": "sys"},
+                {"role": "user", "content": "What is 1+1? Put the answer in \\boxed{}."}]
+    cfg = IBPOConfig()
+    msgs = build_correction_messages(original, "I think 3", ["It is 2"], cfg)
+    assert msgs[0] == {"role": "system", "content": "sys"}
+    assert len(msgs) == 2 and msgs[1]["role"] == "user"
+    body = msgs[1]["content"]
+    assert body.startswith(DEFAULT_INSTRUCTION)
+    assert "What is 1+1? Put the answer in \\boxed{}." in body
+    assert body.index("### Solution 1\nI think 3") < body.index("### Solution 2\nIt is 2")
+    assert "correct" not in body.split("### Solution 1")[1].split("\n")[0]  # neutral labels
+    assert cfg.format_reminder in body
+
+
+def test_correction_messages_shuffle_and_self_correction():
+    original = [{"role": "user", "content": "P"}]
+    cfg = IBPOConfig(shuffle_candidates=True)
+    orders = set()
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        body = build_correction_messages(original, "TARGET", ["REF"], cfg, rng)[0]["content"]
+        orders.add(body.index("TARGET") < body.index("REF"))
+    assert orders == {True, False}
+    with pytest.raises(ValueError, match="needs an rng"):
+        build_correction_messages(original, "T", ["R"], cfg)
+    solo = build_correction_messages(original, "T", [], IBPOConfig(num_references=0))[0]["content"]
+    assert "### Solution 1\nT" in solo and "Solution 2" not in solo and "candidate solution to the problem" in solo
+    with pytest.raises(ValueError, match="no user message"):
+        build_correction_messages([{"role": "system", "content": "s"}], "T", ["R"], IBPOConfig())
