@@ -7,6 +7,7 @@ integer token ids are compared exactly. The test suite checks both against a pla
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -25,6 +26,12 @@ def normalized_edit_distance(a: Sequence[int], b: Sequence[int]) -> float:
     return 0.0 if longest == 0 else Levenshtein.distance(a, b) / longest
 
 
+def _score_hint(a: list[int], b: list[int]) -> int:
+    # rapidfuzz starts a banded search at this distance and widens it as needed: a correction that edits
+    # a few spans is far cheaper to align than the full O(N·M/64) bit-parallel matrix (8x at 16k tokens).
+    return max(abs(len(a) - len(b)), 32)
+
+
 def unmodified_positions(original: Sequence[int], corrected: Sequence[int]) -> tuple[np.ndarray, int]:
     """Mask over ``original`` of the positions an optimal alignment keeps equal (the set U of App. C.2),
     and the edit distance of that alignment.
@@ -35,7 +42,7 @@ def unmodified_positions(original: Sequence[int], corrected: Sequence[int]) -> t
     a, b = _as_list(original), _as_list(corrected)
     mask = np.zeros(len(a), dtype=bool)
     distance = 0
-    for tag, i1, i2, j1, j2 in Levenshtein.opcodes(a, b):
+    for tag, i1, i2, j1, j2 in Levenshtein.opcodes(a, b, score_hint=_score_hint(a, b)):
         if tag == "equal":
             mask[i1:i2] = True
         else:
@@ -45,10 +52,9 @@ def unmodified_positions(original: Sequence[int], corrected: Sequence[int]) -> t
 
 @dataclass(frozen=True)
 class Alignment:
-    """Alignment of one (original y, correction ŷ, reference y_ref) triple."""
+    """Alignment of an original response y with its correction ŷ."""
 
     d_original: float  # d(y, ŷ)
-    d_reference: float | None  # d(ŷ, y_ref); None without a reference (self-correction)
     unmodified: np.ndarray  # bool mask over y: True for t in U
 
     @property
@@ -57,10 +63,34 @@ class Alignment:
         return float(self.unmodified.mean()) if self.unmodified.size else 0.0
 
 
-def align(original: Sequence[int], corrected: Sequence[int], reference: Sequence[int] | None) -> Alignment:
-    """Distances d(y, ŷ), d(ŷ, y_ref) and the unmodified mask U of y (Eq. 16-18)."""
+def align(original: Sequence[int], corrected: Sequence[int]) -> Alignment:
+    """d(y, ŷ) and the unmodified mask U of y (Eq. 16-18) from one optimal alignment."""
     mask, distance = unmodified_positions(original, corrected)
     longest = max(len(original), len(corrected))
-    d_original = 0.0 if longest == 0 else distance / longest
-    d_reference = None if reference is None else normalized_edit_distance(corrected, reference)
-    return Alignment(d_original=d_original, d_reference=d_reference, unmodified=mask)
+    return Alignment(d_original=0.0 if longest == 0 else distance / longest, unmodified=mask)
+
+
+def closest_reference_below(
+    corrected: Sequence[int], references: Sequence[Sequence[int]], bound: float
+) -> float | None:
+    """d(ŷ, y_ref) of the first reference closer to ŷ than ``bound``, or ``None`` when none is.
+
+    This is the second condition of Eq. 18 (d(y, ŷ) > d(ŷ, y_ref)) with ``bound`` = d(y, ŷ). rapidfuzz's
+    ``score_cutoff`` stops each distance as soon as it cannot be below the bound, so checking a reference
+    far from ŷ costs little; the first reference below the bound is enough to decide.
+    """
+    b = _as_list(corrected)
+    for reference in references:
+        r = _as_list(reference)
+        longest = max(len(b), len(r))
+        if longest == 0:
+            if bound > 0.0:
+                return 0.0
+            continue
+        cutoff = math.ceil(bound * longest) - 1  # largest integer distance strictly below bound·longest
+        if cutoff < 0:
+            continue
+        distance = Levenshtein.distance(b, r, score_cutoff=cutoff)
+        if distance <= cutoff and distance / longest < bound:
+            return distance / longest
+    return None

@@ -124,3 +124,14 @@ class LambdaSchedule:
 
     def load_state_dict(self, state: dict) -> None:
         self.running_lambda_max = state.get("running_lambda_max")
+
+
+def estimate_step_flops(
+    num_params: int, generated_tokens: int, prompt_tokens: int, trained_tokens: int, reference_policy: bool = False
+) -> float:
+    """Dense-transformer FLOPs estimate of one RL step (the usual 2N per token forward, 6N forward+backward):
+    generation 2P·(prompt + generated tokens), old-log-prob recompute 2P·trained, optional reference
+    policy 2P·trained, actor update 6P·trained. Attention's quadratic term is ignored, which *understates*
+    the longer correction prompts (App. B matches compute by GPU time for that reason)."""
+    forward_tokens = prompt_tokens + generated_tokens + trained_tokens * (2 if reference_policy else 1)
+    return 2.0 * num_params * forward_tokens + 6.0 * num_params * trained_tokens

@@ -90,21 +90,14 @@ def shape_batch(
     if not (len(requests) == len(correction_ids) == len(correction_right)):
         raise ValueError("requests, correction_ids and correction_right must have equal lengths")
     n = len(response_ids)
-    alignments: list[Alignment | None] = []
-    for req, ids, right in zip(requests, correction_ids, correction_right):
-        if right:
-            # Eq. 18 compares to one reference; with K-1 > 1 the closest reference is the copying risk.
-            refs = [response_ids[r] for r in req.reference_rows]
-            best: Alignment | None = None
-            for ref in refs or [None]:
-                a = align(response_ids[req.target_row], ids, ref)
-                if best is None or (a.d_reference is not None and a.d_reference < best.d_reference):
-                    best = a
-            alignments.append(best)
-        else:
-            alignments.append(None)
+    alignments: list[Alignment | None] = [
+        align(response_ids[req.target_row], ids) if right else None
+        for req, ids, right in zip(requests, correction_ids, correction_right)
+    ]
     lengths = [len(response_ids[req.target_row]) for req in requests]
-    per_correction, alpha, adaptive = shape_targets(alignments, correction_right, lengths, config)
+    references = [[response_ids[r] for r in req.reference_rows] for req in requests]
+    per_correction, alpha, adaptive = shape_targets(alignments, correction_right, lengths, correction_ids,
+                                                    references, config)
 
     by_target: dict[int, list[TargetShaping]] = {}
     for req, result in zip(requests, per_correction):

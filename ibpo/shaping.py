@@ -11,7 +11,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ibpo.alignment import Alignment
+from ibpo.alignment import Alignment, closest_reference_below
 from ibpo.config import IBPOConfig
 
 
@@ -67,44 +67,59 @@ def correction_token_mask(variant: str, shaped: bool, unmodified: np.ndarray) ->
 
 @dataclass(frozen=True)
 class TargetShaping:
-    """Shaping outcome for one corrected (wrong) response."""
+    """Shaping outcome for one correction of a wrong response."""
 
     delta: float
     rewrite: bool
     correction_right: bool
     token_mask: np.ndarray  # float32 over the original response's tokens
     alignment: Alignment | None  # None when the correction was not aligned (failed correction)
+    d_reference: float | None  # d(ŷ, y_ref) when it decided a rewrite, else None
 
 
 def shape_targets(
     alignments: Sequence[Alignment | None],
     correction_right: Sequence[bool],
     response_lengths: Sequence[int],
+    corrections: Sequence[Sequence[int]],
+    references: Sequence[Sequence[Sequence[int]]],
     config: IBPOConfig,
 ) -> tuple[list[TargetShaping], float, bool]:
-    """Rewrite filter + Δ + token mask for every corrected wrong response of a batch.
+    """Rewrite filter (Eq. 18) + Δ (Eq. 16/19) + token mask (Eq. 17) for every correction of a batch.
 
-    ``alignments[k]`` may be ``None`` for a failed correction (no alignment needed: Δ = 0). The
-    adaptive α uses d(y, ŷ) of the *successful* corrections only (App. C.3). Returns the per-target
-    results, the α used and whether it was adaptive.
+    ``alignments[k]`` is ``None`` for a failed correction (Δ = 0 whatever its distance, App. C.2). The
+    adaptive α uses d(y, ŷ) of the *successful* corrections only (App. C.3). d(ŷ, y_ref) is computed only
+    for successful corrections with d(y, ŷ) > α, the only ones it can turn into rewrites; with several
+    references (K > 2) the correction is a rewrite if it is closer to *any* reference than to y. Without
+    references (self-correction) only the threshold applies. Returns the per-correction results, the α
+    used and whether it was adaptive.
     """
-    if not (len(alignments) == len(correction_right) == len(response_lengths)):
-        raise ValueError("alignments, correction_right and response_lengths must have equal lengths")
+    if not (len(alignments) == len(correction_right) == len(response_lengths) == len(corrections)
+            == len(references)):
+        raise ValueError("alignments, correction_right, response_lengths, corrections and references must "
+                         "have equal lengths")
     successful = [a.d_original for a, ok in zip(alignments, correction_right) if ok and a is not None]
     if config.alpha_mode == "adaptive":
         alpha, used_adaptive = adaptive_alpha(successful, config.alpha, config.adaptive_min_samples)
     else:
         alpha, used_adaptive = config.alpha, False
     results = []
-    for alignment, right, length in zip(alignments, correction_right, response_lengths):
+    for alignment, right, length, corrected, refs in zip(alignments, correction_right, response_lengths,
+                                                         corrections, references):
         if right and alignment is None:
             raise ValueError("a successful correction needs its alignment")
-        rewrite = bool(right and is_full_rewrite(alignment.d_original, alignment.d_reference, alpha))
+        rewrite, d_reference = False, None
+        if right and alignment.d_original > alpha:
+            if refs:
+                d_reference = closest_reference_below(corrected, refs, alignment.d_original)
+                rewrite = d_reference is not None and is_full_rewrite(alignment.d_original, d_reference, alpha)
+            else:
+                rewrite = is_full_rewrite(alignment.d_original, None, alpha)
         ratio = alignment.unmodified_ratio if alignment is not None else 0.0
         delta = shaping_delta(config.variant, True, bool(right), rewrite, ratio, config.beta)
         unmodified = alignment.unmodified if alignment is not None else np.zeros(int(length), dtype=bool)
         mask = correction_token_mask(config.variant, delta > 0.0, unmodified)
-        results.append(TargetShaping(delta, rewrite, bool(right), mask, alignment))
+        results.append(TargetShaping(delta, rewrite, bool(right), mask, alignment, d_reference))
     return results, alpha, used_adaptive
 
 

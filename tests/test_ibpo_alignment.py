@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ibpo.alignment import align, normalized_edit_distance, unmodified_positions
+from ibpo.alignment import align, closest_reference_below, normalized_edit_distance, unmodified_positions
 
 
 def dp_levenshtein(a: list[int], b: list[int]) -> int:
@@ -85,19 +85,21 @@ def test_unmodified_mask_is_an_optimal_alignment(seed):
 def test_hand_example_single_substitution():
     y = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
     y_hat = [1, 2, 3, 4, 99, 6, 7, 8, 9, 10]
-    result = align(y, y_hat, reference=[50, 51, 52])
+    result = align(y, y_hat)
     assert result.d_original == pytest.approx(0.1)  # one substitution / 10
     assert result.unmodified.tolist() == [True] * 4 + [False] + [True] * 5
     assert result.unmodified_ratio == pytest.approx(0.9)
-    assert result.d_reference == pytest.approx(1.0)  # nothing shared with the reference, |ŷ| = 10
+    # d(ŷ, y_ref) = 1 (nothing shared, |ŷ| = 10) is not below d(y, ŷ) = 0.1
+    assert closest_reference_below(y_hat, [[50, 51, 52]], bound=0.1) is None
+    assert closest_reference_below(y_hat, [[50, 51, 52], y_hat[:9]], bound=0.2) == pytest.approx(0.1)
 
 
 def test_empty_sequences():
     assert normalized_edit_distance([], []) == 0.0
     assert normalized_edit_distance([], [1, 2]) == 1.0
-    result = align([], [3], None)
+    result = align([], [3])
     assert result.unmodified.size == 0 and result.unmodified_ratio == 0.0 and result.d_original == 1.0
-    assert result.d_reference is None
+    assert closest_reference_below([], [[]], bound=0.5) == 0.0
 
 
 def test_numpy_inputs_are_accepted():
@@ -112,3 +114,21 @@ def test_distance_properties(a, b):
     assert 0.0 <= d <= 1.0
     assert d == pytest.approx(normalized_edit_distance(b, a))
     assert (d == 0.0) == (a == b)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_closest_reference_below_matches_dp(seed):
+    """The cut-off search decides 'some reference is closer than bound' exactly as full DP distances do."""
+    rng = random.Random(seed)
+    for _ in range(200):
+        vocab = rng.choice([2, 4, 30])
+        corrected = [rng.randrange(vocab) for _ in range(rng.randrange(0, 25))]
+        refs = [edited_copy(rng, corrected, vocab, rng.randrange(0, 10)) for _ in range(rng.randrange(1, 4))]
+        bound = rng.random()
+        exact = [dp_levenshtein(corrected, r) / max(len(corrected), len(r)) if (corrected or r) else 0.0
+                 for r in refs]
+        got = closest_reference_below(corrected, refs, bound)
+        if any(d < bound for d in exact):
+            assert got is not None and got < bound and any(got == pytest.approx(d) for d in exact)
+        else:
+            assert got is None

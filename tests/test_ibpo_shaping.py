@@ -117,9 +117,10 @@ def test_ratio_variant_uses_unmodified_share():
 
 def test_adaptive_threshold_in_batch_pipeline():
     cfg = IBPOConfig(alpha_mode="adaptive", adaptive_min_samples=2, alpha=0.99, group_size=2)
-    a1 = align([1, 2, 3, 4], [1, 2, 3, 5], [1, 2, 3, 5])
-    a2 = align([1, 2, 3, 4], [9, 9, 9, 9], [9, 9, 9, 8])
-    results, alpha, adaptive = shape_targets([a1, a2], [True, True], [4, 4], cfg)
+    a1 = align([1, 2, 3, 4], [1, 2, 3, 5])
+    a2 = align([1, 2, 3, 4], [9, 9, 9, 9])
+    results, alpha, adaptive = shape_targets([a1, a2], [True, True], [4, 4], [[1, 2, 3, 5], [9, 9, 9, 9]],
+                                             [[[1, 2, 3, 5]], [[9, 9, 9, 8]]], cfg)
     assert adaptive and alpha == pytest.approx(np.mean([0.25, 1.0]) + 2 * np.std([0.25, 1.0]))
     assert [r.rewrite for r in results] == [False, False]  # α = 1.375 > every distance
 

@@ -1,0 +1,257 @@
+"""Evaluation statistics as pure functions: avg@k, unbiased pass@k, Best-of-N selection without a verifier,
+bootstrap confidence intervals over problems and seeds, and a paired bootstrap test (paper §5, Table 1:
+"mean and 95% bootstrap CI over 5 random seeds; paired bootstrap tests").
+
+Shapes: a run's scores are a ``(num_problems, k)`` array (one row per problem, one column per sample);
+several runs of one method (seeds) stack to ``(num_seeds, num_problems)`` per-problem values. Problems are
+the same across seeds and across the two methods of a paired test (rows are matched by problem id by
+the caller).
+
+Bootstrap conventions (**Decision**, documented here once):
+- Resampling is hierarchical: each replicate draws problems with replacement and, independently, seeds
+  with replacement; the statistic is the mean of the resampled ``seeds × problems`` block. With one seed
+  this is the ordinary bootstrap over problems.
+- The interval is the percentile interval of the replicate means.
+- The paired test resamples the *same* problems for both methods (pairing), seeds independently per
+  method (training seeds of two methods are not paired), and reports the two-sided p-value of the
+  centred bootstrap: p = (1 + #{|d* − d̂| ≥ |d̂|}) / (B + 1), i.e. the bootstrap distribution of
+  d* − d̂ stands in for the null distribution of d̂ (Efron & Tibshirani 1993, §16.4).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass
+from typing import Sequence
+
+import numpy as np
+
+# ----------------------------------------------------------------------------------------------------------
+# Per-problem metrics
+
+
+def pass_at_k(num_samples: int, num_correct: int, k: int) -> float:
+    """Unbiased pass@k of one problem (Chen et al. 2021, Codex paper Eq. 1): 1 − C(n−c, k) / C(n, k).
+
+    Computed as the stable product 1 − Π_{i=n−c+1}^{n} (1 − k/i). Raises on k > n (the estimator is
+    undefined) or counts out of range.
+    """
+    n, c = int(num_samples), int(num_correct)
+    if not 0 <= c <= n:
+        raise ValueError(f"num_correct={c} must lie in [0, num_samples={n}]")
+    if not 1 <= k <= n:
+        raise ValueError(f"pass@k needs 1 <= k <= num_samples; got k={k}, num_samples={n}")
+    if n - c < k:
+        return 1.0
+    return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1, dtype=np.float64)))
+
+
+def pass_at_k_per_problem(correct: np.ndarray, k: int) -> np.ndarray:
+    """pass@k of every row of a ``(num_problems, n)`` 0/1 matrix."""
+    correct = _as_matrix(correct, "correct")
+    n = correct.shape[1]
+    counts = (correct >= 0.5).sum(axis=1)
+    return np.array([pass_at_k(n, int(c), k) for c in counts], dtype=np.float64)
+
+
+def avg_at_k_per_problem(scores: np.ndarray) -> np.ndarray:
+    """Mean score of every row of a ``(num_problems, k)`` matrix (avg@k per problem)."""
+    return _as_matrix(scores, "scores").mean(axis=1)
+
+
+def _as_matrix(values: np.ndarray, name: str) -> np.ndarray:
+    array = np.asarray(values, dtype=np.float64)
+    if array.ndim != 2 or array.shape[0] == 0 or array.shape[1] == 0:
+        raise ValueError(f"{name} must be a non-empty (num_problems, k) matrix; got shape {array.shape}")
+    if not np.isfinite(array).all():
+        raise ValueError(f"{name} contains NaN or infinite values")
+    return array
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Best-of-N without a verifier
+
+BEST_OF_N_METHODS = ("majority", "logprob")
+
+
+def best_of_n_choice(answers: Sequence[str | None], mean_logprobs: Sequence[float], method: str) -> int:
+    """Index of the sample Best-of-N keeps among N candidates, chosen without the verifier.
+
+    ``majority``: the most frequent extracted final answer (``None`` / empty = no answer, never voted
+    for); ties between answers, and the choice among the samples that give the winning answer, go to
+    the highest mean token log-prob. With no answer at all it falls back to ``logprob``.
+    ``logprob``: the sample with the highest mean token log-prob under the model (its own confidence;
+    length-normalised so short degenerate outputs are not favoured by sum-of-log-probs).
+    """
+    if len(answers) != len(mean_logprobs) or not answers:
+        raise ValueError(f"need one answer and one log-prob per candidate; got {len(answers)}, {len(mean_logprobs)}")
+    if method not in BEST_OF_N_METHODS:
+        raise ValueError(f"Best-of-N method must be one of {BEST_OF_N_METHODS}, got {method!r}")
+    logp = np.asarray(mean_logprobs, dtype=np.float64)
+    if np.isnan(logp).any():
+        raise ValueError("mean_logprobs contains NaN")
+    candidates = list(range(len(answers)))
+    if method == "majority":
+        votes = Counter(a for a in answers if a)
+        if votes:
+            top = max(votes.values())
+            winners = {a for a, v in votes.items() if v == top}
+            candidates = [i for i, a in enumerate(answers) if a in winners]
+    return max(candidates, key=lambda i: (logp[i], -i))
+
+
+def best_of_n_per_problem(
+    correct: np.ndarray,
+    answers: Sequence[Sequence[str | None]],
+    mean_logprobs: np.ndarray,
+    n: int,
+    method: str,
+) -> np.ndarray:
+    """Best-of-N accuracy per problem from k already-drawn samples: the k samples of a problem are cut
+    into ⌊k/n⌋ disjoint blocks of n (in sample order), one sample is kept per block by
+    :func:`best_of_n_choice`, and the kept samples' correctness is averaged."""
+    correct = _as_matrix(correct, "correct")
+    logp = np.asarray(mean_logprobs, dtype=np.float64)
+    num_problems, k = correct.shape
+    if logp.shape != correct.shape or len(answers) != num_problems:
+        raise ValueError(f"answers/log-probs must match correct's shape {correct.shape}")
+    if not 1 <= n <= k:
+        raise ValueError(f"Best-of-N needs 1 <= N <= k; got N={n}, k={k}")
+    blocks = k // n
+    out = np.zeros(num_problems, dtype=np.float64)
+    for p in range(num_problems):
+        kept = []
+        for b in range(blocks):
+            lo = b * n
+            choice = best_of_n_choice(list(answers[p][lo:lo + n]), logp[p, lo:lo + n], method)
+            kept.append(correct[p, lo + choice])
+        out[p] = float(np.mean(kept))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Bootstrap
+
+
+@dataclass(frozen=True)
+class ConfidenceInterval:
+    """Mean of a ``seeds × problems`` matrix with a percentile bootstrap interval."""
+
+    mean: float
+    low: float
+    high: float
+    confidence: float
+    num_boot: int
+    num_seeds: int
+    num_problems: int
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class PairedTest:
+    """Paired bootstrap comparison of method A against method B on the same problems."""
+
+    mean_a: float
+    mean_b: float
+    diff: float  # mean_a − mean_b
+    ci_low: float
+    ci_high: float
+    p_value: float  # two-sided, centred bootstrap
+    confidence: float
+    num_boot: int
+    num_problems: int
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _as_seed_matrix(values: np.ndarray, name: str) -> np.ndarray:
+    """``(num_problems,)`` → ``(1, num_problems)``; ``(num_seeds, num_problems)`` kept; checked finite."""
+    array = np.asarray(values, dtype=np.float64)
+    if array.ndim == 1:
+        array = array[None, :]
+    if array.ndim != 2 or array.shape[0] == 0 or array.shape[1] == 0:
+        raise ValueError(f"{name} must be (num_problems,) or (num_seeds, num_problems); got shape {np.shape(values)}")
+    if not np.isfinite(array).all():
+        raise ValueError(f"{name} contains NaN or infinite values")
+    return array
+
+
+def draw_bootstrap_indices(num_items: int, num_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """``(num_boot, num_items)`` indices drawn uniformly with replacement."""
+    return rng.integers(0, num_items, size=(num_boot, num_items))
+
+
+def _counts(indices: np.ndarray, num_items: int) -> np.ndarray:
+    """Per replicate, how often each item was drawn: ``(num_boot, num_items)``."""
+    num_boot = indices.shape[0]
+    flat = (indices + num_items * np.arange(num_boot)[:, None]).ravel()
+    return np.bincount(flat, minlength=num_boot * num_items).reshape(num_boot, num_items).astype(np.float64)
+
+
+def bootstrap_means(values: np.ndarray, seed_indices: np.ndarray, problem_indices: np.ndarray) -> np.ndarray:
+    """Replicate means of ``values[seeds_b][:, problems_b]`` for every replicate b, vectorised as
+    w_s(b)ᵀ V w_p(b) / (S·P) with the draw counts w (no ``B × S × P`` array is built)."""
+    values = _as_seed_matrix(values, "values")
+    num_seeds, num_problems = values.shape
+    ws = _counts(np.asarray(seed_indices), num_seeds)
+    wp = _counts(np.asarray(problem_indices), num_problems)
+    return np.einsum("bs,sp,bp->b", ws, values, wp) / (num_seeds * num_problems)
+
+
+def bootstrap_ci(values: np.ndarray, num_boot: int = 10_000, confidence: float = 0.95, seed: int = 0
+                 ) -> ConfidenceInterval:
+    """Mean over seeds and problems with a percentile bootstrap CI (hierarchical: problems and seeds
+    resampled independently; one seed = bootstrap over problems)."""
+    values = _as_seed_matrix(values, "values")
+    _check_boot(num_boot, confidence)
+    rng = np.random.default_rng(seed)
+    num_seeds, num_problems = values.shape
+    problem_idx = draw_bootstrap_indices(num_problems, num_boot, rng)
+    seed_idx = draw_bootstrap_indices(num_seeds, num_boot, rng) if num_seeds > 1 else np.zeros((num_boot, 1), int)
+    reps = bootstrap_means(values, seed_idx, problem_idx)
+    low, high = np.quantile(reps, [(1 - confidence) / 2, (1 + confidence) / 2])
+    return ConfidenceInterval(float(values.mean()), float(low), float(high), confidence, num_boot,
+                              num_seeds, num_problems)
+
+
+def paired_bootstrap_test(a: np.ndarray, b: np.ndarray, num_boot: int = 10_000, confidence: float = 0.95,
+                          seed: int = 0) -> PairedTest:
+    """Paired bootstrap of mean(A) − mean(B): problems resampled jointly for A and B, seeds independently
+    per method. ``a`` and ``b`` are ``(num_problems,)`` or ``(num_seeds, num_problems)`` with the same
+    problems in the same column order (seed counts may differ)."""
+    a = _as_seed_matrix(a, "a")
+    b = _as_seed_matrix(b, "b")
+    if a.shape[1] != b.shape[1]:
+        raise ValueError(f"paired test needs the same problems: A has {a.shape[1]}, B has {b.shape[1]}")
+    _check_boot(num_boot, confidence)
+    rng = np.random.default_rng(seed)
+    num_problems = a.shape[1]
+    problem_idx = draw_bootstrap_indices(num_problems, num_boot, rng)
+
+    def seeds_of(m: np.ndarray) -> np.ndarray:
+        return draw_bootstrap_indices(m.shape[0], num_boot, rng) if m.shape[0] > 1 else np.zeros((num_boot, 1), int)
+
+    reps = bootstrap_means(a, seeds_of(a), problem_idx) - bootstrap_means(b, seeds_of(b), problem_idx)
+    diff = float(a.mean() - b.mean())
+    low, high = np.quantile(reps, [(1 - confidence) / 2, (1 + confidence) / 2])
+    extreme = int(np.sum(np.abs(reps - diff) >= abs(diff) - 1e-12))
+    p_value = (1 + extreme) / (num_boot + 1)
+    return PairedTest(float(a.mean()), float(b.mean()), diff, float(low), float(high), float(min(1.0, p_value)),
+                      confidence, num_boot, num_problems)
+
+
+def _check_boot(num_boot: int, confidence: float) -> None:
+    if num_boot < 100:
+        raise ValueError(f"num_boot={num_boot} is too small for a percentile interval (use >= 100)")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence={confidence} must lie in (0, 1)")
+
+
+__all__ = [
+    "pass_at_k", "pass_at_k_per_problem", "avg_at_k_per_problem", "best_of_n_choice", "best_of_n_per_problem",
+    "BEST_OF_N_METHODS", "ConfidenceInterval", "PairedTest", "draw_bootstrap_indices", "bootstrap_means",
+    "bootstrap_ci", "paired_bootstrap_test",
+]

@@ -1,0 +1,213 @@
+"""verl glue of the IBPO correction pass: DataProto in, DataProto out; no Ray, no workers.
+
+The trainer (``ibpo_ray_trainer.py``) calls these around its two ``generate_sequences`` calls. Every
+number comes from ``ibpo/``; this module only moves rows and keys between verl's batches and the pure
+functions, so it is tested on hand-built DataProtos (tests/test_recipe_correction.py).
+
+Row bookkeeping: verl's ``_balance_batch`` reorders rows, so everything IBPO adds is stored *per row* as
+batch keys (``ibpo_delta``, ``ibpo_token_mask``, ``ibpo_is_correction``, ``ibpo_is_padding``), never
+as positions.
+"""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import torch
+from verl import DataProto
+
+from ibpo.advantages import place_sequence_reward, shaped_rewards
+from ibpo.config import IBPOConfig
+from ibpo.pipeline import CorrectionRequest, ShapingOutcome, plan_corrections, shape_batch
+
+# keys IBPO adds to the training batch
+DELTA_KEY = "ibpo_delta"
+TOKEN_MASK_KEY = "ibpo_token_mask"
+IS_CORRECTION_KEY = "ibpo_is_correction"
+IS_PADDING_KEY = "ibpo_is_padding"
+CORRECTION_UID_SUFFIX = "::ibpo_corr"
+
+
+def sequence_scores(gen_output: DataProto) -> torch.Tensor:
+    """Verifier reward per row: the row sum of the streaming reward ``rm_scores`` (outcome rewards sit on
+    the last response token)."""
+    if gen_output.batch is None or "rm_scores" not in gen_output.batch.keys():
+        raise KeyError(
+            "generation output has no 'rm_scores': IBPO needs the streaming reward of verl's agent loop "
+            "(reward.custom_reward_function set, no separate reward-model pool)"
+        )
+    return gen_output.batch["rm_scores"].sum(dim=-1).float()
+
+
+def response_token_ids(gen_output: DataProto) -> list[list[int]]:
+    """The valid response tokens of every row (``responses`` where ``response_mask`` is 1)."""
+    responses = gen_output.batch["responses"]
+    mask = gen_output.batch["response_mask"].bool()
+    return [responses[i][mask[i]].tolist() for i in range(responses.shape[0])]
+
+
+def messages_of(raw_prompt) -> list[dict]:
+    """verl's ``raw_prompt`` entry (list/array of message dicts) as a plain list of dicts."""
+    return [dict(m) for m in list(raw_prompt)]
+
+
+def build_correction_gen_batch(
+    gen_batch: DataProto, requests: list[CorrectionRequest]
+) -> DataProto:
+    """The generation input for the corrections: the source rows' non-tensor fields (so the key set equals
+    the main generation's and the same reward function scores them against x's ground truth), with
+    ``raw_prompt`` = x~ as chat messages, ``uid`` = the per-prompt correction group, and a deep copy of
+    ``extra_info`` (the reward loop mutates it; ``np.repeat`` would share one dict)."""
+    rows = np.array([r.target_row for r in requests], dtype=np.int64)
+    corr = gen_batch.select_idxs(rows)
+    non_tensor = {k: v.copy() for k, v in corr.non_tensor_batch.items()}
+    raw = np.empty(len(requests), dtype=object)
+    for i, req in enumerate(requests):
+        raw[i] = req.messages
+    non_tensor["raw_prompt"] = raw
+    non_tensor["uid"] = np.array([f"{r.group_id}{CORRECTION_UID_SUFFIX}" for r in requests], dtype=object)
+    if "extra_info" in non_tensor:
+        non_tensor["extra_info"] = np.array([copy.deepcopy(x) for x in non_tensor["extra_info"]], dtype=object)
+    meta = {k: v for k, v in gen_batch.meta_info.items() if k != "validate"}
+    return DataProto.from_dict(non_tensors=non_tensor, meta_info=meta)
+
+
+@dataclass
+class CorrectionPass:
+    """Everything the trainer needs from one step's correction pass."""
+
+    requests: list[CorrectionRequest]
+    outcome: ShapingOutcome
+    correction_output: DataProto | None  # the generated corrections (None when there were none)
+    correction_scores: torch.Tensor  # (num_corrections,) verifier reward of each correction
+    main_scores: torch.Tensor  # (bs,)
+
+
+def plan(gen_batch: DataProto, gen_output: DataProto, decode: Callable[[list[int]], str], config: IBPOConfig,
+         step: int) -> tuple[list[CorrectionRequest], torch.Tensor, list[list[int]], list[bool]]:
+    """Score the main rows and plan one correction request per wrong response (× corrections_per_target)."""
+    if len(gen_batch) != len(gen_output):
+        raise ValueError(f"generation input has {len(gen_batch)} rows but output {len(gen_output)}")
+    scores = sequence_scores(gen_output)
+    is_correct = (scores >= config.correct_threshold).tolist()
+    ids = response_token_ids(gen_output)
+    prompts = [messages_of(p) for p in gen_batch.non_tensor_batch["raw_prompt"]]
+    requests = plan_corrections(list(gen_batch.non_tensor_batch["uid"]), is_correct, prompts, ids, decode,
+                                config, step)
+    return requests, scores, ids, is_correct
+
+
+def finish(requests: list[CorrectionRequest], main_scores: torch.Tensor, main_ids: list[list[int]],
+           is_correct: list[bool], correction_output: DataProto | None, config: IBPOConfig) -> CorrectionPass:
+    """Score the generated corrections and compute Δ, φ, masks (``ibpo.pipeline.shape_batch``)."""
+    if requests and (correction_output is None or len(correction_output) != len(requests)):
+        got = None if correction_output is None else len(correction_output)
+        raise RuntimeError(f"correction pass returned {got} rows for {len(requests)} requests")
+    if requests:
+        corr_scores = sequence_scores(correction_output)
+        corr_ids = response_token_ids(correction_output)
+    else:
+        corr_scores, corr_ids = torch.zeros(0), []
+    right = (corr_scores >= config.correct_threshold).tolist()
+    outcome = shape_batch(requests, corr_ids, right, main_ids, is_correct, config)
+    return CorrectionPass(requests, outcome, correction_output, corr_scores, main_scores)
+
+
+def attach_shaping(gen_output: DataProto, result: CorrectionPass) -> None:
+    """Store Δ and the token mask as per-row batch keys of the main generation output (in place)."""
+    response_mask = gen_output.batch["response_mask"]
+    mask = torch.ones_like(gen_output.batch["responses"], dtype=torch.float32)
+    for row, m in enumerate(result.outcome.token_masks):
+        positions = torch.nonzero(response_mask[row].bool(), as_tuple=False).squeeze(-1)
+        mask[row, positions] = torch.as_tensor(m, dtype=torch.float32)
+    _attach(gen_output, torch.as_tensor(result.outcome.delta, dtype=torch.float32), mask)
+
+
+def attach_no_shaping(gen_output: DataProto) -> None:
+    """Δ = 0 and m = 1 on every row: IBPO disabled (the GSPO baseline runs through the same loop)."""
+    _attach(gen_output, torch.zeros(len(gen_output), dtype=torch.float32),
+            torch.ones_like(gen_output.batch["responses"], dtype=torch.float32))
+
+
+def _attach(gen_output: DataProto, delta: torch.Tensor, mask: torch.Tensor) -> None:
+    gen_output.batch[DELTA_KEY] = delta
+    gen_output.batch[TOKEN_MASK_KEY] = mask
+    gen_output.batch[IS_CORRECTION_KEY] = torch.zeros(len(gen_output), dtype=torch.float32)
+    gen_output.batch[IS_PADDING_KEY] = torch.zeros(len(gen_output), dtype=torch.float32)
+
+
+def build_joint_rows(batch: DataProto, result: CorrectionPass, config: IBPOConfig) -> DataProto:
+    """Correction samples (x~, ŷ) as training rows with exactly the main batch's keys (App. E.2 (C)).
+
+    Each correction row starts as a copy of its target's row (so tensor and non-tensor key sets and
+    widths match for ``DataProto.concat``), then takes the correction's tensors and shared non-tensor
+    fields. Reward: r(ŷ) − rewrite_penalty·1[rewrite] (App. C.3), written into ``rm_scores``. ``batch``
+    must be in generation order (before ``_balance_batch``).
+    """
+    corr_out = result.correction_output
+    rows = np.array([r.target_row for r in result.requests], dtype=np.int64)
+    joint = batch.select_idxs(rows)
+    for key in corr_out.batch.keys():
+        if key in joint.batch.keys():
+            joint.batch[key] = corr_out.batch[key].clone()
+    for key, values in corr_out.non_tensor_batch.items():
+        if key in joint.non_tensor_batch:
+            joint.non_tensor_batch[key] = values.copy()
+    joint.non_tensor_batch["uid"] = np.array(
+        [f"{r.group_id}{CORRECTION_UID_SUFFIX}" for r in result.requests], dtype=object)
+    if "extra_info" in joint.non_tensor_batch:
+        joint.non_tensor_batch["extra_info"] = np.array(
+            [copy.deepcopy(x) for x in joint.non_tensor_batch["extra_info"]], dtype=object)
+    if config.rewrite_penalty > 0 and result.outcome.correction_rewrite.any():
+        penalty = torch.as_tensor(result.outcome.correction_rewrite, dtype=torch.float32) * config.rewrite_penalty
+        joint.batch["rm_scores"] = joint.batch["rm_scores"] - place_sequence_reward(
+            joint.batch["response_mask"], penalty.to(joint.batch["rm_scores"].dtype))
+    n = len(joint)
+    joint.batch[DELTA_KEY] = torch.zeros(n, dtype=torch.float32)
+    joint.batch[TOKEN_MASK_KEY] = torch.ones_like(joint.batch["responses"], dtype=torch.float32)
+    joint.batch[IS_CORRECTION_KEY] = torch.ones(n, dtype=torch.float32)
+    joint.batch[IS_PADDING_KEY] = torch.zeros(n, dtype=torch.float32)
+    return joint
+
+
+def pad_to_multiple(batch: DataProto, multiple: int) -> tuple[DataProto, int]:
+    """Append no-op rows so ``len(batch) % multiple == 0`` (verl's actor update needs whole mini-batches).
+
+    **Decision** (V1's no-op padding, ``verl/trainer/ppo/padding_utils.py``, rather than DAPO's trimming,
+    which would drop every correction sample of a small batch): padding rows copy real rows, carry a
+    unique uid, zero token mask (so zero advantage) and ``ibpo_is_padding = 1``; they add compute but no
+    gradient.
+    """
+    remainder = len(batch) % multiple
+    if remainder == 0:
+        return batch, 0
+    pad = multiple - remainder
+    source = np.arange(pad) % len(batch)
+    padding = batch.select_idxs(source)
+    padding.non_tensor_batch["uid"] = np.array([f"ibpo_pad_{uuid.uuid4().hex}" for _ in range(pad)], dtype=object)
+    padding.batch[TOKEN_MASK_KEY] = torch.zeros_like(padding.batch[TOKEN_MASK_KEY])
+    padding.batch[DELTA_KEY] = torch.zeros(pad, dtype=torch.float32)
+    padding.batch[IS_PADDING_KEY] = torch.ones(pad, dtype=torch.float32)
+    if "extra_info" in padding.non_tensor_batch:
+        padding.non_tensor_batch["extra_info"] = np.array(
+            [copy.deepcopy(x) for x in padding.non_tensor_batch["extra_info"]], dtype=object)
+    return DataProto.concat([batch, padding]), pad
+
+
+def shaped_token_rewards(batch: DataProto, lam: float) -> torch.Tensor:
+    """token_level_rewards = token_level_scores + λΔ at each row's last response token (Eq. 15/27)."""
+    scores = batch.batch["token_level_scores"]
+    delta = batch.batch[DELTA_KEY].to(scores.dtype)
+    seq = scores.sum(dim=-1)
+    bonus = shaped_rewards(seq, delta, lam) - seq  # validates 0 <= λΔ < 1
+    return scores + place_sequence_reward(batch.batch["response_mask"], bonus)
+
+
+def apply_token_mask(batch: DataProto) -> None:
+    """advantages ← advantages · m_t (Eq. 7/17), after group normalisation (in place)."""
+    batch.batch["advantages"] = batch.batch["advantages"] * batch.batch[TOKEN_MASK_KEY].to(
+        batch.batch["advantages"].dtype)

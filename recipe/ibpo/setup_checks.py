@@ -1,0 +1,80 @@
+"""Start-of-run checks: a misconfigured IBPO run fails before the first step, with a message naming the key."""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig, OmegaConf
+
+from ibpo.config import IBPOConfig
+from ibpo.prompts import build_correction_messages
+
+# Chat-template scaffolding around the correction prompt (role headers, generation prompt) plus slack.
+CHAT_TEMPLATE_SLACK_TOKENS = 32
+
+
+class IBPOSetupError(ValueError):
+    """The verl config cannot run IBPO as configured."""
+
+
+def ibpo_config_from(config: DictConfig) -> IBPOConfig:
+    """The validated ``ibpo:`` block; G comes from ``actor_rollout_ref.rollout.n``."""
+    block = config.get("ibpo")
+    if block is None:
+        raise IBPOSetupError("config has no `ibpo:` block; start from recipe/ibpo/config/ibpo_trainer.yaml")
+    options = OmegaConf.to_container(block, resolve=True)
+    n = int(config.actor_rollout_ref.rollout.n)
+    if options.get("group_size") not in (None, n):
+        raise IBPOSetupError(f"ibpo.group_size={options['group_size']} disagrees with actor_rollout_ref.rollout.n={n}; "
+                             "leave ibpo.group_size unset (it follows rollout.n)")
+    options["group_size"] = n
+    return IBPOConfig.from_mapping(options)
+
+
+def correction_prompt_budget(config: DictConfig, ibpo: IBPOConfig, tokenizer) -> int:
+    """Tokens a correction prompt x~ can need: x + (1 + K-1) candidates + the template's own text."""
+    max_prompt = int(config.data.max_prompt_length)
+    per_candidate = ibpo.max_candidate_tokens or int(config.data.max_response_length)
+    if ibpo.max_candidate_tokens:
+        per_candidate += 16  # the truncation marker
+    scaffold = build_correction_messages([{"role": "user", "content": ""}], "", [""] * ibpo.num_references, ibpo)
+    template_tokens = len(tokenizer.encode(scaffold[-1]["content"], add_special_tokens=False))
+    return max_prompt + (1 + ibpo.num_references) * per_candidate + template_tokens + CHAT_TEMPLATE_SLACK_TOKENS
+
+
+def check_trainer_config(config: DictConfig, ibpo: IBPOConfig, tokenizer) -> None:
+    """Fail early on settings that would make IBPO silently wrong."""
+    algo = config.algorithm
+    if algo.adv_estimator in ("remax",):
+        raise IBPOSetupError("algorithm.adv_estimator=remax is not supported by the IBPO trainer")
+    if ibpo.enable and algo.adv_estimator not in ("ibpo", "grpo"):
+        raise IBPOSetupError(f"algorithm.adv_estimator={algo.adv_estimator!r}: IBPO needs group normalisation of the "
+                             "shaped reward, use 'ibpo' (the paper's, ε = 1e-8, population std) or 'grpo'")
+    if ibpo.enable and config.reward.reward_model.get("enable", False):
+        raise IBPOSetupError("reward.reward_model.enable=True: IBPO scores corrections with the streaming rule-based "
+                             "reward (reward.custom_reward_function); a model reward is not supported")
+    if config.get("skip", {}).get("rollout", {}).get("enable", False):
+        raise IBPOSetupError("skip.rollout.enable=True would serve the correction generation from the main "
+                             "generation's cache; turn it off")
+    if ibpo.enable and int(config.actor_rollout_ref.rollout.n) < 2 and ibpo.num_references > 0:
+        raise IBPOSetupError("actor_rollout_ref.rollout.n must be >= 2 for reference-based correction "
+                             "(or set ibpo.num_references=0 for self-correction)")
+    if ibpo.enable:
+        need = correction_prompt_budget(config, ibpo, tokenizer)
+        have = int(config.actor_rollout_ref.rollout.prompt_length)
+        if have < need:
+            raise IBPOSetupError(
+                f"actor_rollout_ref.rollout.prompt_length={have} is too small for correction prompts: they can need "
+                f"{need} tokens (data.max_prompt_length + {1 + ibpo.num_references} candidates of "
+                f"{ibpo.max_candidate_tokens or config.data.max_response_length} tokens + template). verl would "
+                f"left-truncate them with only a warning. Raise rollout.prompt_length or set ibpo.max_candidate_tokens."
+            )
+
+
+def count_model_params(model_path: str) -> int:
+    """Parameter count of the HF model at ``model_path`` without loading its weights (meta device)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    hf_config = AutoConfig.from_pretrained(model_path, trust_remote_code=False)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(hf_config)
+    return int(sum(p.numel() for p in model.parameters()))
