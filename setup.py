@@ -29,7 +29,7 @@ setup(
     # `tests` and `scripts` packages of its own into site-packages.
     packages=find_packages(include=["ibpo", "ibpo.*", "recipe", "recipe.*", "reward_fns", "reward_fns.*",
                                     "data_prep", "data_prep.*"]),
-    package_data={"recipe.ibpo": ["config/*.yaml", "*.sh", "REQUIRED_VERL.txt"]},
+    package_data={"recipe.ibpo": ["*.sh", "REQUIRED_VERL.txt"], "recipe.ibpo.config": ["*.yaml"]},
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS,
     entry_points={
