@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Table 5: rewrite threshold α ∈ {0.5, 0.55, 0.6, 0.65, 0.7, 0.8} and the adaptive μ_d + 2σ_d threshold.
+set -xeuo pipefail
+for ALPHA in ${ALPHAS:-0.5 0.55 0.6 0.65 0.7 0.8}; do
+    EXP_NAME=ibpo_alpha_${ALPHA} bash "$(dirname "$0")/run_ibpo_qwen3_32b.sh" ibpo.alpha=${ALPHA} "$@"
+done
+EXP_NAME=ibpo_alpha_adaptive bash "$(dirname "$0")/run_ibpo_qwen3_32b.sh" ibpo.alpha_mode=adaptive "$@"
