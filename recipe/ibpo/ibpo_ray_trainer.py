@@ -45,9 +45,11 @@ from verl.utils.metric import reduce_metrics
 from verl.utils.skip.skip_manager import SkipManager
 
 from ibpo.config import IBPOConfig
+from ibpo.counterfactual import CounterfactualConfig
 from ibpo.diagnostics import LambdaSchedule, estimate_step_flops, theorem_stats
 from recipe.ibpo import correction as corr
-from recipe.ibpo.setup_checks import check_trainer_config, count_model_params, ibpo_config_from
+from recipe.ibpo import counterfactual_batch as cf
+from recipe.ibpo.setup_checks import check_trainer_config, count_model_params, counterfactual_config_from, ibpo_config_from
 
 
 class RayIBPOTrainer(RayPPOTrainer):
@@ -56,6 +58,7 @@ class RayIBPOTrainer(RayPPOTrainer):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.ibpo: IBPOConfig = ibpo_config_from(self.config)
+        self.counterfactual: CounterfactualConfig | None = counterfactual_config_from(self.config)
         check_trainer_config(self.config, self.ibpo, self.tokenizer)
         self.lambda_schedule = LambdaSchedule(self.ibpo.lambda_schedule, self.ibpo.lam,
                                               self.ibpo.lambda_max_fraction, self.ibpo.lambda_max_momentum)
@@ -145,6 +148,24 @@ class RayIBPOTrainer(RayPPOTrainer):
         metrics["ibpo/time/main_gen_s"] = timing_raw.get("ibpo_main_gen", 0.0)
         metrics["ibpo/time/correction_gen_s"] = timing_raw.get("ibpo_gen", 0.0)
         metrics["ibpo/time/host_s"] = timing_raw.get("ibpo_plan", 0.0) + timing_raw.get("ibpo_shape", 0.0)
+
+    def apply_counterfactual_weights(self, batch: DataProto, metrics: dict, timing_raw: dict) -> None:
+        """Second method (ciw_paper.md): token weights from the answer log-prob drop when a reasoning span is
+        masked, multiplied into the advantages. Extra no-grad forward passes go through the actor's own
+        ``compute_log_prob``; groups whose rewards are all equal (zero advantage) are skipped."""
+        cfg = self.counterfactual
+        signal = cf.rows_with_signal(batch, key="token_level_scores")
+        plan = cf.plan_counterfactuals(batch, cfg, cf.make_decode_fn(self.tokenizer), signal)
+        log_probs = torch.empty(0, batch.batch["responses"].shape[1])
+        if plan.num_copies:
+            with marked_timer("counterfactual_forward", timing_raw, color="purple"):
+                masked = cf.build_masked_copies(batch, plan, self.tokenizer.pad_token_id)
+                log_probs = cf.compute_masked_log_probs(self.actor_rollout_wg, masked, self.actor_rollout_wg.world_size)
+        weights, cf_metrics = cf.counterfactual_token_weights(batch, plan, cfg, batch.batch["old_log_probs"], log_probs)
+        batch.batch["advantages"] = batch.batch["advantages"] * weights.to(batch.batch["advantages"].dtype)
+        metrics.update(cf_metrics)
+        metrics["counterfactual/forward_s"] = timing_raw.get("counterfactual_forward", 0.0)
+        metrics["counterfactual/extra_forward_rows"] = float(plan.num_copies)
 
     # ------------------------------------------------------------------ training loop
     def fit(self):  # noqa: C901 -- a copy of verl's fit with the IBPO blocks inserted
@@ -298,6 +319,10 @@ class RayIBPOTrainer(RayPPOTrainer):
                         # IBPO (4): token mask after normalisation (Eq. 7/17); padding rows get 0 here.
                         corr.apply_token_mask(batch)
                         self._ibpo_step_metrics(batch, ibpo_result, lam, metrics, timing_raw)
+                    # Counterfactual importance weights (second method), on the normalised advantages.
+                    if self.counterfactual is not None:
+                        with marked_timer("counterfactual", timing_raw, color="purple"):
+                            self.apply_counterfactual_weights(batch, metrics, timing_raw)
 
                     if self.use_critic:
                         with marked_timer("update_critic", timing_raw, color="pink"):

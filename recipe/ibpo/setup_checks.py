@@ -5,6 +5,7 @@ from __future__ import annotations
 from omegaconf import DictConfig, OmegaConf
 
 from ibpo.config import IBPOConfig
+from ibpo.counterfactual import CounterfactualConfig
 from ibpo.prompts import build_correction_messages
 
 # Chat-template scaffolding around the correction prompt (role headers, generation prompt) plus slack.
@@ -27,6 +28,19 @@ def ibpo_config_from(config: DictConfig) -> IBPOConfig:
                              "leave ibpo.group_size unset (it follows rollout.n)")
     options["group_size"] = n
     return IBPOConfig.from_mapping(options)
+
+
+def counterfactual_config_from(config: DictConfig) -> CounterfactualConfig | None:
+    """The validated ``counterfactual:`` block, or ``None`` when the method is off (or the block absent)."""
+    block = config.get("counterfactual")
+    if block is None:
+        return None
+    options = OmegaConf.to_container(block, resolve=True)
+    if not options.pop("enable", False):
+        return None
+    if config.get("ibpo") is not None and config.ibpo.get("enable", False):
+        raise IBPOSetupError("counterfactual.enable=True and ibpo.enable=True: pick one credit-assignment method")
+    return CounterfactualConfig.from_mapping(options)
 
 
 def correction_prompt_budget(config: DictConfig, ibpo: IBPOConfig, tokenizer) -> int:

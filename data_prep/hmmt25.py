@@ -1,0 +1,118 @@
+"""HMMT February 2025 (30 problems) -> verl parquet, data_source ``hmmt_feb_2025``.
+
+Input: ``MathArena/hmmt_feb_2025`` from the Hugging Face hub (``data/train-00000-of-00001.parquet``, or the
+folder), columns ``problem_idx`` (int64, 1..30), ``problem`` (str), ``answer`` (str, LaTeX),
+``problem_type`` (list of str).
+
+Answers are LaTeX (fractions, radicals, pi, factorials, one two-value list) and are kept verbatim (only
+surrounding whitespace is stripped); a non-string answer stops the run rather than being cast. Every
+answer must parse as the math verifier's gold (``math_verify.parse("\\boxed{answer}")``). Problem ids are
+HMMT2025-FEB-01 .. HMMT2025-FEB-30. The run stops unless exactly 30 problems come out
+(``--allow-partial`` accepts fewer).
+
+    python -m data_prep.hmmt25 --input ~/data/MathArena/hmmt_feb_2025 --output data/hmmt_feb_2025.parquet
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from data_prep.common import (
+    MATH_EXTRA_INFO,
+    PrepError,
+    PrepSummary,
+    RawRow,
+    add_math_options,
+    base_parser,
+    check_row_count,
+    convert_rows,
+    find_input_files,
+    format_counts,
+    gold_answer_parses,
+    iter_rows,
+    make_math_row,
+    require_str,
+    run_cli,
+    write_verl_parquet,
+)
+
+DATA_SOURCE = "hmmt_feb_2025"
+EXPECTED_ROWS = 30
+INPUT_PATTERNS = ("*.parquet", "*.jsonl", "*.json")
+
+
+def hmmt_answer(raw: RawRow) -> str:
+    """The LaTeX answer, stripped but otherwise verbatim; it must be a string the math verifier can parse."""
+    value = raw.data.get("answer")
+    if value is not None and not isinstance(value, str):
+        raise PrepError(raw.ref, "answer", f"HMMT answers are LaTeX strings; got {type(value).__name__} {value!r}")
+    answer = require_str(raw, "answer").strip()
+    if not gold_answer_parses(answer):
+        raise PrepError(raw.ref, "answer", f"math-verify cannot parse \\boxed{{{answer}}}")
+    return answer
+
+
+def problem_number(raw: RawRow) -> int:
+    """``problem_idx`` (1..30)."""
+    value = raw.data.get("problem_idx")
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= EXPECTED_ROWS:
+        raise PrepError(raw.ref, "problem_idx", f"expected an integer 1..30, got {value!r}")
+    return value
+
+
+def prepare_hmmt25(
+    input_path: str | Path,
+    template: str = "boxed",
+    skip_invalid: bool = False,
+    allow_partial: bool = False,
+) -> tuple[list[dict], PrepSummary]:
+    """Read the HMMT Feb 2025 file(s) under ``input_path`` and build the verl rows (by problem number)."""
+    summary = PrepSummary(DATA_SOURCE)
+    seen: dict[int, str] = {}
+    topics: Counter = Counter()
+
+    def convert(raw: RawRow) -> dict:
+        number = problem_number(raw)
+        problem = require_str(raw, "problem").strip()
+        answer = hmmt_answer(raw)
+        if number in seen:
+            raise PrepError(raw.ref, "problem_idx", f"duplicate problem {number} (first seen at {seen[number]})")
+        seen[number] = str(raw.ref)
+        for topic in raw.data.get("problem_type") or []:
+            topics[str(topic)] += 1
+        return make_math_row(
+            data_source=DATA_SOURCE,
+            problem=problem,
+            answer=answer,
+            template=template,
+            split="test",
+            index=number - 1,
+            problem_id=f"HMMT2025-FEB-{number:02d}",
+            source=f"MathArena/hmmt_feb_2025:{Path(raw.ref.file).name}",
+        )
+
+    rows = []
+    for path in find_input_files(input_path, INPUT_PATTERNS):
+        rows += convert_rows(iter_rows(path), convert, summary, skip_invalid)
+    rows.sort(key=lambda r: r["extra_info"]["index"])
+    check_row_count(len(rows), EXPECTED_ROWS, DATA_SOURCE, allow_partial)
+    summary.rows_written = len(rows)
+    summary.facts["problem types"] = format_counts(topics)
+    answers = [r["reward_model"]["ground_truth"] for r in rows]
+    summary.facts["non-integer answers"] = str(sum(not a.lstrip("-").isdigit() for a in answers))
+    summary.facts["template"] = template
+    return rows, summary
+
+
+def main(argv: list[str] | None = None) -> PrepSummary:
+    parser = base_parser("data_prep.hmmt25", __doc__)
+    add_math_options(parser)
+    args = parser.parse_args(argv)
+    rows, summary = prepare_hmmt25(args.input, args.template, args.skip_invalid, args.allow_partial)
+    summary.output = str(write_verl_parquet(rows, args.output, MATH_EXTRA_INFO))
+    return summary
+
+
+if __name__ == "__main__":
+    raise SystemExit(run_cli(main))
