@@ -9,7 +9,7 @@ DATA_DIR=${DATA_DIR:-"${HOME}/data/ibpo"}
 TRAIN_FILES=${TRAIN_FILES:-"['${DATA_DIR}/dapo_math_17k.parquet']"}
 VAL_FILES=${VAL_FILES:-"['${DATA_DIR}/aime25.parquet','${DATA_DIR}/hmmt_feb_2025.parquet']"}
 CKPTS_DIR=${CKPTS_DIR:-"${HOME}/ckpts/ibpo"}
-PROJECT_NAME=${PROJECT_NAME:-ibpo}
+PROJECT_NAME=${PROJECT_NAME:-ibpo-verl}
 EXP_NAME=${EXP_NAME:-ibpo_gspo_qwen3_32b_g8}
 
 NNODES=${NNODES:-4}
