@@ -1,0 +1,79 @@
+"""verl custom reward function for ibpo-verl: ``reward.custom_reward_function.path=pkg://reward_fns``,
+``reward.custom_reward_function.name=compute_score``.
+
+``compute_score`` dispatches on ``data_source`` to the math verifier (math-verify in killable worker processes)
+or the code verifier (LiveCodeBench semantics in a sandbox) and returns the same four keys for every source,
+because verl stacks ``reward_extra_info`` by the keys of the first sample. verl 0.9.1 calls it from executor
+threads of its RewardLoopWorker actors, one sample per call (there is no batch entry point in the 0.9.1 reward
+loop: ``RewardLoopWorker.compute_score`` -> ``RewardManager.run_single``), so it is thread-safe and never uses
+``signal``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .code_tests import TestsDecodeError, decode_tests, encode_tests
+from .code_verifier import BadCodeGroundTruth, compute_code_score
+from .math_verifier import BadGroundTruth, compute_math_score
+from .sandbox import IsolationReport, detect_isolation
+
+KNOWN_DATA_SOURCES: dict[str, str] = {
+    "aime25": "math",
+    "hmmt_feb_2025": "math",
+    "math_dapo": "math",
+    "openai/gsm8k": "math",
+    "ibpo/synthetic_arith": "math",
+    "livecodebench_v6": "code",
+    "livecodebench_train": "code",
+}
+# Evaluation sets also accept answers only math-verify's own extraction finds ("The final answer is $70$.");
+# training sets require a boxed answer or an "Answer:" line (unanchored extraction rewards stray arithmetic).
+EVAL_DATA_SOURCES = frozenset({"aime25", "hmmt_feb_2025", "livecodebench_v6"})
+RESULT_KEYS = ("score", "acc", "pred", "verdict")
+VERDICTS = ("correct", "wrong_answer", "no_answer", "timeout", "global_timeout", "runtime_error",
+            "compile_error", "memory_limit", "output_limit", "error")
+
+__all__ = ["compute_score", "KNOWN_DATA_SOURCES", "EVAL_DATA_SOURCES", "RESULT_KEYS", "VERDICTS",
+           "compute_math_score", "compute_code_score", "encode_tests", "decode_tests", "TestsDecodeError",
+           "BadGroundTruth", "BadCodeGroundTruth", "UnknownDataSource", "isolation_report", "IsolationReport"]
+
+
+class UnknownDataSource(ValueError):
+    """``data_source`` is not in :data:`KNOWN_DATA_SOURCES`."""
+
+
+def isolation_report() -> IsolationReport:
+    """What the code sandbox enforces on this machine (``.missing`` lists what it lacks without bubblewrap)."""
+    return detect_isolation()
+
+
+def _row_label(data_source: str, extra_info: dict | None) -> str:
+    info = extra_info if isinstance(extra_info, dict) else {}
+    ids = [f"{k}={info[k]!r}" for k in ("index", "problem_id", "question_id", "split") if k in info]
+    return f"data_source={data_source!r}" + (f" ({', '.join(ids)})" if ids else "")
+
+
+def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_info: dict | None = None,
+                  *, math_fallback_extraction: bool | None = None, math_timeout_s: float = 15.0,
+                  code_timeout_s: float | None = None, code_memory_mb: int | None = None,
+                  **kwargs: Any) -> dict:
+    """Score one response: ``{"score": float, "acc": float, "pred": str, "verdict": str}``.
+
+    Extra keyword arguments from verl (``reward_router_address``, ...) are accepted and ignored; the named
+    options can be set through ``reward.custom_reward_function.reward_kwargs``. Raises
+    :class:`UnknownDataSource` for an unknown ``data_source`` and ``ValueError`` subclasses naming the row and
+    field ``reward_model.ground_truth`` for an unusable ground truth (a dataset bug is never scored as 0).
+    """
+    kind = KNOWN_DATA_SOURCES.get(data_source)
+    if kind is None:
+        raise UnknownDataSource(f"unknown data_source {data_source!r}; reward_fns knows "
+                                f"{sorted(KNOWN_DATA_SOURCES)}")
+    try:
+        if kind == "math":
+            fallback = data_source in EVAL_DATA_SOURCES if math_fallback_extraction is None else math_fallback_extraction
+            return compute_math_score(solution_str, ground_truth, fallback_extraction=fallback,
+                                      timeout_s=math_timeout_s)
+        return compute_code_score(solution_str, ground_truth, timeout_s=code_timeout_s, memory_mb=code_memory_mb)
+    except (BadGroundTruth, BadCodeGroundTruth) as exc:
+        raise type(exc)(f"{_row_label(data_source, extra_info)}, field reward_model.ground_truth: {exc}") from exc

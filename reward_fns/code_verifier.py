@@ -1,0 +1,408 @@
+"""Code verifier with LiveCodeBench's semantics (spec section 5), running model code only inside the sandbox.
+
+* Code extraction: LCB's rule (text between the last two fence lines) on the text after ``</think>``.
+* Tests: ``{inputs, outputs, fn_name}`` from :mod:`reward_fns.code_tests`; ``fn_name`` null means stdin programs.
+* Comparison (done here, in the trusted process; expected outputs never enter the sandbox):
+  stdin -- LCB's ``get_stripped_lines`` + per-line exact-or-``Decimal`` rule; functional -- plain ``==`` against
+  ``json.loads(output)`` after LCB's top-level tuple-to-list conversion.
+* Limits: ``timeout_s`` (default 6, LCB ``--timeout 6``) per test, ``(timeout_s + 1) * n + 5`` seconds overall;
+  stop at the first failure; binary reward.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import math
+import os
+import select
+import threading
+import time
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from .code_tests import TestsDecodeError, decode_tests
+from .extract import extract_code_lcb, strip_thinking, truncate_middle
+from .sandbox import IsolationReport, detect_isolation, launch
+
+logger = logging.getLogger(__name__)
+
+PRED_CHARS = 300
+MIB = 1024 * 1024
+
+
+class BadCodeGroundTruth(ValueError):
+    """The tests in a ground truth are unusable (a dataset bug, never the model's fault)."""
+
+
+class SandboxError(RuntimeError):
+    """The sandbox failed before any model code ran (infrastructure problem; never scored as 0)."""
+
+
+@dataclass(frozen=True)
+class CodeLimits:
+    """Per-run limits. Defaults follow LiveCodeBench (6 s per test); memory follows spec section 5 (4 GiB)."""
+
+    timeout_s: float = 6.0
+    memory_mb: int = 4096
+    max_file_mb: int = 16
+    max_open_files: int = 256
+    max_processes: int = 64
+    min_output_mb: int = 1
+    max_output_mb: int = 64
+
+    def global_timeout_s(self, n_tests: int) -> float:
+        """LiveCodeBench's overall budget ``(timeout + 1) * n + 5``."""
+        return (self.timeout_s + 1) * n_tests + 5
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> "CodeLimits":
+        """Defaults, then ``IBPO_CODE_MEMORY_MB`` / ``IBPO_CODE_TIMEOUT_S`` from the environment, then overrides."""
+        values: dict[str, Any] = {}
+        if os.environ.get("IBPO_CODE_MEMORY_MB"):
+            values["memory_mb"] = int(os.environ["IBPO_CODE_MEMORY_MB"])
+        if os.environ.get("IBPO_CODE_TIMEOUT_S"):
+            values["timeout_s"] = float(os.environ["IBPO_CODE_TIMEOUT_S"])
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class PreparedTests:
+    """Decoded, validated tests. ``inputs`` are the raw strings (stdin text, or one JSON argument per line);
+    ``expected`` holds stdin strings or, for functional tests, the parsed JSON values."""
+
+    fn_name: str | None
+    inputs: tuple
+    expected: tuple
+
+    @property
+    def mode(self) -> str:
+        return "stdin" if self.fn_name is None else "functional"
+
+
+@functools.lru_cache(maxsize=32)  # decoded LCB tests can be tens of MB; the n samples of a prompt arrive together
+def prepare_tests(ground_truth: str) -> PreparedTests:
+    """Decode a code ground truth and parse functional arguments/outputs once (cached: n samples share it)."""
+    try:
+        tests = decode_tests(ground_truth)
+    except TestsDecodeError as exc:
+        raise BadCodeGroundTruth(str(exc)) from exc
+    fn_name = tests["fn_name"]
+    for field in ("inputs", "outputs"):
+        for i, value in enumerate(tests[field]):
+            if not isinstance(value, str):
+                raise BadCodeGroundTruth(f"tests field '{field}'[{i}] must be a string, got {type(value).__name__}")
+    if fn_name is None:
+        return PreparedTests(None, tuple(tests["inputs"]), tuple(tests["outputs"]))
+    expected = []
+    for i, (raw_in, raw_out) in enumerate(zip(tests["inputs"], tests["outputs"])):
+        try:  # validated here; the harness parses the same text again inside the sandbox
+            [json.loads(line, parse_int=_parse_json_int) for line in raw_in.split("\n")]
+        except ValueError as exc:
+            raise BadCodeGroundTruth(f"functional test {i}: 'inputs'[{i}] is not one JSON value per line: {exc}")
+        try:
+            expected.append(json.loads(raw_out, parse_int=_parse_json_int))
+        except ValueError as exc:
+            raise BadCodeGroundTruth(f"functional test {i}: 'outputs'[{i}] is not JSON: {exc}")
+    return PreparedTests(fn_name, tuple(tests["inputs"]), tuple(expected))
+
+
+def _parse_json_int(text: str) -> int:
+    """``int`` for JSON numbers in expected outputs, also beyond Python's 4300-digit str->int default limit
+    (LiveCodeBench raises that limit to 50000 digits process-wide; we do not touch the trainer's setting)."""
+    return int(text) if len(text) <= 4000 else int(Decimal(text))
+
+
+# ------------------------------------------------------------------------------------------------ comparison (LCB)
+def lcb_stripped_lines(text: str) -> list[str]:
+    """LCB ``get_stripped_lines``: strip the whole text, split on ``\\n``, strip each line."""
+    return [line.strip() for line in text.strip().split("\n")]
+
+
+def _decimals(line: str) -> list[Decimal] | None:
+    try:
+        return [Decimal(token) for token in line.split()]
+    except Exception:  # LCB: any conversion failure means "not a numeric line"
+        return None
+
+
+def lcb_stdout_matches(output: str, expected: str) -> bool:
+    """LCB ``grade_stdio`` comparison: same number of stripped lines; each line equal as a string or, failing
+    that, as a list of ``Decimal`` tokens (so ``0.5`` == ``0.50`` but there is no float tolerance)."""
+    got, want = lcb_stripped_lines(output), lcb_stripped_lines(expected)
+    if len(got) != len(want):
+        return False
+    for got_line, want_line in zip(got, want):
+        if got_line == want_line:
+            continue
+        got_dec, want_dec = _decimals(got_line), _decimals(want_line)
+        if got_dec is None or want_dec is None:
+            return False
+        try:
+            if got_dec != want_dec:
+                return False
+        except Exception:  # signalling NaN comparisons raise; LCB scores that as a failure too
+            return False
+    return True
+
+
+class _Opaque:
+    """Stands for a return value of a non-builtin type: equal to nothing (its own ``__eq__`` is never run)."""
+
+    __slots__ = ("type_name",)
+
+    def __init__(self, type_name: str):
+        self.type_name = type_name
+
+    def __eq__(self, other: object) -> bool:
+        return False
+
+    __hash__ = object.__hash__
+
+    def __repr__(self) -> str:
+        return f"<{self.type_name}>"
+
+
+def from_wire(value: Any) -> Any:
+    """Rebuild a value encoded by the harness's ``to_wire`` (lists, tuples, dicts, sets keep their types)."""
+    if isinstance(value, list):
+        return [from_wire(v) for v in value]
+    if isinstance(value, dict):
+        if "__x" in value:
+            return int(value["__x"], 16)
+        if "__t" in value:
+            return tuple(from_wire(v) for v in value["__t"])
+        if "__d" in value:
+            return {_hashable(from_wire(k)): from_wire(v) for k, v in value["__d"]}
+        if "__s" in value:
+            return {_hashable(from_wire(v)) for v in value["__s"]}
+        if "__f" in value:
+            return frozenset(_hashable(from_wire(v)) for v in value["__f"])
+        return _Opaque(str(value.get("__o", "object")))
+    return value
+
+
+def _hashable(value: Any) -> Any:
+    return value if not isinstance(value, (list, dict, set)) else _Opaque("unhashable")
+
+
+def functional_matches(value_wire: Any, expected: Any) -> bool:
+    """LCB ``grade_call_based``: ``prediction == json.loads(output)`` on the rebuilt builtin value."""
+    try:
+        return bool(from_wire(value_wire) == expected)
+    except (RecursionError, TypeError, ValueError):
+        return False
+
+
+# ------------------------------------------------------------------------------------------------------ running
+@dataclass
+class CodeRunResult:
+    """Outcome of running one program against its tests."""
+
+    verdict: str
+    passed: int
+    total: int
+    detail: str = ""
+    seconds: float = 0.0
+    isolation: str = ""
+
+    @property
+    def correct(self) -> bool:
+        return self.verdict == "correct"
+
+
+_semaphore: threading.BoundedSemaphore | None = None
+_semaphore_lock = threading.Lock()
+
+
+def _sandbox_slots() -> threading.BoundedSemaphore:
+    """Process-wide bound on concurrent sandboxes: ``IBPO_CODE_WORKERS`` or ``min(cpu_count, 8)``."""
+    global _semaphore
+    with _semaphore_lock:
+        if _semaphore is None:
+            n = int(os.environ.get("IBPO_CODE_WORKERS") or min(os.cpu_count() or 1, 8))
+            _semaphore = threading.BoundedSemaphore(max(1, n))
+        return _semaphore
+
+
+def set_max_concurrent_sandboxes(n: int) -> None:
+    """Replace the process-wide bound on concurrent sandboxes (benchmarks, tests; runs in flight keep theirs)."""
+    global _semaphore
+    if n < 1:
+        raise ValueError(f"need at least one sandbox slot, got {n}")
+    with _semaphore_lock:
+        _semaphore = threading.BoundedSemaphore(n)
+
+
+def _output_cap(expected: tuple, limits: CodeLimits) -> int:
+    longest = max((len(e) for e in expected if isinstance(e, str)), default=0)
+    return int(min(max(10 * longest, limits.min_output_mb * MIB), limits.max_output_mb * MIB))
+
+
+def _build_job(code: str, tests: PreparedTests, limits: CodeLimits) -> dict:
+    n = len(tests.inputs)
+    return {
+        "mode": tests.mode, "code": code, "fn_name": tests.fn_name, "inputs": list(tests.inputs),
+        "timeout_s": limits.timeout_s,
+        "cpu_seconds_per_test": int(math.ceil(limits.timeout_s)) + 1,
+        "cpu_seconds_total": int(math.ceil(limits.global_timeout_s(n))),
+        "memory_bytes": limits.memory_mb * MIB, "max_file_bytes": limits.max_file_mb * MIB,
+        "max_open_files": limits.max_open_files, "max_processes": limits.max_processes,
+        "max_output_bytes": _output_cap(tests.expected, limits) if tests.mode == "stdin" else limits.max_output_mb * MIB,
+    }
+
+
+class _LineReader:
+    """Reads JSON lines from the harness's stdout and drains its stderr, both with a deadline."""
+
+    def __init__(self, proc, max_line_bytes: int):
+        self.out_fd, self.err_fd = proc.stdout.fileno(), proc.stderr.fileno()
+        self.buffer = bytearray()
+        self.stderr = bytearray()
+        self.max_line_bytes = max_line_bytes
+        self.eof = False
+
+    def next(self, deadline: float) -> dict | None:
+        """Next message, ``None`` on EOF; raises ``TimeoutError`` at the deadline."""
+        while True:
+            newline = self.buffer.find(b"\n")
+            if newline >= 0:
+                line = bytes(self.buffer[:newline])
+                del self.buffer[:newline + 1]
+                return json.loads(line)
+            if self.eof:
+                return None
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError
+            fds = [self.out_fd] + ([self.err_fd] if self.err_fd is not None else [])
+            ready, _, _ = select.select(fds, [], [], remaining)
+            if not ready:
+                raise TimeoutError
+            for fd in ready:
+                chunk = os.read(fd, 1 << 20)
+                if fd == self.err_fd:
+                    if not chunk:
+                        self.err_fd = None
+                    else:
+                        self.stderr.extend(chunk)
+                        del self.stderr[:-4000]
+                elif not chunk:
+                    self.eof = True
+                else:
+                    self.buffer.extend(chunk)
+                    if len(self.buffer) > self.max_line_bytes:
+                        raise ValueError("harness message too long")
+
+
+def run_code_tests(code: str, tests: PreparedTests, limits: CodeLimits | None = None,
+                   report: IsolationReport | None = None) -> CodeRunResult:
+    """Run ``code`` on ``tests`` in a sandbox, comparing as each test finishes; stop at the first failure."""
+    limits = limits or CodeLimits.from_env()
+    report = report or detect_isolation()
+    n = len(tests.inputs)
+    job = _build_job(code, tests, limits)
+    with _sandbox_slots():
+        start = time.monotonic()
+        deadline = start + limits.global_timeout_s(n)
+        sandbox = launch(job, report)
+        try:
+            return _drive(sandbox, job, tests, deadline, start, report)
+        finally:
+            sandbox.kill_tree()
+            sandbox.cleanup()
+
+
+def _drive(sandbox, job: dict, tests: PreparedTests, deadline: float, start: float,
+           report: IsolationReport) -> CodeRunResult:
+    n = len(tests.inputs)
+    proc = sandbox.proc
+
+    def result(verdict: str, passed: int, detail: str = "") -> CodeRunResult:
+        return CodeRunResult(verdict, passed, n, detail, round(time.monotonic() - start, 4), report.backend)
+
+    try:
+        proc.stdin.write(json.dumps(job).encode("utf-8"))
+        proc.stdin.close()
+    except (BrokenPipeError, OSError) as exc:
+        raise SandboxError(f"could not start the code sandbox: {exc}; stderr: {_stderr_of(proc)}") from exc
+    reader = _LineReader(proc, max_line_bytes=job["max_output_bytes"] * 4 + MIB)
+    try:
+        hello = reader.next(deadline)
+    except TimeoutError:
+        return result("global_timeout", 0, "sandbox did not start before the global deadline")
+    if hello is None or hello.get("event") != "ready":
+        raise SandboxError(f"code sandbox failed before running the program ({report.backend}); "
+                           f"stderr: {reader.stderr.decode('utf-8', 'replace')[-2000:]}")
+    passed = 0
+    while True:
+        try:
+            message = reader.next(deadline)
+        except TimeoutError:
+            return result("global_timeout", passed, "overall (timeout+1)*n+5 s budget exhausted")
+        except ValueError as exc:
+            return result("output_limit", passed, str(exc))
+        if message is None:
+            # The harness died after the program started: the program killed or crashed it.
+            return result("runtime_error", passed, "sandbox harness exited unexpectedly")
+        if message.get("event") == "done":
+            if passed == n:
+                return result("correct", passed)
+            return result("runtime_error", passed, f"harness finished after {passed}/{n} tests")
+        if message.get("event") != "test":
+            continue
+        index = message.get("i")
+        if index != passed:
+            return result("runtime_error", passed, f"out-of-order result for test {index}")
+        status = message.get("status")
+        if status != "ok":
+            return result(status if status in _HARNESS_VERDICTS else "runtime_error", passed,
+                          str(message.get("detail", "")))
+        if tests.mode == "stdin":
+            ok = lcb_stdout_matches(str(message.get("stdout", "")), tests.expected[index])
+        else:
+            ok = functional_matches(message.get("value"), tests.expected[index])
+        if not ok:
+            return result("wrong_answer", passed, f"test {index}")
+        passed += 1
+
+
+_HARNESS_VERDICTS = {"timeout", "runtime_error", "compile_error", "memory_limit", "output_limit"}
+
+
+def _stderr_of(proc) -> str:
+    try:
+        return proc.stderr.read(4000).decode("utf-8", "replace")
+    except (OSError, ValueError):
+        return ""
+
+
+def code_result(correct: bool, verdict: str, pred: str) -> dict:
+    """The reward dict shared by all data sources (see :data:`reward_fns.RESULT_KEYS`)."""
+    return {"score": 1.0 if correct else 0.0, "acc": 1.0 if correct else 0.0,
+            "pred": truncate_middle(pred, PRED_CHARS), "verdict": verdict}
+
+
+def compute_code_score(solution_str: str, ground_truth: str, *, timeout_s: float | None = None,
+                       memory_mb: int | None = None) -> dict:
+    """Score one code response; returns ``{"score", "acc", "pred", "verdict"}`` (binary, LCB pass@1 semantics).
+
+    Verdicts: ``correct``, ``wrong_answer``, ``no_answer`` (no fenced code block / unclosed ``<think>``),
+    ``compile_error``, ``runtime_error``, ``timeout`` (a test over ``timeout_s``), ``global_timeout``,
+    ``memory_limit``, ``output_limit``. Raises :class:`BadCodeGroundTruth` for undecodable tests.
+    """
+    if not isinstance(solution_str, str):
+        raise TypeError(f"solution_str must be str, got {type(solution_str).__name__}")
+    if not isinstance(ground_truth, str):
+        raise BadCodeGroundTruth(f"code ground truth must be a str, got {type(ground_truth).__name__}")
+    tests = prepare_tests(ground_truth)
+    final_text = strip_thinking(solution_str)
+    code = extract_code_lcb(final_text) if final_text is not None else ""
+    if not code.strip():
+        return code_result(False, "no_answer", "")
+    run = run_code_tests(code, tests, CodeLimits.from_env(timeout_s=timeout_s, memory_mb=memory_mb))
+    return code_result(run.correct, run.verdict, code)
+

@@ -1,0 +1,257 @@
+"""How model-written code is isolated on this machine: detection, the launch command, and cleanup.
+
+Two backends (see ``reward_fns/README.md`` for the full table):
+
+* ``bwrap`` (bubblewrap, installed by CI): read-only view of ``/``, ``/root`` and ``/home`` hidden, a private
+  size-capped tmpfs ``/tmp`` as the working directory, fresh ``/dev`` and ``/proc``, new network, pid, ipc and uts
+  namespaces, ``--die-with-parent``; as root, every capability is dropped except setuid/setgid, which the harness
+  uses once to become a fresh unprivileged uid.
+* ``fallback`` (no usable bwrap): a fresh interpreter in a new session, in an empty temporary directory owned by
+  the per-run uid; as root, the harness unshares the network namespace itself and drops to the per-run uid.
+  What this lacks is reported by :func:`detect_isolation` (a warning is logged once, and callers can read
+  ``IsolationReport.missing``).
+
+In both backends the harness sets resource limits on each child (address space, CPU time, file size, open
+files, number of processes for the per-run uid, no core files), and the parent kills the whole tree on timeout.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+HARNESS_PATH = Path(__file__).with_name("_code_harness.py")
+SANDBOX_TMPFS_BYTES = 64 * 1024 * 1024
+SANDBOX_UID_BASE = 1_000_000_000
+SANDBOX_UID_SPAN = 1 << 28
+HIDDEN_DIRS = ("/root", "/home")
+MINIMAL_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+               "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1",
+               "PYTHONIOENCODING": "utf-8"}
+
+PROTECTIONS: dict[str, str] = {
+    "fresh_interpreter": "each response runs in a new `python -I` process, never in the reward worker",
+    "process_group_kill": "own session/process group; the parent SIGKILLs the whole group on timeout",
+    "resource_limits": "RLIMIT_AS, RLIMIT_CPU, RLIMIT_FSIZE, RLIMIT_NOFILE, RLIMIT_CORE=0 per child",
+    "minimal_environment": "only PATH, LANG/LC_ALL, PYTHONHASHSEED, OMP_NUM_THREADS, PYTHONDONTWRITEBYTECODE",
+    "expected_outputs_withheld": "expected outputs never enter the sandbox; the parent compares",
+    "private_uid": "runs as a fresh unprivileged uid per run: RLIMIT_NPROC stops fork bombs, it cannot signal "
+                   "other users' processes or write files it does not own, and leftovers are swept by uid",
+    "network_namespace": "new network namespace: no interfaces except a down loopback",
+    "pid_namespace": "new pid namespace: sees and can signal only its own processes; all die with the run",
+    "readonly_filesystem": "everything outside a private size-capped /tmp is read-only",
+    "hidden_home": "/root and /home are replaced by empty directories",
+}
+
+
+class SandboxUnavailable(RuntimeError):
+    """The requested isolation backend cannot run on this machine (e.g. ``IBPO_SANDBOX=bwrap`` without bwrap)."""
+
+
+@dataclass(frozen=True)
+class IsolationReport:
+    """What the code sandbox enforces here. ``missing`` names protections of :data:`PROTECTIONS` it lacks."""
+
+    backend: str
+    enforced: tuple[str, ...]
+    missing: tuple[str, ...]
+    is_root: bool
+    bwrap_path: str | None
+    note: str = ""
+
+    @property
+    def complete(self) -> bool:
+        """True when every protection in :data:`PROTECTIONS` is enforced."""
+        return not self.missing
+
+    def describe(self) -> str:
+        """One paragraph for logs and warnings."""
+        text = f"code sandbox backend={self.backend}; enforced: {', '.join(self.enforced)}"
+        if self.missing:
+            text += f"; MISSING: {', '.join(self.missing)}"
+        return text + (f" ({self.note})" if self.note else "")
+
+
+def _bwrap_works(bwrap: str, is_root: bool) -> tuple[bool, str]:
+    """Run the real sandbox command line once with ``/bin/true`` (namespaces can be forbidden in containers)."""
+    argv = _bwrap_prefix(bwrap, is_root) + ["--", "/bin/true"]
+    try:
+        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return False, f"{bwrap} could not run: {exc}"
+    if proc.returncode != 0:
+        return False, f"{bwrap} failed (exit {proc.returncode}): {proc.stderr.decode('utf-8', 'replace')[-300:]}"
+    return True, ""
+
+
+def _fallback_report(is_root: bool, bwrap: str | None, note: str) -> IsolationReport:
+    enforced = ["fresh_interpreter", "process_group_kill", "resource_limits", "minimal_environment",
+                "expected_outputs_withheld"]
+    if is_root:
+        enforced += ["private_uid", "network_namespace"]
+    missing = tuple(p for p in PROTECTIONS if p not in enforced)
+    return IsolationReport("fallback", tuple(enforced), missing, is_root, bwrap, note)
+
+
+@functools.lru_cache(maxsize=None)
+def detect_isolation(mode: str | None = None) -> IsolationReport:
+    """Pick the backend: ``mode`` (or env ``IBPO_SANDBOX``) is ``auto`` (default), ``bwrap`` or ``fallback``.
+
+    ``bwrap`` raises :class:`SandboxUnavailable` when bubblewrap cannot run; ``auto`` falls back with a warning
+    naming the protections it lacks.
+    """
+    mode = (mode or os.environ.get("IBPO_SANDBOX") or "auto").lower()
+    if mode not in ("auto", "bwrap", "fallback"):
+        raise ValueError(f"IBPO_SANDBOX must be auto, bwrap or fallback, got {mode!r}")
+    is_root = os.geteuid() == 0
+    bwrap = shutil.which("bwrap")
+    if mode != "fallback":
+        ok, why = _bwrap_works(bwrap, is_root) if bwrap else (False, "bwrap (bubblewrap) is not installed")
+        if ok:
+            enforced = tuple(PROTECTIONS) if is_root else tuple(p for p in PROTECTIONS if p != "private_uid")
+            missing = tuple(p for p in PROTECTIONS if p not in enforced)
+            note = "" if is_root else "not root: cannot switch to a per-run uid, RLIMIT_NPROC left unset"
+            report = IsolationReport("bwrap", enforced, missing, is_root, bwrap, note)
+            if missing:
+                logger.warning(report.describe())
+            return report
+        if mode == "bwrap":
+            raise SandboxUnavailable(f"IBPO_SANDBOX=bwrap but {why}")
+        report = _fallback_report(is_root, bwrap, why)
+    else:
+        report = _fallback_report(is_root, bwrap, "IBPO_SANDBOX=fallback")
+    logger.warning("%s. Install bubblewrap (apt-get install bubblewrap) for full isolation.", report.describe())
+    return report
+
+
+def _bwrap_prefix(bwrap: str, is_root: bool) -> list[str]:
+    """bubblewrap options shared by the probe and every run (everything before ``--``)."""
+    argv = [bwrap, "--die-with-parent", "--new-session", "--unshare-net", "--unshare-pid", "--unshare-ipc",
+            "--unshare-uts", "--ro-bind", "/", "/"]
+    hidden = [d for d in HIDDEN_DIRS if os.path.isdir(d)]
+    for directory in hidden:
+        argv += ["--perms", "0755", "--tmpfs", directory]
+    made: set[str] = set()
+    for prefix in _interpreter_dirs():
+        owner = next((d for d in hidden if prefix == d or prefix.startswith(d + "/")), None)
+        if owner is None:
+            continue
+        parts = Path(prefix).relative_to(owner).parts
+        for depth in range(1, len(parts)):  # intermediate directories inside the hidden tmpfs
+            sub = str(Path(owner, *parts[:depth]))
+            if sub not in made:
+                argv += ["--perms", "0755", "--dir", sub]
+                made.add(sub)
+        argv += ["--ro-bind", prefix, prefix]
+    argv += ["--perms", "01777", "--size", str(SANDBOX_TMPFS_BYTES), "--tmpfs", "/tmp",
+             "--dev", "/dev", "--proc", "/proc", "--chdir", "/tmp", "--clearenv"]
+    for key, value in MINIMAL_ENV.items():
+        argv += ["--setenv", key, value]
+    argv += ["--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp"]
+    if is_root:
+        argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    return argv
+
+
+def _interpreter_dirs() -> list[str]:
+    """Directories the sandboxed interpreter needs to see (the Python installation and, if any, the venv)."""
+    dirs = {os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix),
+            os.path.realpath(os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))))}
+    # Drop nested duplicates so each tree is bound once.
+    return sorted(d for d in dirs if not any(d != o and d.startswith(o + "/") for o in dirs))
+
+
+@functools.lru_cache(maxsize=1)
+def harness_source() -> str:
+    """The harness program, passed with ``-c`` so it needs no file visible inside the sandbox."""
+    return HARNESS_PATH.read_text(encoding="utf-8")
+
+
+@dataclass
+class SandboxProcess:
+    """A launched harness: the process, the per-run uid (or None) and the host work dir (fallback only)."""
+
+    proc: subprocess.Popen
+    uid: int | None
+    host_workdir: str | None
+    report: IsolationReport
+
+    def kill_tree(self) -> None:
+        """SIGKILL the harness's process group (bwrap's pid namespace takes every descendant with it) and every
+        process still running as the per-run uid."""
+        try:
+            os.killpg(self.proc.pid, 9)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            logger.error("sandbox process %d did not die after SIGKILL", self.proc.pid)
+        if self.uid is not None:  # also in bwrap mode: the pid namespace is torn down asynchronously
+            sweep_uid(self.uid)
+
+    def cleanup(self) -> None:
+        """Remove the host work dir (fallback only); the bwrap tmpfs vanishes by itself."""
+        if self.host_workdir:
+            shutil.rmtree(self.host_workdir, ignore_errors=True)
+
+
+def sweep_uid(uid: int) -> None:
+    """Kill every process running as ``uid`` (``kill(-1)`` from a process of that uid; root only)."""
+    kill = shutil.which("kill", path="/usr/bin:/bin")
+    # `kill -9 -1` run as the uid kills all its processes; the interpreter may be unreadable for that uid.
+    argv = [kill, "-9", "-1"] if kill else [sys.executable, "-I", "-S", "-c",
+                                            "import os\ntry:\n os.kill(-1, 9)\nexcept OSError:\n pass"]
+    try:
+        subprocess.run(argv,
+                       user=uid, group=uid, extra_groups=[], env=MINIMAL_ENV, cwd="/",
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10)
+    except (OSError, subprocess.SubprocessError) as exc:
+        logger.error("could not sweep processes of sandbox uid %d: %s", uid, exc)
+
+
+def new_sandbox_uid() -> int:
+    """A random uid in an otherwise unused range, so concurrent runs (even from other processes) do not share
+    an RLIMIT_NPROC budget and a sweep kills only this run's processes."""
+    return SANDBOX_UID_BASE + secrets.randbelow(SANDBOX_UID_SPAN)
+
+
+def launch(job: dict, report: IsolationReport) -> SandboxProcess:
+    """Start the harness for ``job`` (dict sent on its stdin by the caller) under the detected backend.
+
+    Fills in the isolation fields of ``job`` (uid, workdir, who unshares the network).
+    """
+    uid = new_sandbox_uid() if report.is_root else None
+    job["sandbox_uid"] = uid
+    interpreter = [sys.executable, "-I", "-c", harness_source()]
+    if report.backend == "bwrap":
+        job.update(workdir="/tmp", unshare_network=False, network_isolated_by_launcher=True,
+                   in_pid_namespace=True)
+        argv = _bwrap_prefix(report.bwrap_path, report.is_root) + ["--"] + interpreter
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=MINIMAL_ENV, cwd="/", start_new_session=True, close_fds=True)
+        return SandboxProcess(proc, uid, None, report)
+    workdir = tempfile.mkdtemp(prefix="ibpo-sandbox-")
+    os.chmod(workdir, 0o700)
+    if uid is not None:
+        os.chown(workdir, uid, uid)
+    job.update(workdir=workdir, unshare_network=report.is_root, network_isolated_by_launcher=False,
+               in_pid_namespace=False, preimport=True)
+    env = dict(MINIMAL_ENV, HOME=workdir, TMPDIR=workdir)
+    try:
+        proc = subprocess.Popen(interpreter, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=env, cwd=workdir, start_new_session=True, close_fds=True)
+    except BaseException:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise
+    return SandboxProcess(proc, uid, workdir, report)

@@ -1,0 +1,97 @@
+"""Benchmark the verifiers: samples/s for math and code (stdin, functional) at 1 and 2 workers, and the per-call
+cost of isolation. Prints a comparison table. Usage: ``python scripts/bench_verifiers.py [--samples N]``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from reward_fns import compute_score, encode_tests
+from reward_fns.code_verifier import CodeLimits, prepare_tests, run_code_tests, set_max_concurrent_sandboxes
+from reward_fns.math_verifier import get_math_pool, reset_math_pool
+from reward_fns.sandbox import detect_isolation
+
+MATH_ITEMS = [("aime25", "Reasoning...\n\\boxed{70}", "70"), ("hmmt_feb_2025", r"\boxed{\frac{\sqrt{570}}{12}}",
+              r"\sqrt{\frac{95}{24}}"), ("math_dapo", "Answer: 71", "70"), ("ibpo/synthetic_arith", "Answer: 42", "42")]
+STDIN_TRUTH = encode_tests({"inputs": [f"{i} {i + 1}\n" for i in range(5)],
+                            "outputs": [f"{2 * i + 1}\n" for i in range(5)], "fn_name": None})
+STDIN_CODE = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
+FUNC_TRUTH = encode_tests({"inputs": [f"{i}\n{i + 1}" for i in range(5)], "outputs": [str(2 * i + 1) for i in range(5)],
+                           "fn_name": "add"})
+FUNC_CODE = "```python\nclass Solution:\n    def add(self, a: int, b: int) -> int:\n        return a + b\n```"
+
+
+def throughput(items: list[tuple], threads: int) -> float:
+    """Samples per second scoring ``items`` with ``threads`` caller threads (like verl's executor threads)."""
+    start = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        results = list(pool.map(lambda item: compute_score(*item), items))
+    elapsed = time.perf_counter() - start
+    assert all(r["verdict"] in ("correct", "wrong_answer") for r in results), results[:3]
+    return len(items) / elapsed
+
+
+def per_call_seconds(fn, repeats: int) -> float:
+    fn()  # warm
+    start = time.perf_counter()
+    for _ in range(repeats):
+        fn()
+    return (time.perf_counter() - start) / repeats
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--samples", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=20)
+    args = parser.parse_args()
+    report = detect_isolation()
+    print(report.describe(), file=sys.stderr)
+    rows = []
+    for workers in (1, 2):
+        os.environ["IBPO_MATH_WORKERS"] = str(workers)
+        reset_math_pool()
+        get_math_pool().warm_up()
+        set_max_concurrent_sandboxes(workers)
+        math_items = [MATH_ITEMS[i % len(MATH_ITEMS)] for i in range(args.samples)]
+        rows.append((f"math ({workers} worker{'s' if workers > 1 else ''})", throughput(math_items, 16)))
+        code_n = max(8, args.samples // 4)
+        rows.append((f"code stdin, 5 tests ({workers} sandbox{'es' if workers > 1 else ''})",
+                     throughput([("livecodebench_v6", STDIN_CODE, STDIN_TRUTH)] * code_n, 16)))
+        rows.append((f"code functional, 5 tests ({workers} sandbox{'es' if workers > 1 else ''})",
+                     throughput([("livecodebench_v6", FUNC_CODE, FUNC_TRUTH)] * code_n, 16)))
+    print(f"\n| {'workload':<42} | {'samples/s':>10} |\n|{'-' * 44}|{'-' * 12}|")
+    for name, rate in rows:
+        print(f"| {name:<42} | {rate:>10.1f} |")
+
+    # Per-call overhead of isolation, one test, sequential calls.
+    one = prepare_tests(encode_tests({"inputs": ["1 2\n"], "outputs": ["3\n"], "fn_name": None}))
+    code = "a, b = map(int, input().split())\nprint(a + b)"
+    limits = CodeLimits()
+    overhead = [("bare `python -I -c` subprocess (no isolation, no LCB prefix)",
+                 per_call_seconds(lambda: subprocess.run([sys.executable, "-I", "-c", code], input=b"1 2\n",
+                                                         capture_output=True, check=True), args.repeats))]
+    for backend in ("fallback", "bwrap"):
+        try:
+            rep = detect_isolation(backend)
+        except Exception as exc:  # bwrap missing: say so in the table
+            print(f"({backend}: {exc})", file=sys.stderr)
+            continue
+        overhead.append((f"sandboxed run, backend={backend}",
+                         per_call_seconds(lambda: run_code_tests(code, one, limits, rep), args.repeats)))
+    from math_verify import parse, verify  # in-process baseline (main thread, so its signal timeouts work)
+    gold = parse("\\boxed{70}")
+    overhead.append(("math-verify in-process (unsafe in verl threads)",
+                     per_call_seconds(lambda: verify(gold, parse("\\boxed{70}")), args.repeats)))
+    overhead.append(("math via worker pool (compute_score)",
+                     per_call_seconds(lambda: compute_score("aime25", "\\boxed{70}", "70"), args.repeats)))
+    print(f"\n| {'per-call cost (sequential)':<62} | {'ms/call':>8} |\n|{'-' * 64}|{'-' * 10}|")
+    for name, seconds in overhead:
+        print(f"| {name:<62} | {seconds * 1000:>8.1f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""WorkerPool mechanics with a small real worker program: deadline kill and replacement, crashes, the bound on
+live workers under 16 threads, and start-up failures that must raise instead of scoring 0."""
+
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from reward_fns.worker_pool import WorkerDied, WorkerPool, WorkerStartError, WorkerTimeout
+
+WORKER = r"""
+import json, os, sys, time
+print(json.dumps({"ready": True}), flush=True)
+for line in sys.stdin:
+    req = json.loads(line)
+    if req["op"] == "hang":
+        time.sleep(3600)
+    if req["op"] == "crash":
+        os._exit(3)
+    if req["op"] == "sleep":
+        time.sleep(req["s"])
+    print(json.dumps({"pid": os.getpid(), "echo": req.get("x")}), flush=True)
+"""
+
+
+def make_pool(n=2, **kw):
+    return WorkerPool([sys.executable, "-c", WORKER], max_workers=n, name="test", **kw)
+
+
+def test_timeout_kills_and_replaces_the_worker():
+    pool = make_pool(1)
+    try:
+        first = pool.call({"op": "echo", "x": 1}, timeout_s=10)["pid"]
+        start = time.monotonic()
+        with pytest.raises(WorkerTimeout):
+            pool.call({"op": "hang"}, timeout_s=0.5)
+        assert time.monotonic() - start < 2.0
+        assert pool.size == 0 and pool.stats["killed_timeout"] == 1
+        second = pool.call({"op": "echo", "x": 2}, timeout_s=10)
+        assert second["echo"] == 2 and second["pid"] != first
+    finally:
+        pool.close()
+
+
+def test_crash_raises_worker_died_and_pool_recovers():
+    pool = make_pool(1)
+    try:
+        with pytest.raises(WorkerDied):
+            pool.call({"op": "crash"}, timeout_s=10)
+        assert pool.call({"op": "echo", "x": 3}, timeout_s=10)["echo"] == 3
+    finally:
+        pool.close()
+
+
+def test_sixteen_threads_never_exceed_max_workers():
+    pool = make_pool(2)
+    peak = []
+    lock = threading.Lock()
+
+    def one(i):
+        reply = pool.call({"op": "sleep", "s": 0.05, "x": i}, timeout_s=30)
+        with lock:
+            peak.append(pool.size)
+        return reply["echo"]
+
+    try:
+        with ThreadPoolExecutor(max_workers=16) as ex:
+            assert sorted(ex.map(one, range(32))) == list(range(32))
+        assert max(peak) <= 2 and pool.stats["started"] == 2
+    finally:
+        pool.close()
+
+
+def test_recycles_after_max_requests():
+    pool = make_pool(1, max_requests_per_worker=3)
+    try:
+        pids = {pool.call({"op": "echo"}, timeout_s=10)["pid"] for _ in range(6)}
+        assert len(pids) == 2
+    finally:
+        pool.close()
+
+
+def test_start_failure_raises_with_stderr():
+    pool = WorkerPool([sys.executable, "-c", "import no_such_module_xyz"], max_workers=1, name="broken")
+    with pytest.raises(WorkerStartError, match="no_such_module_xyz"):
+        pool.call({"op": "echo"}, timeout_s=5)
+    pool.close()
