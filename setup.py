@@ -14,7 +14,7 @@ INSTALL_REQUIRES = [
 ]
 
 EXTRAS = {
-    "test": ["pytest>=8", "hypothesis>=6.100"],
+    "test": ["pytest>=8", "hypothesis>=6.100", "matplotlib>=3.8"],
     "plots": ["matplotlib>=3.8"],
 }
 

@@ -183,7 +183,8 @@ def response_log_probs(model: nn.Module, input_ids: torch.Tensor, attention_mask
     logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                    use_cache=False).logits
     length = input_ids.shape[1]
-    pred = logits[:, length - response_length - 1: length - 1].float()
+    pred = logits[:, length - response_length - 1: length - 1]
+    pred = pred.to(torch.promote_types(pred.dtype, torch.float32))  # bf16 logits -> fp32 log-softmax
     targets = input_ids[:, length - response_length:]
     return torch.log_softmax(pred, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
 
@@ -214,11 +215,14 @@ def projected_per_sample_gradients(
         position_ids = position_ids_from_mask(attention_mask)
     coeffs = [token_weights(a, response_mask, aggregation) for a in advantages]
     step = micro_batch_size or batch
-    device = next(model.parameters()).device
+    first = next(model.parameters())
+    device = first.device
+    # δ (and so the accumulated gradient) in at least fp32, in fp64 for an fp64 model
+    delta_dtype = torch.promote_types(first.dtype, torch.float32)
     outputs: list[list[torch.Tensor]] = [[] for _ in advantages]
     for lo in range(0, batch, step):
         hi = min(batch, lo + step)
-        delta = torch.zeros(hi - lo, subset.num_coordinates, dtype=torch.float32, device=device, requires_grad=True)
+        delta = torch.zeros(hi - lo, subset.num_coordinates, dtype=delta_dtype, device=device, requires_grad=True)
         with torch.enable_grad(), _perturbation_hooks(model, subset, delta):
             logp = response_log_probs(model, input_ids[lo:hi].to(device), attention_mask[lo:hi].to(device),
                                       position_ids[lo:hi].to(device), resp_len)
