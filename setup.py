@@ -11,6 +11,7 @@ INSTALL_REQUIRES = [
     "numpy>=1.26",
     "pyarrow>=15",
     "datasets>=2.19",
+    "psutil>=5.9",
 ]
 
 EXTRAS = {

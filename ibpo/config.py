@@ -70,6 +70,9 @@ class IBPOConfig:
     lambda_max_fraction: float = 0.5  # theorem schedule: λ_t = min(lam, fraction · running λ_max)
     lambda_max_momentum: float = 0.9  # EMA momentum of the running λ_max
     diagnostics_interval: int = 1  # log the (costlier) variance diagnostics every N steps
+    grad_probe_interval: int = 0  # every N steps compare per-sample policy-gradient variance, GSPO vs IBPO; 0 = off
+    grad_probe_coordinates: int = 4096  # size of the fixed random subset of weight entries the gradients are projected on
+    grad_probe_micro_batch_size: int = 8  # rows per probe forward on each rank (0 = all at once)
     seed: int = 0
     epsilon: float = 1e-8  # advantage normalisation ε (Alg. 1 line 29)
 
@@ -117,6 +120,12 @@ class IBPOConfig:
             raise bad("lambda_max_momentum", "in [0, 1)")
         if self.diagnostics_interval < 1:
             raise bad("diagnostics_interval", ">= 1")
+        if self.grad_probe_interval < 0:
+            raise bad("grad_probe_interval", ">= 0 (0 disables the probe)")
+        if self.grad_probe_coordinates < 1:
+            raise bad("grad_probe_coordinates", ">= 1")
+        if self.grad_probe_micro_batch_size < 0:
+            raise bad("grad_probe_micro_batch_size", ">= 0")
         if not 0.0 < self.epsilon < 1e-2:
             raise bad("epsilon", "in (0, 1e-2)")
         if len(self.candidate_labels) < 1 + self.num_references:

@@ -167,6 +167,32 @@ class RayIBPOTrainer(RayPPOTrainer):
         metrics["counterfactual/forward_s"] = timing_raw.get("counterfactual_forward", 0.0)
         metrics["counterfactual/extra_forward_rows"] = float(plan.num_copies)
 
+    def probe_gradient_variance(self, batch: DataProto, metrics: dict) -> None:
+        """Per-sample policy-gradient variance on the main rows under GSPO advantages (group-normalised raw
+        reward, no mask) and the IBPO advantages this step trains with, on the same samples (App. A)."""
+        from ibpo.advantages import broadcast_advantages, group_normalized_advantages
+        from ibpo.grad_probe import total_variance
+        from recipe.ibpo.workers import probe_input
+
+        is_main = (batch.batch[corr.IS_CORRECTION_KEY] == 0) & (batch.batch[corr.IS_PADDING_KEY] == 0)
+        rows = torch.nonzero(is_main).flatten()
+        world = self.actor_rollout_wg.world_size
+        rows = rows[: len(rows) - len(rows) % world]
+        if len(rows) < 2 * world:
+            return
+        main = batch.select_idxs(rows.numpy())
+        raw = main.batch["token_level_scores"].sum(-1)
+        adv_gspo = broadcast_advantages(group_normalized_advantages(raw, list(main.non_tensor_batch["uid"]),
+                                                                    self.ibpo.epsilon), main.batch["response_mask"])
+        out = self.actor_rollout_wg.ibpo_grad_probe(probe_input(
+            main, adv_gspo, main.batch["advantages"], self.ibpo.grad_probe_coordinates, self.ibpo.seed,
+            self.ibpo.grad_probe_micro_batch_size))
+        var_gspo, var_ibpo = total_variance(out["proj_baseline"]), total_variance(out["proj_candidate"])
+        metrics["ibpo/grad_probe/var_gspo"] = var_gspo
+        metrics["ibpo/grad_probe/var_ibpo"] = var_ibpo
+        metrics["ibpo/grad_probe/ratio"] = var_ibpo / var_gspo if var_gspo > 0 else float("nan")
+        metrics["ibpo/grad_probe/num_samples"] = float(len(rows))
+
     # ------------------------------------------------------------------ training loop
     def fit(self):  # noqa: C901 -- a copy of verl's fit with the IBPO blocks inserted
         """verl 0.9.1 ``RayPPOTrainer.fit`` with the IBPO correction pass (see module docstring)."""
@@ -319,6 +345,9 @@ class RayIBPOTrainer(RayPPOTrainer):
                         # IBPO (4): token mask after normalisation (Eq. 7/17); padding rows get 0 here.
                         corr.apply_token_mask(batch)
                         self._ibpo_step_metrics(batch, ibpo_result, lam, metrics, timing_raw)
+                    if self.ibpo.grad_probe_interval and self.global_steps % self.ibpo.grad_probe_interval == 0:
+                        with marked_timer("ibpo_grad_probe", timing_raw, color="purple"):
+                            self.probe_gradient_variance(batch, metrics)
                     # Counterfactual importance weights (second method), on the normalised advantages.
                     if self.counterfactual is not None:
                         with marked_timer("counterfactual", timing_raw, color="purple"):

@@ -36,6 +36,18 @@ def _task_runner_base():
 class IBPOTaskRunner(_task_runner_base()):
     """Builds workers, datasets and the IBPO trainer inside the Ray driver actor, then runs ``fit``."""
 
+    def add_actor_rollout_worker(self, config):
+        """verl's worker mapping with the actor class swapped for one that also serves the gradient probe."""
+        from verl.trainer.ppo.ray_trainer import Role
+
+        from recipe.ibpo.workers import IBPOActorRolloutRefWorker
+
+        actor_rollout_cls, ray_worker_group_cls = super().add_actor_rollout_worker(config)
+        for role in (Role.ActorRollout, Role.ActorRolloutRef):
+            if role in self.role_worker_mapping:
+                self.role_worker_mapping[role] = ray.remote(IBPOActorRolloutRefWorker)
+        return IBPOActorRolloutRefWorker, ray_worker_group_cls
+
     def run(self, config):
         from pprint import pprint
 

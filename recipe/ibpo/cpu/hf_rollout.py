@@ -279,8 +279,8 @@ class HFGenerator:
             return state_norm(own[name] for name in state)
 
     def param_norm(self) -> float:
-        """L2 norm of the model's parameters (tied weights counted once)."""
-        return state_norm(self.model.parameters())
+        """L2 norm over the model's state dict (tied weights count once per name, as the trainer sends them)."""
+        return state_norm(self.model.state_dict().values())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -370,6 +370,7 @@ class HFServer:
         self.batcher = MicroBatcher(self.generator.generate_batch, max_batch_size=config.max_num_seqs, window_s=0.005)
         self.global_steps: Optional[int] = None
         self.num_weight_updates = 0
+        self._batches_reported = 0
         if debug_enabled():
             print(f"{DEBUG_PREFIX} {self.name} loaded {model_path}: param_norm={self.generator.param_norm():.6f}")
 
@@ -417,9 +418,12 @@ class HFServer:
         if global_steps is not None:
             self.global_steps = global_steps
         if debug_enabled():
+            batch_sizes = self.batcher.batch_sizes[self._batches_reported :]
+            self._batches_reported = len(self.batcher.batch_sizes)
             print(
                 f"{DEBUG_PREFIX} {self.name} weights updated: sync={self.num_weight_updates} "
-                f"global_steps={global_steps} server_param_norm={norm:.6f}"
+                f"global_steps={global_steps} server_param_norm={norm:.6f} "
+                f"generate_batch_sizes_since_last_sync={batch_sizes}"
             )
         return norm
 

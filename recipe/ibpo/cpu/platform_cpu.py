@@ -24,7 +24,6 @@ from contextlib import contextmanager
 from typing import Any, Optional
 
 import torch
-
 from verl.plugin.platform import PlatformBase, PlatformRegistry
 
 PLATFORM_NAME = "cpu"
@@ -38,8 +37,11 @@ def _rss_bytes() -> int:
 
 
 def _peak_rss_bytes() -> int:
-    """Peak resident set size of this process in bytes (Linux reports ``ru_maxrss`` in KiB)."""
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+    """Peak resident set size of this process in bytes (Linux reports ``ru_maxrss`` in KiB).
+
+    The kernel updates the high-water mark lazily, so the current RSS can be briefly higher.
+    """
+    return max(int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024, _rss_bytes())
 
 
 class _CPUDeviceProperties:
@@ -64,12 +66,15 @@ class CPUDeviceModule(types.ModuleType):
 
     def __init__(self) -> None:
         super().__init__("ibpo_cpu_device", "torch.cuda stand-in for the verl cpu platform")
+        self.__file__ = __file__  # else __getattr__ would report torch.cpu's file
 
     def __getattr__(self, name: str) -> Any:
         try:
             return getattr(torch.cpu, name)
         except AttributeError:
-            raise AttributeError(f"CPU device stand-in (recipe.ibpo.cpu.platform_cpu) has no attribute {name!r}")
+            raise AttributeError(
+                f"CPU device stand-in (recipe.ibpo.cpu.platform_cpu) has no attribute {name!r}"
+            ) from None
 
     # -- device selection: there is one CPU "device"; verl passes Ray's fake GPU index here.
     @staticmethod

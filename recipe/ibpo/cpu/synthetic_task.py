@@ -30,6 +30,9 @@ import torch
 DATA_SOURCE = "ibpo/synthetic_arith"
 OPERATORS = ("+", "-")
 TEMPLATE = "boxed"
+# Single-digit operands: the ~0.1M-parameter model learns them to ~40% sampled accuracy in 450 SFT steps.
+MAX_OPERAND = 9
+SFT_STEPS = 450
 
 ScoreFn = Callable[[str, str, str], float]  # (data_source, solution_str, ground_truth) -> score
 
@@ -56,12 +59,11 @@ class ArithProblem:
         return f"{self.a} {self.op} {self.b} = {self.answer} \\boxed{{{self.answer}}}"
 
 
-def sample_problems(n: int, seed: int, max_operand: int = 20) -> list[ArithProblem]:
+def sample_problems(n: int, seed: int, max_operand: int = MAX_OPERAND) -> list[ArithProblem]:
     """``n`` problems with operands in ``[0, max_operand]``, drawn with a seeded RNG."""
     rng = random.Random(seed)
     return [
-        ArithProblem(rng.randint(0, max_operand), rng.choice(OPERATORS), rng.randint(0, max_operand))
-        for _ in range(n)
+        ArithProblem(rng.randint(0, max_operand), rng.choice(OPERATORS), rng.randint(0, max_operand)) for _ in range(n)
     ]
 
 
@@ -82,7 +84,7 @@ def problem_row(problem: ArithProblem, split: str, index: int) -> dict:
 
 
 def write_task_parquets(
-    out_dir: str | Path, n_train: int = 64, n_val: int = 16, seed: int = 0, max_operand: int = 20
+    out_dir: str | Path, n_train: int = 64, n_val: int = 16, seed: int = 0, max_operand: int = MAX_OPERAND
 ) -> dict[str, str]:
     """Write ``train.parquet`` and ``val.parquet`` (disjoint seeds); returns their paths."""
     from data_prep.common import MATH_EXTRA_INFO, write_verl_parquet
@@ -124,11 +126,11 @@ def _collate(examples: list[tuple[list[int], list[int]]], pad_id: int) -> dict[s
 def sft_warm_start(
     model_dir: str | Path,
     out_dir: str | Path,
-    steps: int = 300,
+    steps: int = SFT_STEPS,
     batch_size: int = 32,
     lr: float = 3e-3,
     seed: int = 0,
-    max_operand: int = 20,
+    max_operand: int = MAX_OPERAND,
     num_problems: int = 2000,
 ) -> dict[str, float]:
     """Fine-tune the model in ``model_dir`` on synthetic solutions and save it (with tokenizer) to ``out_dir``.
@@ -136,8 +138,9 @@ def sft_warm_start(
     Problems are drawn from a seed disjoint from the RL train/val seeds. Returns the first and last
     training losses and the wall time.
     """
-    from data_prep.templates import render_math_prompt
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from data_prep.templates import render_math_prompt
 
     torch.manual_seed(seed)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -204,7 +207,9 @@ def sampled_accuracy(
     spec = parse_sampling_spec({"temperature": temperature, "top_p": 1.0, "top_k": -1})
     requests, owners = [], []
     for row_idx, row in enumerate(rows):
-        prompt = list(tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True)["input_ids"])
+        prompt = list(
+            tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True)["input_ids"]
+        )
         for _ in range(samples_per_prompt):
             requests.append(GenRequest(prompt_ids=prompt, spec=spec, max_tokens=max_tokens, want_logprobs=False))
             owners.append(row_idx)
@@ -220,7 +225,7 @@ def sampled_accuracy(
 
 
 def build_cpu_demo_assets(
-    out_dir: str | Path, sft_steps: int = 300, n_train: int = 64, n_val: int = 16, seed: int = 0
+    out_dir: str | Path, sft_steps: int = SFT_STEPS, n_train: int = 64, n_val: int = 16, seed: int = 0
 ) -> dict[str, str]:
     """Tokenizer, warm-started tiny model and train/val parquet under ``out_dir``; returns their paths."""
     from recipe.ibpo.cpu.tiny_assets import build_tiny_assets
@@ -235,7 +240,7 @@ def build_cpu_demo_assets(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, help="output directory")
-    parser.add_argument("--sft-steps", type=int, default=300)
+    parser.add_argument("--sft-steps", type=int, default=SFT_STEPS)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--measure", action="store_true", help="report sampled accuracy on the val rows")
     args = parser.parse_args()
