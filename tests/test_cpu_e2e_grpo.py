@@ -17,7 +17,6 @@ import pytest
 
 from recipe.ibpo.cpu.hf_rollout import DEBUG_ENV, DEBUG_PREFIX
 from recipe.ibpo.cpu.launch import cpu_env, cpu_overrides, process_env, read_metrics_jsonl, run_with_timeout
-from recipe.ibpo.cpu.synthetic_task import build_cpu_demo_assets
 
 pytestmark = pytest.mark.e2e
 
@@ -42,9 +41,9 @@ SERVER_BATCHES = re.compile(
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
+def run(tmp_path_factory, cpu_demo_assets):
     out = tmp_path_factory.mktemp("cpu_e2e")
-    assets = build_cpu_demo_assets(out / "assets")
+    assets = cpu_demo_assets
     metrics_path = out / "metrics.jsonl"
     env = process_env(os.environ, {**cpu_env(metrics_path=metrics_path), DEBUG_ENV: "1"})
     overrides = cpu_overrides(

@@ -160,7 +160,7 @@ class RayIBPOTrainer(RayPPOTrainer):
         if plan.num_copies:
             with marked_timer("counterfactual_forward", timing_raw, color="purple"):
                 masked = cf.build_masked_copies(batch, plan, self.tokenizer.pad_token_id)
-                log_probs = cf.compute_masked_log_probs(self.actor_rollout_wg, masked, self.actor_rollout_wg.world_size)
+                log_probs = cf.compute_masked_log_probs(self.actor_rollout_wg, masked, self._log_prob_batch_divisor())
         weights, cf_metrics = cf.counterfactual_token_weights(batch, plan, cfg, batch.batch["old_log_probs"], log_probs)
         batch.batch["advantages"] = batch.batch["advantages"] * weights.to(batch.batch["advantages"].dtype)
         metrics.update(cf_metrics)
@@ -417,6 +417,13 @@ class RayIBPOTrainer(RayPPOTrainer):
                 if hasattr(self.train_dataset, "on_batch_end"):
                     self.train_dataset.on_batch_end(batch=batch)
         self._shutdown_dump_executor()
+
+    def _log_prob_batch_divisor(self) -> int:
+        """Rows a ``compute_log_prob`` call must be a multiple of: DP ranks × the per-GPU micro-batch
+        (verl's engine asserts it unless dynamic batch sizes are on)."""
+        rollout = self.config.actor_rollout_ref.rollout
+        micro = 1 if rollout.get("log_prob_use_dynamic_bsz", False) else int(rollout.log_prob_micro_batch_size_per_gpu or 1)
+        return int(self.actor_rollout_wg.world_size) * micro
 
     def _ibpo_batch_multiple(self) -> int:
         """Rows per actor mini-batch (ppo_mini_batch_size · n): the batch must split into whole mini-batches."""

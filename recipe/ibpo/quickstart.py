@@ -52,6 +52,29 @@ def ibpo_overrides(variant: str, joint_training: bool, baseline: bool) -> list[s
                   f"trainer.experiment_name=ibpo_{variant}_cpu"]
 
 
+def run_cpu_training(assets: dict, out_dir: Path, name: str, overrides: list[str], steps: int,
+                     timeout_s: float, extra_env: dict | None = None, config_name: str | None = None):
+    """Run ``recipe.ibpo.main_ibpo`` on CPU with the demo assets; returns (RunResult, metrics by step or None).
+
+    The run is bounded by ``timeout_s`` (whole process tree killed), logs to ``out_dir/<name>.log`` and
+    writes verl's file-logger metrics to ``out_dir/<name>_metrics.jsonl``.
+    """
+    import os
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    metrics_path = out_dir / f"{name}_metrics.jsonl"
+    metrics_path.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "recipe.ibpo.main_ibpo"]
+    if config_name:
+        cmd.append(f"--config-name={config_name}")
+    cmd += [*cpu_overrides(assets["model"], assets["train"], assets["val"], total_training_steps=steps),
+            f"trainer.default_local_dir={out_dir / 'checkpoints'}", *overrides]
+    env = process_env(os.environ, {**cpu_env(metrics_path=metrics_path), **(extra_env or {})})
+    result = run_with_timeout(cmd, env, timeout_s=timeout_s, log_path=out_dir / f"{name}.log", cwd=out_dir)
+    metrics = read_metrics_jsonl(metrics_path) if result.returncode == 0 and metrics_path.exists() else None
+    return result, metrics
+
+
 def format_table(metrics_by_step: dict[int, dict[str, float]]) -> str:
     """The per-step IBPO metrics as a Markdown table."""
     head = "| step | " + " | ".join(title for _, title, _ in TABLE) + " |"
@@ -88,26 +111,20 @@ def main(argv: list[str] | None = None) -> int:
     assets = json.loads(stamp.read_text())
 
     name = "gspo" if args.baseline else f"ibpo_{args.variant}"
-    metrics_path = out / f"{name}_metrics.jsonl"
-    metrics_path.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "recipe.ibpo.main_ibpo",
-           *cpu_overrides(assets["model"], assets["train"], assets["val"], total_training_steps=args.steps),
-           *ibpo_overrides(args.variant, not args.no_joint_training, args.baseline),
-           f"trainer.default_local_dir={out / 'checkpoints'}", *extra]
-    env = process_env(__import__("os").environ, cpu_env(metrics_path=metrics_path))
-    print(f"[quickstart] running {' '.join(cmd[1:4])} ... ({args.steps} steps, log: {out / (name + '.log')})",
+    print(f"[quickstart] running python -m recipe.ibpo.main_ibpo on CPU ({args.steps} steps, log: {out / (name + '.log')})",
           flush=True)
-    result = run_with_timeout(cmd, env, timeout_s=args.timeout, log_path=out / f"{name}.log")
+    result, metrics = run_cpu_training(assets, out, name,
+                                       [*ibpo_overrides(args.variant, not args.no_joint_training, args.baseline), *extra],
+                                       args.steps, args.timeout)
     if result.returncode != 0:
         print(result.log_tail(6000), file=sys.stderr)
         reason = "timed out" if result.timed_out else f"exited with {result.returncode}"
         print(f"[quickstart] FAILED: the run {reason} after {result.wall_s:.0f} s (log: {result.log_path})",
               file=sys.stderr)
         return 1
-    metrics = read_metrics_jsonl(metrics_path)
     print(format_table(metrics))
     print(f"[quickstart] done in {result.wall_s:.0f} s; peak memory of the run {result.peak_sys_used_delta_bytes / 2**30:.1f} GiB; "
-          f"metrics: {metrics_path}")
+          f"metrics: {out / (name + '_metrics.jsonl')}")
     return 0
 
 

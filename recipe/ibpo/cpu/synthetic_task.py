@@ -102,12 +102,31 @@ def write_task_parquets(
 # ---------------------------------------------------------------------------------------------
 
 
-def encode_sft_example(tokenizer, problem: ArithProblem, prompt_text: str) -> tuple[list[int], list[int]]:
-    """``(input_ids, labels)`` for one chat example; labels are -100 on the prompt (loss on the answer)."""
-    messages = [{"role": "user", "content": prompt_text}]
+def encode_sft_example(tokenizer, problem: ArithProblem, prompt_text: str | list[dict]) -> tuple[list[int], list[int]]:
+    """``(input_ids, labels)`` for one chat example (a user text or chat messages); labels are -100 on the
+    prompt (loss on the answer)."""
+    messages = [{"role": "user", "content": prompt_text}] if isinstance(prompt_text, str) else prompt_text
     prompt_ids = list(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)["input_ids"])
     answer_ids = tokenizer(problem.solution, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
     return prompt_ids + answer_ids, [-100] * len(prompt_ids) + answer_ids
+
+
+def wrong_solution(problem: ArithProblem, rng: random.Random) -> str:
+    """A plausible wrong worked answer: the right equation with the result off by 1-3."""
+    wrong = problem.answer + rng.choice([-3, -2, -1, 1, 2, 3])
+    return f"{problem.a} {problem.op} {problem.b} = {wrong} \\boxed{{{wrong}}}"
+
+
+def correction_example_messages(problem: ArithProblem, rng: random.Random) -> list[dict]:
+    """An IBPO correction prompt (the trainer's own template, ``ibpo.prompts``) for this problem: a wrong
+    target and, 3 times in 4, the right solution as reference (else another wrong one)."""
+    from data_prep.templates import render_math_prompt
+    from ibpo.config import IBPOConfig
+    from ibpo.prompts import build_correction_messages
+
+    reference = problem.solution if rng.random() < 0.75 else wrong_solution(problem, rng)
+    original = [{"role": "user", "content": render_math_prompt(problem.question, TEMPLATE)}]
+    return build_correction_messages(original, wrong_solution(problem, rng), [reference], IBPOConfig())
 
 
 def _collate(examples: list[tuple[list[int], list[int]]], pad_id: int) -> dict[str, torch.Tensor]:
@@ -132,9 +151,13 @@ def sft_warm_start(
     seed: int = 0,
     max_operand: int = MAX_OPERAND,
     num_problems: int = 2000,
+    correction_fraction: float = 0.25,
 ) -> dict[str, float]:
     """Fine-tune the model in ``model_dir`` on synthetic solutions and save it (with tokenizer) to ``out_dir``.
 
+    A ``correction_fraction`` of the examples are IBPO correction prompts (a wrong candidate and a
+    reference) answered with the locally repaired solution, so the tiny model can also perform the
+    compare-and-correct step the trainer asks of it (a real reasoning model brings that ability along).
     Problems are drawn from a seed disjoint from the RL train/val seeds. Returns the first and last
     training losses and the wall time.
     """
@@ -146,7 +169,12 @@ def sft_warm_start(
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="sdpa")
     problems = sample_problems(num_problems, seed + 1000, max_operand)
-    examples = [encode_sft_example(tokenizer, p, render_math_prompt(p.question, TEMPLATE)) for p in problems]
+    prompt_rng = random.Random(seed + 7)
+    examples = [
+        encode_sft_example(tokenizer, p, correction_example_messages(p, prompt_rng)
+                           if prompt_rng.random() < correction_fraction else render_math_prompt(p.question, TEMPLATE))
+        for p in problems
+    ]
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     rng = random.Random(seed)
     model.train()
