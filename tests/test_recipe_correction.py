@@ -165,9 +165,15 @@ def test_correction_pass_places_delta_on_the_right_rows_after_reordering():
     assert len(padded) % 8 == 0 and pad == len(padded) - 15
     assert padded.batch[corr.IS_PADDING_KEY].sum() == pad
 
-    # _balance_batch reorders rows: shuffle, then the rest of the step
-    perm = torch.randperm(len(padded), generator=torch.Generator().manual_seed(0))
-    padded.reorder(perm)
+    # verl's own _balance_batch reorders rows across 2 DP ranks (by sequence length)
+    padded.batch["test_row_id"] = torch.arange(len(padded))
+    trainer._get_dp_size = lambda worker_group, role: 2
+    trainer.actor_rollout_wg = None
+    balance_metrics = {}
+    trainer._balance_batch(padded, metrics=balance_metrics)
+    assert balance_metrics  # it ran
+    perm = padded.batch["test_row_id"]
+    assert not torch.equal(perm, torch.arange(len(padded)))  # and did reorder
     padded.batch["token_level_scores"] = padded.batch["rm_scores"]
     padded.batch["token_level_rewards"] = corr.shaped_token_rewards(padded, lam=0.6)
     out = compute_advantage(padded, adv_estimator="ibpo", gamma=1.0, lam=1.0, num_repeat=n,
