@@ -80,16 +80,13 @@ def compute_ibpo_outcome_advantage(
     """verl advantage estimator ``ibpo``: group normalisation (Eq. 23) of the shaped reward r' that the
     trainer has already placed in ``token_level_rewards``.
 
-    Differs from verl's ``grpo`` exactly where the paper does: ε = 1e-8 (``algorithm.ibpo_epsilon``
-    overrides), population std, and singleton groups get 0 rather than their raw reward. Returns
-    ``(advantages, returns)``, both ``(bs, T)``, like every verl estimator.
+    Differs from verl's ``grpo`` exactly where the paper does: ε = 1e-8 (Alg. 1 line 29), population std,
+    and singleton groups get 0 rather than their raw reward. ``config`` (verl passes ``algorithm``) is not
+    read. Returns ``(advantages, returns)``, both ``(bs, T)``, like every verl estimator.
     """
-    epsilon = IBPO_EPSILON
-    if config is not None and hasattr(config, "get"):
-        epsilon = float(config.get("ibpo_epsilon", IBPO_EPSILON) or IBPO_EPSILON)
     scores = token_level_rewards.sum(dim=-1)
     with torch.no_grad():
-        adv = group_normalized_advantages(scores, list(index), epsilon)
+        adv = group_normalized_advantages(scores, list(index))
         token_adv = broadcast_advantages(adv, response_mask)
     return token_adv, token_adv
 

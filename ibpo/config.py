@@ -74,7 +74,6 @@ class IBPOConfig:
     grad_probe_coordinates: int = 4096  # size of the fixed random subset of weight entries the gradients are projected on
     grad_probe_micro_batch_size: int = 8  # rows per probe forward on each rank (0 = all at once)
     seed: int = 0
-    epsilon: float = 1e-8  # advantage normalisation ε (Alg. 1 line 29)
 
     def __post_init__(self) -> None:
         def bad(name: str, allowed: str) -> IBPOConfigError:
@@ -126,8 +125,6 @@ class IBPOConfig:
             raise bad("grad_probe_coordinates", ">= 1")
         if self.grad_probe_micro_batch_size < 0:
             raise bad("grad_probe_micro_batch_size", ">= 0")
-        if not 0.0 < self.epsilon < 1e-2:
-            raise bad("epsilon", "in (0, 1e-2)")
         if len(self.candidate_labels) < 1 + self.num_references:
             raise IBPOConfigError(
                 f"ibpo.candidate_labels has {len(self.candidate_labels)} labels but a correction prompt shows "

@@ -62,7 +62,7 @@ def test_verl_estimator_contract():
     assert rewards.sum(-1).tolist() == pytest.approx(scores.tolist())
     assert rewards[0].tolist() == [0.0, 0.0, 1.0, 0.0]  # last valid token
     index = np.array(["a", "a", "a", "b"], dtype=object)
-    adv, ret = compute_ibpo_outcome_advantage(rewards, mask, index, config={"ibpo_epsilon": 1e-8})
+    adv, ret = compute_ibpo_outcome_advantage(rewards, mask, index, config={})
     expected = brute_force_advantages([1.0, 0.3, 0.0, 0.5], list(index))
     assert adv.shape == mask.shape and torch.equal(adv, ret)
     for i in range(4):

@@ -182,8 +182,8 @@ class RayIBPOTrainer(RayPPOTrainer):
             return
         main = batch.select_idxs(rows.numpy())
         raw = main.batch["token_level_scores"].sum(-1)
-        adv_gspo = broadcast_advantages(group_normalized_advantages(raw, list(main.non_tensor_batch["uid"]),
-                                                                    self.ibpo.epsilon), main.batch["response_mask"])
+        adv_gspo = broadcast_advantages(group_normalized_advantages(raw, list(main.non_tensor_batch["uid"])),
+                                        main.batch["response_mask"])
         out = self.actor_rollout_wg.ibpo_grad_probe(probe_input(
             main, adv_gspo, main.batch["advantages"], self.ibpo.grad_probe_coordinates, self.ibpo.seed,
             self.ibpo.grad_probe_micro_batch_size))
@@ -391,6 +391,8 @@ class RayIBPOTrainer(RayPPOTrainer):
                     metrics.update(val_metrics)
 
                 self.max_steps_duration = max(self.max_steps_duration, timing_raw["step"])
+                # the IBPO-specific host work (planning, alignment, shaping) as a share of the whole step
+                metrics["ibpo/time/host_share"] = metrics.get("ibpo/time/host_s", 0.0) / max(timing_raw["step"], 1e-9)
                 metrics.update({"training/global_step": self.global_steps, "training/epoch": epoch})
                 metrics.update(compute_data_metrics(batch=batch, use_critic=self.use_critic))
                 metrics.update(compute_timing_metrics(batch=batch, timing_raw=timing_raw))
