@@ -13,7 +13,9 @@ Logs: verl's ``file`` logger (``trainer.logger=['console','file']``; one JSON ob
 
 x axis (``--x``, default ``ibpo/compute/total_flops``): a cumulative compute counter. A record without it
 (verl logs the validation before the first step on its own line) takes the last value logged before it,
-0 before any. ``--x step`` plots against the step. y: ``--reward-key`` (default ``critic/score/mean``) and
+0 before any. ``--x step`` plots against the step. y: ``--reward-key`` (default ``ibpo/raw_score_mean``: the verifier
+reward of the main responses only; verl's ``critic/score/mean`` also averages joint-training correction
+rows, so it is not comparable between IBPO and the baseline) and
 every ``--eval-key`` (default: all ``val-core/<data source>/acc/mean@N`` keys found in the logs).
 
 Threshold (**Decision**): the training reward is smoothed by a trailing moving average of ``--smooth``
@@ -35,7 +37,7 @@ from typing import Iterable
 import numpy as np
 
 DEFAULT_X = "ibpo/compute/total_flops"
-DEFAULT_REWARD = "critic/score/mean"
+DEFAULT_REWARD = "ibpo/raw_score_mean"
 EVAL_KEY_PATTERN = re.compile(r"^val-core/(?P<source>.+)/acc/mean@(?P<n>\d+)$")
 
 

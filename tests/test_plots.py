@@ -30,7 +30,8 @@ def log_run(logger, slope: float, steps: int = 12, flops_per_step: float = 100.0
     validation every 4 steps."""
     logger.log(data={"val-core/aime25/acc/mean@4": 0.1}, step=0)
     for step in range(1, steps + 1):
-        data = {"critic/score/mean": min(1.0, slope * step), FLOPS: flops_per_step * step,
+        data = {"critic/score/mean": min(1.0, slope * step), "ibpo/raw_score_mean": min(1.0, slope * step),
+                FLOPS: flops_per_step * step,
                 "ibpo/compute/total_tokens": 10.0 * step}
         if step % 4 == 0:
             data["val-core/aime25/acc/mean@4"] = 0.1 + slope * step / 2

@@ -22,7 +22,7 @@ from recipe.ibpo.cpu.launch import cpu_env, cpu_overrides, process_env, read_met
 
 # (metric key, column title, format)
 TABLE = [
-    ("critic/score/mean", "score", "{:.3f}"),
+    ("ibpo/raw_score_mean", "score", "{:.3f}"),  # main responses only (critic/score/mean includes joint rows)
     ("ibpo/num_wrong", "wrong", "{:.0f}"),
     ("ibpo/num_corrections", "corr", "{:.0f}"),
     ("ibpo/correction_success_rate", "succ", "{:.2f}"),
