@@ -134,3 +134,20 @@ def test_counterfactual_weighting_end_to_end(cpu_demo_assets, tmp_path_factory):
             assert m["counterfactual/forward_s"] > 0 and m["counterfactual/weight_max"] >= 1.0
     assert any(m["counterfactual/extra_forward_rows"] > 0 for m in metrics.values())
     assert any(m["actor/grad_norm"] > 0 for m in metrics.values())
+
+
+def test_resume_continues_the_compute_counter_and_lambda_schedule(cpu_demo_assets, tmp_path_factory):
+    """A checkpointed run resumed by verl restores the IBPO state (compute counter, running λ_max)."""
+    out = tmp_path_factory.mktemp("resume")
+    overrides = ibpo_overrides("binary", joint_training=False, baseline=False) + [
+        "ibpo.lambda_schedule=theorem", "trainer.save_freq=2", "trainer.resume_mode=auto"]
+    first, m1 = run_cpu_training(cpu_demo_assets, out, "first", overrides, 2, RUN_TIMEOUT_S)
+    assert first.returncode == 0, first.log_tail()
+    state = (out / "checkpoints" / "global_step_2" / "ibpo_state.json").read_text()
+    assert "compute_totals" in state and "lambda_schedule" in state
+    second, m2 = run_cpu_training(cpu_demo_assets, out, "second", overrides, 3, RUN_TIMEOUT_S)
+    assert second.returncode == 0, second.log_tail()
+    assert "Resuming from" in second.log_path.read_text(errors="replace")
+    assert sorted(m2) == [3]
+    assert m2[3]["ibpo/compute/total_tokens"] > m1[2]["ibpo/compute/total_tokens"]
+    assert m2[3]["ibpo/compute/total_tokens"] - m1[2]["ibpo/compute/total_tokens"] < m1[2]["ibpo/compute/total_tokens"]

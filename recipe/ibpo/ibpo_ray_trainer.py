@@ -14,6 +14,8 @@ correction pass (``_validate`` is verl's own).
 
 from __future__ import annotations
 
+import json
+import os
 import uuid
 from pprint import pprint
 
@@ -192,6 +194,33 @@ class RayIBPOTrainer(RayPPOTrainer):
         metrics["ibpo/grad_probe/var_ibpo"] = var_ibpo
         metrics["ibpo/grad_probe/ratio"] = var_ibpo / var_gspo if var_gspo > 0 else float("nan")
         metrics["ibpo/grad_probe/num_samples"] = float(len(rows))
+
+    # ------------------------------------------------------------------ checkpoints
+    IBPO_STATE_FILE = "ibpo_state.json"
+
+    def _step_folder(self) -> str:
+        folder = self.config.trainer.default_local_dir
+        if not os.path.isabs(folder):
+            folder = os.path.join(os.getcwd(), folder)
+        return os.path.join(folder, f"global_step_{self.global_steps}")
+
+    def _save_checkpoint(self):
+        """verl's checkpoint plus the IBPO state a resumed run needs: the running λ_max of the ``theorem``
+        schedule and the cumulative compute counter (curves against compute must continue, not restart)."""
+        super()._save_checkpoint()
+        state = {"lambda_schedule": self.lambda_schedule.state_dict(), "compute_totals": self.compute_totals}
+        with open(os.path.join(self._step_folder(), self.IBPO_STATE_FILE), "w") as f:
+            json.dump(state, f)
+
+    def _load_checkpoint(self):
+        result = super()._load_checkpoint()
+        path = os.path.join(self._step_folder(), self.IBPO_STATE_FILE)
+        if self.global_steps > 0 and os.path.exists(path):
+            with open(path) as f:
+                state = json.load(f)
+            self.lambda_schedule.load_state_dict(state["lambda_schedule"])
+            self.compute_totals.update(state["compute_totals"])
+        return result
 
     # ------------------------------------------------------------------ training loop
     def fit(self):  # noqa: C901 -- a copy of verl's fit with the IBPO blocks inserted
