@@ -133,6 +133,13 @@ class IBPOConfig:
         missing = [p for p in ("{problem}", "{candidates}") if p not in self.template]
         if missing:
             raise IBPOConfigError(f"ibpo.template lacks the placeholder(s) {missing}")
+        try:  # any other brace field (e.g. a literal "\\boxed{}") would fail at the first correction
+            self.template.format(instruction="", problem="", candidates="", format_reminder="")
+        except (IndexError, KeyError, ValueError) as exc:
+            raise IBPOConfigError(
+                f"ibpo.template does not format with the placeholders {{instruction}} {{problem}} {{candidates}} "
+                f"{{format_reminder}} ({type(exc).__name__}: {exc}); write literal braces as '{{{{' and '}}}}'"
+            ) from exc
 
     @property
     def max_delta(self) -> float:

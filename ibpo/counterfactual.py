@@ -17,7 +17,8 @@ in ``ciw_paper.md`` ("Method details as publicly described"), whose bullets are 
    "distractor": masking s raised the answer's probability (about 3.5 % of spans in the paper).
 4. Token importance (``raw_token_importance``, ``normalise_importance``): ``base_importance`` on every
    reasoning token plus drop_s / |s| on the tokens of s, then min-max normalised within the reasoning
-   region to [0.5, 1.0] (all equal -> 0.5; no spans -> 1.0) [§token importance]. A distractor's tokens
+   region to [0.5, 1.0] (all equal -> 0.5) [§token importance]. A response with no measurable span (no
+   answer marker, or no span in its reasoning) gets uniform weight 1 in every mode. A distractor's tokens
    fall below the filler level and so end at the bottom of the range.
 5. Token weights (``token_weights``): w = min_weight + (boost - min_weight) · importance on reasoning
    tokens, importance x ``formatting_factor`` on formatting tokens, ``answer_weight`` on answer tokens,
@@ -25,7 +26,10 @@ in ``ciw_paper.md`` ("Method details as publicly described"), whose bullets are 
    unnormalised 2-4x weights scale the gradient and confound a comparison with the DAPO baseline).
 
 Controls [§controls]: ``inverted`` reverses the order of the normalised importance within the
-reasoning region, keeping its range (imp' = min + max - imp); ``random`` draws each reasoning token's
+reasoning region, keeping its range (imp' = min + max - imp). **Deviation**: the paper writes
+``1 - normalised importance``, which on the [0.5, 1] scale would push every weight below the range and
+change the spread after mean-1 rescaling; reversing the order within the same range is the control the
+paper describes in words (most important <-> least important). ``random`` draws each reasoning token's
 importance uniformly from the normalised range and needs no masked forward pass; ``vanilla`` is all 1.
 
 Decisions where the description leaves room (stated once here, tested in tests/test_counterfactual*.py):

@@ -41,14 +41,38 @@ def truncate_middle(token_ids: Sequence[int], max_tokens: int) -> tuple[list[int
     return ids[:head_len], tail, len(ids) - head_len - tail_len
 
 
+def thinking_end_index(token_ids: Sequence[int], decode: Callable[[list[int]], str]) -> int:
+    """Index of the first token after the last ``</think>`` (0 when there is none).
+
+    The smallest k whose prefix ``decode(ids[:k])`` already holds every ``</think>`` of the response,
+    found by binary search (the count is monotone in k), so a long response costs O(log n) decodes and a
+    marker split across tokens is handled. Text sharing the marker's last token is dropped with it.
+    """
+    ids = list(token_ids)
+    total = decode(ids).count(THINK_END)
+    if total == 0:
+        return 0
+    lo, hi = 0, len(ids)  # invariant: prefix lo lacks a marker, prefix hi holds them all
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if decode(ids[:mid]).count(THINK_END) >= total:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
 def render_candidate(token_ids: Sequence[int], decode: Callable[[list[int]], str], config: IBPOConfig) -> str:
-    """Text of one candidate as shown in the correction prompt (view + middle truncation with a marker)."""
-    head, tail, omitted = truncate_middle(token_ids, config.max_candidate_tokens)
+    """Text of one candidate as shown in the correction prompt: the view first (``strip_thinking`` drops
+    everything up to the last ``</think>``), then middle truncation of what is shown, with a marker, so
+    the token budget is spent on the visible text and a thinking block can never leak through the cut."""
+    ids = list(token_ids)
+    if config.candidate_view == "strip_thinking":
+        ids = ids[thinking_end_index(ids, decode):]
+    head, tail, omitted = truncate_middle(ids, config.max_candidate_tokens)
     text = decode(head)
     if omitted:
         text = text + TRUNCATION_MARKER.format(n=omitted) + decode(tail)
-    if config.candidate_view == "strip_thinking":
-        text = strip_thinking(text)
     return text.strip()
 
 

@@ -106,9 +106,9 @@ def test_ibpo_mask_applies_the_token_mask(ibpo_mask):
         assert m["ibpo/num_joint_rows"] == 0
         if m["ibpo/shaped_fraction"] > 0:
             # shaped rows keep only modified tokens: fewer than all tokens carry gradient
-            assert m["ibpo/token_mask_mean"] < 1.0 and m["ibpo/mask_kept_fraction"] < 1.0
+            assert m["ibpo/batch_token_mask_mean"] < 1.0 and m["ibpo/mask_kept_fraction"] < 1.0
         else:
-            assert m["ibpo/token_mask_mean"] == pytest.approx(1.0)
+            assert m["ibpo/batch_token_mask_mean"] == pytest.approx(1.0)
     assert any(m["actor/grad_norm"] > 0 for m in metrics.values())
 
 

@@ -32,6 +32,8 @@ from ibpo.references import select_references, select_references_in_group
         ({"lambda_schedule": "cosine"}, "ibpo.lambda_schedule"),
         ({"num_references": 2}, "candidate_labels has 2 labels"),
         ({"template": "{problem} only"}, "placeholder"),
+        ({"template": "Answer in \\boxed{} {problem} {candidates}"}, "ibpo.template does not format"),
+        ({"template": "{answer} {problem} {candidates}"}, "ibpo.template does not format"),
         ({"corrections_per_target": 0}, "corrections_per_target"),
     ],
 )
@@ -95,11 +97,26 @@ def test_truncate_middle_and_marker():
     assert TRUNCATION_MARKER.format(n=15).strip() in text
 
 
+def test_strip_thinking_happens_before_truncation():
+    """A thinking block must not leak through a middle cut, and the budget goes to the visible answer."""
+    vocab = {i: "q" for i in range(50)} | {50: "</think>"} | {51 + i: "A" for i in range(30)}
+    ids = list(range(81))
+    decode = lambda xs: "".join(vocab[i] for i in xs)  # noqa: E731
+    assert render_candidate(ids, decode, IBPOConfig(candidate_view="strip_thinking", max_candidate_tokens=40)) == "A" * 30
+    cut = render_candidate(ids, decode, IBPOConfig(candidate_view="strip_thinking", max_candidate_tokens=10))
+    assert "q" not in cut and "</think>" not in cut and "[... 20 tokens omitted ...]" in cut
+    # the marker split across tokens is found too
+    split = {0: "x", 1: "</th", 2: "ink>", 3: "ans"}
+    assert render_candidate([0, 1, 2, 3], lambda xs: "".join(split[i] for i in xs),
+                            IBPOConfig(candidate_view="strip_thinking")) == "ans"
+
+
 def test_strip_thinking_view():
     assert strip_thinking("<think>long musing</think>\nSo the answer is \\boxed{3}") == "So the answer is \\boxed{3}"
     assert strip_thinking("no thinking here") == "no thinking here"
     cfg = IBPOConfig(candidate_view="strip_thinking")
-    assert render_candidate([1], lambda ids: "<think>x</think> final", cfg) == "final"
+    pieces = {1: "<think>x", 2: "</think>", 3: " final"}
+    assert render_candidate([1, 2, 3], lambda ids: "".join(pieces[i] for i in ids), cfg) == "final"
 
 
 def test_correction_messages_default_template():

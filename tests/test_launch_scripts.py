@@ -59,6 +59,9 @@ def test_script_overrides_compose_against_verl(script, tmp_path):
         if ibpo.enable:
             assert cfg.actor_rollout_ref.actor.policy_loss.loss_mode == "gspo"
             assert cfg.actor_rollout_ref.actor.loss_agg_mode == "seq-mean-token-mean"
+            rollout = cfg.actor_rollout_ref.rollout
+            if rollout.max_model_len is not None:  # corrections fit the context: nothing is silently cut
+                assert rollout.prompt_length + rollout.response_length <= rollout.max_model_len, argv
             candidates = 1 + ibpo.num_references
             assert cfg.actor_rollout_ref.rollout.prompt_length >= cfg.data.max_prompt_length + candidates * min(
                 ibpo.max_candidate_tokens or cfg.data.max_response_length, cfg.data.max_response_length)
@@ -73,3 +76,7 @@ def test_sweeps_and_baseline_set_what_they_say(tmp_path):
     assert "ibpo.alpha_mode=adaptive" in alpha and len(alpha) == 7
     (base,) = recorded_invocations("run_gspo_g64_qwen3_32b.sh", tmp_path / "b")
     assert "ibpo.enable=False" in base and "actor_rollout_ref.rollout.n=64" in base
+    (main,) = recorded_invocations("run_ibpo_qwen3_32b.sh", tmp_path / "m")
+    assert "ibpo.joint_training=True" in main  # the paper's IBPO trains on its corrections too (App. E.2)
+    (shaping,) = recorded_invocations("run_ablation_shaping_only.sh", tmp_path / "s")
+    assert "ibpo.joint_training=False" in shaping

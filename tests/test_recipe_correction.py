@@ -164,6 +164,9 @@ def test_correction_pass_places_delta_on_the_right_rows_after_reordering():
     padded, pad = corr.pad_to_multiple(merged, trainer._ibpo_batch_multiple())
     assert len(padded) % 8 == 0 and pad == len(padded) - 15
     assert padded.batch[corr.IS_PADDING_KEY].sum() == pad
+    pad_rows = padded.batch[corr.IS_PADDING_KEY].bool()
+    assert padded.batch["response_mask"][pad_rows].sum() == 0 and padded.batch["rm_scores"][pad_rows].sum() == 0
+    assert (padded.batch["attention_mask"][pad_rows].sum(-1) == 2).all()  # one prompt + one response token
 
     # verl's own _balance_batch reorders rows across 2 DP ranks (by sequence length)
     padded.batch["test_row_id"] = torch.arange(len(padded))
@@ -227,7 +230,14 @@ def test_start_checks_name_the_key():
     with pytest.raises(IBPOSetupError, match="rollout.prompt_length=70 is too small"):
         check_trainer_config(cfg, trainer.ibpo, FakeTokenizer())
     cfg.actor_rollout_ref.rollout.prompt_length = 4096
-    check_trainer_config(cfg, trainer.ibpo, FakeTokenizer())
+    cfg.actor_rollout_ref.rollout.response_length = RESP_LEN
+    check_trainer_config(cfg, trainer.ibpo, FakeTokenizer(), max_positions=8192)
+    with pytest.raises(IBPOSetupError, match="exceeds the model context 4000"):
+        check_trainer_config(cfg, trainer.ibpo, FakeTokenizer(), max_positions=4000)
+    cfg.actor_rollout_ref.rollout.max_model_len = 2048  # an explicit rollout context wins
+    with pytest.raises(IBPOSetupError, match="exceeds the model context 2048"):
+        check_trainer_config(cfg, trainer.ibpo, FakeTokenizer(), max_positions=8192)
+    cfg.actor_rollout_ref.rollout.max_model_len = None
     cfg.algorithm.adv_estimator = "gae"
     with pytest.raises(IBPOSetupError, match="adv_estimator='gae'"):
         check_trainer_config(cfg, trainer.ibpo, FakeTokenizer())
@@ -249,4 +259,7 @@ def test_config_yaml_composes_against_verl(tmp_path):
     assert cfg.actor_rollout_ref.actor.loss_agg_mode == "seq-mean-token-mean"
     assert cfg.algorithm.adv_estimator == "ibpo"
     assert cfg.actor_rollout_ref.rollout.prompt_length == 100 + 2 * 50 + 256
+    with initialize_config_module(config_module="recipe.ibpo.config", version_base=None):
+        off = compose(config_name="ibpo_trainer", overrides=["data.max_prompt_length=100", "ibpo.enable=False"])
+    assert off.actor_rollout_ref.rollout.prompt_length == 100  # no correction prompts, no widening
     assert IBPOConfig.from_mapping({**OmegaConf.to_container(cfg.ibpo), "group_size": 8}).variant == "binary"

@@ -19,6 +19,7 @@ from typing import Callable
 import numpy as np
 import torch
 from verl import DataProto
+from verl.utils.model import compute_position_id_with_mask
 
 from ibpo.advantages import place_sequence_reward, shaped_rewards
 from ibpo.config import IBPOConfig
@@ -177,21 +178,27 @@ def build_joint_rows(batch: DataProto, result: CorrectionPass, config: IBPOConfi
 def pad_to_multiple(batch: DataProto, multiple: int) -> tuple[DataProto, int]:
     """Append no-op rows so ``len(batch) % multiple == 0`` (verl's actor update needs whole mini-batches).
 
-    **Decision** (V1's no-op padding, ``verl/trainer/ppo/padding_utils.py``, rather than DAPO's trimming,
-    which would drop every correction sample of a small batch): padding rows copy real rows, carry a
-    unique uid, zero token mask (so zero advantage) and ``ibpo_is_padding = 1``; they add compute but no
-    gradient.
+    **Decision** (as verl's V1 trainer pads, ``verl/trainer/ppo/padding_utils.py``, rather than DAPO's
+    trimming, which would drop every correction sample of a small batch): each padding row is a real row
+    cut down to one prompt and one response token (so it costs almost no compute), with
+    ``response_mask = 0``, zero reward, zero token mask (so zero advantage), a unique uid and
+    ``ibpo_is_padding = 1``. It enters no loss term and no IBPO statistic.
     """
     remainder = len(batch) % multiple
     if remainder == 0:
         return batch, 0
     pad = multiple - remainder
-    source = np.arange(pad) % len(batch)
-    padding = batch.select_idxs(source)
-    padding.non_tensor_batch["uid"] = np.array([f"ibpo_pad_{uuid.uuid4().hex}" for _ in range(pad)], dtype=object)
-    padding.batch[TOKEN_MASK_KEY] = torch.zeros_like(padding.batch[TOKEN_MASK_KEY])
+    padding = batch.select_idxs(np.arange(pad) % len(batch))
+    prompt_width = padding.batch["prompts"].shape[1]
+    attention = torch.zeros_like(padding.batch["attention_mask"])
+    attention[:, prompt_width - 1: prompt_width + 1] = 1  # last prompt token, first response token
+    padding.batch["attention_mask"] = attention
+    padding.batch["position_ids"] = compute_position_id_with_mask(attention)
+    for key in ("response_mask", "rm_scores", TOKEN_MASK_KEY):
+        padding.batch[key] = torch.zeros_like(padding.batch[key])
     padding.batch[DELTA_KEY] = torch.zeros(pad, dtype=torch.float32)
     padding.batch[IS_PADDING_KEY] = torch.ones(pad, dtype=torch.float32)
+    padding.non_tensor_batch["uid"] = np.array([f"ibpo_pad_{uuid.uuid4().hex}" for _ in range(pad)], dtype=object)
     if "extra_info" in padding.non_tensor_batch:
         padding.non_tensor_batch["extra_info"] = np.array(
             [copy.deepcopy(x) for x in padding.non_tensor_batch["extra_info"]], dtype=object)

@@ -9,7 +9,7 @@ Intended use inside the trainer (``integration notes §9.3``), after ``old_log_p
     log_probs = torch.empty(0, batch.batch["responses"].shape[1])
     if plan.num_copies:                                                # one extra forward row per span
         masked = build_masked_copies(batch, plan, tokenizer.pad_token_id)
-        log_probs = compute_masked_log_probs(self.actor_rollout_wg, masked, self.actor_rollout_wg.world_size)
+        log_probs = compute_masked_log_probs(self.actor_rollout_wg, masked, dp_size * log_prob_micro_batch)
     weights, metrics = counterfactual_token_weights(batch, plan, cfg, batch.batch["old_log_probs"], log_probs)
     batch.batch["cf_token_weights"] = weights                          # (bs, response_length)
     batch.batch["advantages"] = batch.batch["advantages"] * weights    # route (a), after compute_advantage

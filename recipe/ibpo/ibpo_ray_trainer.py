@@ -1,7 +1,8 @@
 """RayIBPOTrainer: verl's legacy ``RayPPOTrainer`` with the IBPO correction pass (paper Alg. 1, App. E.2).
 
-``fit`` is verl 0.9.1's ``RayPPOTrainer.fit`` (verl/trainer/ppo/ray_trainer.py:1405-1823) with four
-insertions, each marked ``# IBPO``:
+``fit`` is verl 0.9.1's ``RayPPOTrainer.fit`` (verl/trainer/ppo/ray_trainer.py:1405-1823), profiling,
+checkpointing, validation, router-replay check and metrics included, with four insertions, each marked
+``# IBPO`` (plus the optional gradient probe and counterfactual weights, each behind its own option):
   1. after the main ``generate_sequences`` and *before* ``sleep_replicas()`` (the replicas still hold π_θ):
      the correction pass -- references, correction prompts through the same rollout manager, scoring by
      the same reward function, alignment, rewrite filter, Δ and token masks;
@@ -25,7 +26,7 @@ from omegaconf import OmegaConf
 from tqdm import tqdm
 from verl import DataProto
 from verl.protocol import pad_dataproto_to_divisor, unpad_dataproto
-from verl.trainer.ppo.core_algos import agg_loss
+from verl.trainer.ppo.core_algos import AdvantageEstimator, agg_loss
 from verl.trainer.ppo.metric_utils import (
     compute_data_metrics,
     compute_throughout_metrics,
@@ -51,7 +52,21 @@ from ibpo.counterfactual import CounterfactualConfig
 from ibpo.diagnostics import LambdaSchedule, estimate_step_flops, theorem_stats
 from recipe.ibpo import correction as corr
 from recipe.ibpo import counterfactual_batch as cf
-from recipe.ibpo.setup_checks import check_trainer_config, count_model_params, counterfactual_config_from, ibpo_config_from
+from recipe.ibpo.setup_checks import (
+    check_trainer_config,
+    count_model_params,
+    counterfactual_config_from,
+    ibpo_config_from,
+    model_max_positions,
+)
+
+
+def generation_tokens(output: DataProto | None) -> tuple[float, float]:
+    """(prompt tokens prefilled, tokens generated) of a ``generate_sequences`` output (0, 0 for None)."""
+    if output is None or len(output) == 0:
+        return 0.0, 0.0
+    generated = float(output.batch["response_mask"].sum())
+    return float(output.batch["attention_mask"].sum()) - generated, generated
 
 
 class RayIBPOTrainer(RayPPOTrainer):
@@ -61,7 +76,8 @@ class RayIBPOTrainer(RayPPOTrainer):
         super().__init__(*args, **kwargs)
         self.ibpo: IBPOConfig = ibpo_config_from(self.config)
         self.counterfactual: CounterfactualConfig | None = counterfactual_config_from(self.config)
-        check_trainer_config(self.config, self.ibpo, self.tokenizer)
+        check_trainer_config(self.config, self.ibpo, self.tokenizer,
+                             model_max_positions(self.config.actor_rollout_ref.model.path))
         self.lambda_schedule = LambdaSchedule(self.ibpo.lambda_schedule, self.ibpo.lam,
                                               self.ibpo.lambda_max_fraction, self.ibpo.lambda_max_momentum)
         self.num_model_params = count_model_params(self.config.actor_rollout_ref.model.path)
@@ -105,10 +121,9 @@ class RayIBPOTrainer(RayPPOTrainer):
         metrics["ibpo/all_corrections_failed"] = float(bool(requests) and not result.correction_scores.ge(
             cfg.correct_threshold).any().item())
         metrics["ibpo/correction_reward_mean"] = float(result.correction_scores.mean()) if requests else 0.0
-        main_tokens = float(gen_output.batch["response_mask"].sum())
-        corr_tokens = float(correction_output.batch["response_mask"].sum()) if requests else 0.0
-        metrics["ibpo/main_gen_tokens"] = main_tokens
-        metrics["ibpo/correction_gen_tokens"] = corr_tokens
+        prompt_tokens, generated_tokens = generation_tokens(correction_output)
+        metrics["ibpo/correction_prompt_tokens"] = prompt_tokens
+        metrics["ibpo/correction_gen_tokens"] = generated_tokens
         return result
 
     def _ibpo_step_metrics(self, batch: DataProto, result: corr.CorrectionPass | None, lam: float,
@@ -133,13 +148,15 @@ class RayIBPOTrainer(RayPPOTrainer):
         is_corr = batch.batch[corr.IS_CORRECTION_KEY] > 0
         metrics["ibpo/num_joint_rows"] = float(is_corr.sum())
         metrics["ibpo/num_padding_rows"] = float(batch.batch[corr.IS_PADDING_KEY].sum())
-        if self.ibpo.variant == "mask":
-            valid = batch.batch["response_mask"].bool()
-            metrics["ibpo/token_mask_mean"] = float(batch.batch[corr.TOKEN_MASK_KEY][valid].mean())
-        # compute counter: tokens (prompt + generated) and estimated FLOPs, cumulative over steps
+        not_padding = batch.batch[corr.IS_PADDING_KEY] == 0
+        if self.ibpo.variant == "mask":  # measured on the training batch: evidence the mask reached it
+            valid = batch.batch["response_mask"].bool() & not_padding.unsqueeze(-1)
+            metrics["ibpo/batch_token_mask_mean"] = float(batch.batch[corr.TOKEN_MASK_KEY][valid].mean())
+        # compute counter, cumulative over steps: prefill and generated tokens of both generations (the
+        # correction prompts carry x and the candidates), and the tokens trained on (padding rows excluded)
         generated = metrics.get("ibpo/main_gen_tokens", 0.0) + metrics.get("ibpo/correction_gen_tokens", 0.0)
-        prompt_tokens = float((batch.batch["attention_mask"].sum() - batch.batch["response_mask"].sum()))
-        trained = float(batch.batch["attention_mask"].sum())
+        prompt_tokens = metrics.get("ibpo/main_prompt_tokens", 0.0) + metrics.get("ibpo/correction_prompt_tokens", 0.0)
+        trained = float(batch.batch["attention_mask"][not_padding].sum())
         flops = estimate_step_flops(self.num_model_params, int(generated), int(prompt_tokens), int(trained),
                                     reference_policy=self.use_reference_policy)
         self.compute_totals["generated_tokens"] += generated
@@ -198,11 +215,15 @@ class RayIBPOTrainer(RayPPOTrainer):
     # ------------------------------------------------------------------ checkpoints
     IBPO_STATE_FILE = "ibpo_state.json"
 
-    def _step_folder(self) -> str:
-        folder = self.config.trainer.default_local_dir
-        if not os.path.isabs(folder):
-            folder = os.path.join(os.getcwd(), folder)
-        return os.path.join(folder, f"global_step_{self.global_steps}")
+    def _step_folder(self, loading: bool = False) -> str:
+        """The checkpoint folder of the current step; when loading, the one verl resumed from
+        (``trainer.resume_from_path`` in ``resume_mode=resume_path``), resolved as verl does."""
+        trainer_cfg = self.config.trainer
+        if loading and trainer_cfg.resume_mode == "resume_path":
+            folder = trainer_cfg.resume_from_path
+        else:
+            folder = os.path.join(trainer_cfg.default_local_dir, f"global_step_{self.global_steps}")
+        return folder if os.path.isabs(folder) else os.path.join(os.getcwd(), folder)
 
     def _save_checkpoint(self):
         """verl's checkpoint plus the IBPO state a resumed run needs: the running λ_max of the ``theorem``
@@ -214,12 +235,18 @@ class RayIBPOTrainer(RayPPOTrainer):
 
     def _load_checkpoint(self):
         result = super()._load_checkpoint()
-        path = os.path.join(self._step_folder(), self.IBPO_STATE_FILE)
-        if self.global_steps > 0 and os.path.exists(path):
-            with open(path) as f:
-                state = json.load(f)
-            self.lambda_schedule.load_state_dict(state["lambda_schedule"])
-            self.compute_totals.update(state["compute_totals"])
+        if self.global_steps == 0:  # training from scratch
+            return result
+        path = os.path.join(self._step_folder(loading=True), self.IBPO_STATE_FILE)
+        if not os.path.exists(path):
+            raise FileNotFoundError(
+                f"resuming at step {self.global_steps} but {path} is missing: without it the compute counter "
+                f"would restart at 0 and the theorem λ schedule would forget its running λ_max. Resume from a "
+                f"checkpoint written by the IBPO trainer.")
+        with open(path) as f:
+            state = json.load(f)
+        self.lambda_schedule.load_state_dict(state["lambda_schedule"])
+        self.compute_totals.update(state["compute_totals"])
         return result
 
     # ------------------------------------------------------------------ training loop
@@ -256,6 +283,10 @@ class RayIBPOTrainer(RayPPOTrainer):
         self.max_steps_duration = 0
         SkipManager.set_step(self.global_steps)
         rollout_n = self.config.actor_rollout_ref.rollout.n
+        profiler_steps = self.config.global_profiler.steps
+        prev_step_profile = False
+        curr_step_profile = self.global_steps in profiler_steps if profiler_steps is not None else False
+        next_step_profile = False
 
         for epoch in range(current_epoch, self.config.trainer.total_epochs):
             for batch_dict in self.train_dataloader:
@@ -263,6 +294,12 @@ class RayIBPOTrainer(RayPPOTrainer):
                     self.actor_rollout_wg.async_calls_finalize_fn_exec(blocking=False)
                 metrics: dict = {}
                 timing_raw: dict = {}
+                with marked_timer("start_profile", timing_raw):
+                    self._start_profiling(
+                        not prev_step_profile and curr_step_profile
+                        if self.config.global_profiler.profile_continuous_steps
+                        else curr_step_profile
+                    )
                 batch: DataProto = DataProto.from_single_dict(batch_dict)
                 batch.meta_info["temperature"] = self.config.actor_rollout_ref.rollout.temperature
                 batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch.batch))],
@@ -274,8 +311,12 @@ class RayIBPOTrainer(RayPPOTrainer):
                 ibpo_result = None
                 with marked_timer("step", timing_raw):
                     with marked_timer("gen", timing_raw, color="red"):
+                        if curr_step_profile:
+                            self.llm_server_manager.start_profile()
                         with marked_timer("ibpo_main_gen", timing_raw):
                             gen_output = self.async_rollout_manager.generate_sequences(gen_batch)
+                        metrics["ibpo/main_prompt_tokens"], metrics["ibpo/main_gen_tokens"] = generation_tokens(
+                            gen_output)
                         timing_raw.update(gen_output.meta_info["timing"])
                         gen_output.meta_info.pop("timing", None)
                         # IBPO (1): the correction pass, while the replicas still serve π_θ.
@@ -285,6 +326,8 @@ class RayIBPOTrainer(RayPPOTrainer):
                         else:  # the GSPO baseline through the same loop: Δ = 0, m = 1
                             corr.attach_no_shaping(gen_output)
                         self.checkpoint_manager.sleep_replicas()
+                        if curr_step_profile:
+                            self.llm_server_manager.stop_profile()
                     del gen_batch
                     batch = batch.repeat(repeat_times=rollout_n, interleave=True)
                     batch = batch.union(gen_output)
@@ -328,6 +371,13 @@ class RayIBPOTrainer(RayPPOTrainer):
                             metrics.update({"actor/entropy": entropy_agg.detach().item(),
                                             "perf/mfu/actor_infer": old_log_prob_mfu})
                             old_log_prob.batch.pop("entropys")
+                            if "routed_experts" in batch.batch and "routed_experts" in old_log_prob.batch:
+                                raise ValueError(
+                                    "Detected conflicting router replay configuration: router_replay.mode='R2' and "
+                                    "enable_rollout_routing_replay=True cannot be enabled simultaneously. The "
+                                    "enable_rollout_routing_replay option is only used in R3 mode; it should not be "
+                                    "set when using R2 mode."
+                                )
                             batch = batch.union(old_log_prob)
                             if "rollout_log_probs" in batch.batch.keys():
                                 from verl.utils.debug.metrics import calculate_debug_metrics
@@ -400,6 +450,8 @@ class RayIBPOTrainer(RayPPOTrainer):
                             is_last_step or self.global_steps % self.config.trainer.save_freq == 0
                             or esi_close_to_expiration
                         ):
+                            if esi_close_to_expiration:
+                                print("Force saving checkpoint: ESI instance expiration approaching.")
                             with marked_timer("save_checkpoint", timing_raw, color="green"):
                                 self._save_checkpoint()
                         with marked_timer("update_weights", timing_raw, color="red"):
@@ -419,11 +471,33 @@ class RayIBPOTrainer(RayPPOTrainer):
                             last_val_metrics = val_metrics
                     metrics.update(val_metrics)
 
+                with marked_timer("stop_profile", timing_raw):
+                    next_step_profile = (self.global_steps + 1 in profiler_steps
+                                         if profiler_steps is not None else False)
+                    run_finish_command = bool(curr_step_profile and profiler_steps
+                                              and (self.global_steps == max(profiler_steps) or is_last_step))
+                    self._stop_profiling(
+                        curr_step_profile and not next_step_profile
+                        if self.config.global_profiler.profile_continuous_steps
+                        else curr_step_profile,
+                        run_command=run_finish_command,
+                    )
+                    prev_step_profile = curr_step_profile
+                    curr_step_profile = next_step_profile
                 self.max_steps_duration = max(self.max_steps_duration, timing_raw["step"])
                 # the IBPO-specific host work (planning, alignment, shaping) as a share of the whole step
                 metrics["ibpo/time/host_share"] = metrics.get("ibpo/time/host_s", 0.0) / max(timing_raw["step"], 1e-9)
                 metrics.update({"training/global_step": self.global_steps, "training/epoch": epoch})
                 metrics.update(compute_data_metrics(batch=batch, use_critic=self.use_critic))
+                gdpo_reward_keys = self.config.algorithm.get("gdpo_reward_keys", None)
+                if gdpo_reward_keys and self.config.algorithm.adv_estimator in ("gdpo", AdvantageEstimator.GDPO):
+                    for key in gdpo_reward_keys:
+                        if key in batch.non_tensor_batch:
+                            vals = np.asarray(batch.non_tensor_batch[key], dtype=np.float32)
+                            metrics.update({f"gdpo/{key}/mean": float(np.mean(vals)),
+                                            f"gdpo/{key}/std": float(np.std(vals)),
+                                            f"gdpo/{key}/max": float(np.max(vals)),
+                                            f"gdpo/{key}/min": float(np.min(vals))})
                 metrics.update(compute_timing_metrics(batch=batch, timing_raw=timing_raw))
                 n_gpus = self.resource_pool_manager.get_n_gpus()
                 metrics.update(compute_throughout_metrics(batch=batch, timing_raw=timing_raw, n_gpus=n_gpus))

@@ -14,14 +14,14 @@ import hydra
 import ray
 from omegaconf import OmegaConf
 
-# Extra template text (instruction, labels, chat markup) a correction prompt adds on top of x and the candidates.
-CORRECTION_TEMPLATE_TOKENS = 256
+def ibpo_prompt_length(enable: bool, max_prompt: int, max_response: int, num_references: int,
+                       max_candidate_tokens: int) -> int:
+    """Default ``rollout.prompt_length``: sized for correction prompts when IBPO is on, else the data's."""
+    from recipe.ibpo.setup_checks import correction_prompt_length
 
-
-def ibpo_prompt_length(max_prompt: int, max_response: int, num_references: int, max_candidate_tokens: int) -> int:
-    """Default ``rollout.prompt_length`` for correction prompts: x + (1 + K-1) candidates + template."""
-    per_candidate = int(max_candidate_tokens) + 16 if int(max_candidate_tokens) > 0 else int(max_response)
-    return int(max_prompt) + (1 + int(num_references)) * per_candidate + CORRECTION_TEMPLATE_TOKENS
+    if not enable:
+        return int(max_prompt)
+    return correction_prompt_length(max_prompt, max_response, num_references, max_candidate_tokens)
 
 
 OmegaConf.register_new_resolver("ibpo_prompt_length", ibpo_prompt_length, replace=True)

@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
-# Table 3 ablations: "shaping only" (no joint training on corrections) vs the full method with joint
-# training (App. E.2 (C)). Set JOINT=True for the latter.
+# Table 3 ablation "shaping only": IBPO without joint training on the correction samples (App. E.2 (C));
+# the main script run_ibpo_qwen3_32b.sh is the full method with joint training.
 set -xeuo pipefail
-JOINT=${JOINT:-False}
-EXP_NAME=${EXP_NAME:-ibpo_joint_${JOINT}} bash "$(dirname "$0")/run_ibpo_qwen3_32b.sh" ibpo.joint_training=${JOINT} "$@"
+EXP_NAME=${EXP_NAME:-ibpo_shaping_only} JOINT=False bash "$(dirname "$0")/run_ibpo_qwen3_32b.sh" "$@"

@@ -3,4 +3,4 @@
 # Same loop with the correction pass off (Δ = 0).
 set -xeuo pipefail
 EXP_NAME=${EXP_NAME:-gspo_qwen3_32b_g64} N_RESP=${N_RESP:-64} \
-    bash "$(dirname "$0")/run_ibpo_qwen3_32b.sh" ibpo.enable=False "$@"
+    JOINT=False bash "$(dirname "$0")/run_ibpo_qwen3_32b.sh" ibpo.enable=False "$@"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# IBPO + GSPO on Qwen3-32B, the paper's main setting (App. D, §4): G = 8, lr 5e-7 cosine to 0.1x,
-# 3% warmup, entropy 0, mini-batch 32, 32k context, vLLM rollout. Every path and size is an env var;
+# IBPO + GSPO on Qwen3-32B, the paper's main setting (App. D, §4, App. E.2): G = 8, shaping plus joint
+# training on the corrections, lr 5e-7 cosine to 0.1x, 3% warmup, entropy 0, mini-batch 32, 32k context,
+# vLLM rollout. Every path and size is an env var;
 # extra Hydra overrides are passed through ("$@"), which is how the variant scripts build on this one.
 set -xeuo pipefail
 
@@ -22,8 +23,11 @@ TRAIN_BATCH=${TRAIN_BATCH:-128}         # prompts per step (the paper gives only
 MINI_BATCH=${MINI_BATCH:-32}            # App. D
 MAX_PROMPT=${MAX_PROMPT:-2048}
 MAX_RESPONSE=${MAX_RESPONSE:-30720}     # 32k context
-# Correction prompts show x and candidates; each candidate is middle-truncated to this budget.
-MAX_CANDIDATE=${MAX_CANDIDATE:-8192}
+MAX_MODEL_LEN=${MAX_MODEL_LEN:-40960}   # the model's context (Qwen3-32B max_position_embeddings)
+# A correction prompt shows x and two candidates, and its correction gets the full response budget, so
+# each candidate is middle-truncated to what still fits the context (the trainer checks this at start:
+# a rollout that runs out of context would silently shorten corrections).
+MAX_CANDIDATE=${MAX_CANDIDATE:-$(( (MAX_MODEL_LEN - MAX_RESPONSE - MAX_PROMPT - 256) / 2 - 16 ))}
 LR=${LR:-5e-7}
 TEMPERATURE=${TEMPERATURE:-1.0}
 VAL_N=${VAL_N:-64}                      # eval: 64 samples per problem
@@ -53,6 +57,7 @@ python3 -m recipe.ibpo.main_ibpo \
     actor_rollout_ref.rollout.temperature=${TEMPERATURE} \
     actor_rollout_ref.rollout.tensor_model_parallel_size=${GEN_TP} \
     actor_rollout_ref.rollout.gpu_memory_utilization=0.8 \
+    actor_rollout_ref.rollout.max_model_len=${MAX_MODEL_LEN} \
     actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=True \
     actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=$(((MAX_PROMPT + MAX_RESPONSE) * 4)) \
     actor_rollout_ref.rollout.val_kwargs.n=${VAL_N} \
@@ -61,6 +66,7 @@ python3 -m recipe.ibpo.main_ibpo \
     actor_rollout_ref.rollout.val_kwargs.top_p=0.95 \
     actor_rollout_ref.rollout.val_kwargs.top_k=20 \
     ibpo.max_candidate_tokens=${MAX_CANDIDATE} \
+    ibpo.joint_training=${JOINT:-True} \
     trainer.logger="${LOGGER}" \
     trainer.project_name="${PROJECT_NAME}" \
     trainer.experiment_name="${EXP_NAME}" \

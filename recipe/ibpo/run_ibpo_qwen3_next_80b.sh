@@ -4,7 +4,7 @@
 set -xeuo pipefail
 MODEL_PATH=${MODEL_PATH:-"${HOME}/models/Qwen3-Next-80B-A3B-Thinking"} \
 EXP_NAME=${EXP_NAME:-ibpo_gspo_qwen3_next_80b} \
-MAX_RESPONSE=${MAX_RESPONSE:-253952} MAX_CANDIDATE=${MAX_CANDIDATE:-16384} \
+MAX_RESPONSE=${MAX_RESPONSE:-253952} MAX_MODEL_LEN=${MAX_MODEL_LEN:-262144} \
 GEN_TP=${GEN_TP:-8} SP_SIZE=${SP_SIZE:-8} \
     bash "$(dirname "$0")/run_ibpo_qwen3_32b.sh" \
     ibpo.candidate_view=strip_thinking \

@@ -10,6 +10,9 @@ from ibpo.prompts import build_correction_messages
 
 # Chat-template scaffolding around the correction prompt (role headers, generation prompt) plus slack.
 CHAT_TEMPLATE_SLACK_TOKENS = 32
+# Allowance for the template's text where no tokenizer is at hand (the config-time default of
+# rollout.prompt_length); the start check measures the real number.
+CORRECTION_TEMPLATE_TOKENS = 256
 
 
 class IBPOSetupError(ValueError):
@@ -43,19 +46,27 @@ def counterfactual_config_from(config: DictConfig) -> CounterfactualConfig | Non
     return CounterfactualConfig.from_mapping(options)
 
 
+def correction_prompt_length(max_prompt: int, max_response: int, num_references: int, max_candidate_tokens: int,
+                             template_tokens: int = CORRECTION_TEMPLATE_TOKENS) -> int:
+    """Tokens a correction prompt x~ can need: x + (1 + K-1) candidates (each ``max_candidate_tokens`` plus
+    the truncation marker when truncated, else a whole response) + the template's own text."""
+    per_candidate = int(max_candidate_tokens) + 16 if int(max_candidate_tokens) > 0 else int(max_response)
+    return int(max_prompt) + (1 + int(num_references)) * per_candidate + int(template_tokens)
+
+
 def correction_prompt_budget(config: DictConfig, ibpo: IBPOConfig, tokenizer) -> int:
-    """Tokens a correction prompt x~ can need: x + (1 + K-1) candidates + the template's own text."""
-    max_prompt = int(config.data.max_prompt_length)
-    per_candidate = ibpo.max_candidate_tokens or int(config.data.max_response_length)
-    if ibpo.max_candidate_tokens:
-        per_candidate += 16  # the truncation marker
+    """:func:`correction_prompt_length` with the template's text measured by the run's tokenizer."""
     scaffold = build_correction_messages([{"role": "user", "content": ""}], "", [""] * ibpo.num_references, ibpo)
     template_tokens = len(tokenizer.encode(scaffold[-1]["content"], add_special_tokens=False))
-    return max_prompt + (1 + ibpo.num_references) * per_candidate + template_tokens + CHAT_TEMPLATE_SLACK_TOKENS
+    return correction_prompt_length(config.data.max_prompt_length, config.data.max_response_length,
+                                    ibpo.num_references, ibpo.max_candidate_tokens,
+                                    template_tokens + CHAT_TEMPLATE_SLACK_TOKENS)
 
 
-def check_trainer_config(config: DictConfig, ibpo: IBPOConfig, tokenizer) -> None:
-    """Fail early on settings that would make IBPO silently wrong."""
+def check_trainer_config(config: DictConfig, ibpo: IBPOConfig, tokenizer, max_positions: int | None = None) -> None:
+    """Fail early on settings that would make IBPO silently wrong. ``max_positions`` is the model's
+    context length (``max_position_embeddings``), used when ``rollout.max_model_len`` is unset, as verl's
+    vLLM server does."""
     algo = config.algorithm
     if algo.adv_estimator in ("remax",):
         raise IBPOSetupError("algorithm.adv_estimator=remax is not supported by the IBPO trainer")
@@ -81,6 +92,25 @@ def check_trainer_config(config: DictConfig, ibpo: IBPOConfig, tokenizer) -> Non
                 f"{ibpo.max_candidate_tokens or config.data.max_response_length} tokens + template). verl would "
                 f"left-truncate them with only a warning. Raise rollout.prompt_length or set ibpo.max_candidate_tokens."
             )
+        context = config.actor_rollout_ref.rollout.get("max_model_len") or max_positions
+        total = have + int(config.actor_rollout_ref.rollout.response_length)
+        if context is not None and total > int(context):
+            raise IBPOSetupError(
+                f"actor_rollout_ref.rollout.prompt_length={have} + response_length="
+                f"{config.actor_rollout_ref.rollout.response_length} = {total} exceeds the model context {context} "
+                f"(rollout.max_model_len, else max_position_embeddings): the rollout would silently shorten long "
+                f"corrections, which then score wrong. Lower ibpo.max_candidate_tokens (each candidate is "
+                f"middle-truncated to it) or the response length, or extend the context (rope scaling)."
+            )
+
+
+def model_max_positions(model_path: str) -> int | None:
+    """``max_position_embeddings`` of the HF model at ``model_path`` (None if the config has none)."""
+    from transformers import AutoConfig
+
+    hf_config = AutoConfig.from_pretrained(model_path, trust_remote_code=False)
+    text_config = getattr(hf_config, "text_config", None) or hf_config
+    return getattr(text_config, "max_position_embeddings", None)
 
 
 def count_model_params(model_path: str) -> int:
