@@ -263,3 +263,19 @@ def test_config_yaml_composes_against_verl(tmp_path):
         off = compose(config_name="ibpo_trainer", overrides=["data.max_prompt_length=100", "ibpo.enable=False"])
     assert off.actor_rollout_ref.rollout.prompt_length == 100  # no correction prompts, no widening
     assert IBPOConfig.from_mapping({**OmegaConf.to_container(cfg.ibpo), "group_size": 8}).variant == "binary"
+
+
+def test_several_corrections_per_target_and_rewrite_penalty():
+    """corrections_per_target = 2: two requests per wrong row, Δ their mean; joint rows share one uid per
+    prompt; a rewritten correction's training reward carries the rewrite penalty (App. C.3)."""
+    n = 2
+    trainer = make_trainer({"variant": "binary", "corrections_per_target": 2, "joint_training": True,
+                            "rewrite_penalty": 0.25}, n=n)
+    responses = [CORRECT, [1, 2, 8]]  # row 1's corrections copy the reference: rewrites
+    batch, result, metrics, _ = main_step(trainer, responses, n)
+    assert [r.target_row for r in result.requests] == [1, 1]
+    assert metrics["ibpo/num_corrections"] == 2 and metrics["ibpo/rewrite_rate"] == 1.0
+    assert batch.batch[corr.DELTA_KEY].tolist() == [0.0, 0.0]
+    joint = corr.build_joint_rows(batch, result, trainer.ibpo)
+    assert len(set(joint.non_tensor_batch["uid"])) == 1
+    assert joint.batch["rm_scores"].sum(-1).tolist() == pytest.approx([0.75, 0.75])  # r(ŷ) = 1 minus 0.25
