@@ -26,13 +26,12 @@ from data_prep.common import (
     RawRow,
     add_math_options,
     base_parser,
-    check_row_count,
-    convert_rows,
+    convert_files,
     find_input_files,
+    finish_eval_rows,
     first_present,
     format_counts,
     integer_text,
-    iter_rows,
     make_math_row,
     require_str,
     run_cli,
@@ -142,12 +141,8 @@ def prepare_aime25(
             source=f"{layout}:{Path(raw.ref.file).name}",
         )
 
-    rows = []
-    for path in find_input_files(input_path, INPUT_PATTERNS):
-        rows += convert_rows(iter_rows(path), convert, summary, skip_invalid)
-    rows.sort(key=lambda r: r["extra_info"]["index"])
-    check_row_count(len(rows), EXPECTED_ROWS, DATA_SOURCE, allow_partial)
-    summary.rows_written = len(rows)
+    rows = convert_files(input_path, find_input_files(input_path, INPUT_PATTERNS), convert, summary, skip_invalid)
+    rows = finish_eval_rows(rows, EXPECTED_ROWS, DATA_SOURCE, allow_partial, summary)
     summary.facts["layout"] = format_counts(layouts)
     summary.facts["template"] = template
     return rows, summary

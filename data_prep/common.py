@@ -376,6 +376,25 @@ def convert_rows(
     return list(iter_converted(rows, convert, summary, skip_invalid))
 
 
+def convert_files(input_path: str | Path, paths: Iterable[Path], convert, summary, skip_invalid: bool) -> list[dict]:
+    """Rows converted from every file of ``paths`` in order (see :func:`convert_rows`); no row at all is an
+    error naming ``input_path``."""
+    rows: list[dict] = []
+    for path in paths:
+        rows += convert_rows(iter_rows(path), convert, summary, skip_invalid)
+    if not rows:
+        raise PrepError(str(input_path), None, "no rows prepared")
+    return rows
+
+
+def finish_eval_rows(rows: list[dict], expected: int, dataset: str, allow_partial: bool, summary) -> list[dict]:
+    """Eval-set rows in problem order, with the expected row count checked and recorded in ``summary``."""
+    rows.sort(key=lambda r: r["extra_info"]["index"])
+    check_row_count(len(rows), expected, dataset, allow_partial)
+    summary.rows_written = len(rows)
+    return rows
+
+
 def check_row_count(written: int, expected: int, dataset: str, allow_partial: bool) -> None:
     """Stop when an eval set with a known size came out at another size (``--allow-partial`` permits fewer)."""
     if written == expected or (allow_partial and 0 < written < expected):

@@ -27,10 +27,9 @@ from data_prep.common import (
     PrepSummary,
     RawRow,
     base_parser,
-    convert_rows,
+    convert_files,
     find_input_files,
     gold_answer_parses,
-    iter_rows,
     make_math_row,
     run_cli,
     write_verl_parquet,
@@ -118,11 +117,7 @@ def prepare_dapo_math(
             source=f"BytedTsinghua-SIA/DAPO-Math-17k:{Path(raw.ref.file).name}",
         )
 
-    rows = []
-    for path in find_input_files(input_path, INPUT_PATTERNS):
-        rows += convert_rows(iter_rows(path), convert, summary, skip_invalid)
-    if not rows:
-        raise PrepError(str(input_path), None, "no rows prepared")
+    rows = convert_files(input_path, find_input_files(input_path, INPUT_PATTERNS), convert, summary, skip_invalid)
     for i, row in enumerate(rows):  # contiguous indices after skips
         row["extra_info"]["index"] = i
     summary.rows_written = len(rows)

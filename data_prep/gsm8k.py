@@ -22,8 +22,7 @@ from data_prep.common import (
     PrepSummary,
     RawRow,
     base_parser,
-    convert_rows,
-    iter_rows,
+    convert_files,
     make_math_row,
     require_str,
     run_cli,
@@ -93,11 +92,7 @@ def prepare_gsm8k(
             source=f"openai/gsm8k:{Path(raw.ref.file).name}",
         )
 
-    rows = []
-    for path in find_gsm8k_files(input_path, split):
-        rows += convert_rows(iter_rows(path), convert, summary, skip_invalid)
-    if not rows:
-        raise PrepError(str(input_path), None, "no rows prepared")
+    rows = convert_files(input_path, find_gsm8k_files(input_path, split), convert, summary, skip_invalid)
     summary.rows_written = len(rows)
     summary.facts["template"] = template
     return rows, summary

@@ -25,12 +25,11 @@ from data_prep.common import (
     RawRow,
     add_math_options,
     base_parser,
-    check_row_count,
-    convert_rows,
+    convert_files,
     find_input_files,
+    finish_eval_rows,
     format_counts,
     gold_answer_parses,
-    iter_rows,
     make_math_row,
     require_str,
     run_cli,
@@ -92,12 +91,8 @@ def prepare_hmmt25(
             source=f"MathArena/hmmt_feb_2025:{Path(raw.ref.file).name}",
         )
 
-    rows = []
-    for path in find_input_files(input_path, INPUT_PATTERNS):
-        rows += convert_rows(iter_rows(path), convert, summary, skip_invalid)
-    rows.sort(key=lambda r: r["extra_info"]["index"])
-    check_row_count(len(rows), EXPECTED_ROWS, DATA_SOURCE, allow_partial)
-    summary.rows_written = len(rows)
+    rows = convert_files(input_path, find_input_files(input_path, INPUT_PATTERNS), convert, summary, skip_invalid)
+    rows = finish_eval_rows(rows, EXPECTED_ROWS, DATA_SOURCE, allow_partial, summary)
     summary.facts["problem types"] = format_counts(topics)
     answers = [r["reward_model"]["ground_truth"] for r in rows]
     summary.facts["non-integer answers"] = str(sum(not a.lstrip("-").isdigit() for a in answers))
