@@ -32,7 +32,7 @@ TABLE = [
     ("ibpo/cov_y_phi", "Cov(Y,φ)", "{:+.4f}"),
     ("ibpo/lambda_max", "λmax", "{:.2f}"),
     ("ibpo/num_joint_rows", "joint", "{:.0f}"),
-    ("actor/grad_norm", "|g|", "{:.3f}"),
+    ("actor/grad_norm", "grad norm", "{:.3f}"),
     ("ibpo/time/correction_gen_s", "corr s", "{:.2f}"),
     ("timing_s/step", "step s", "{:.1f}"),
 ]
