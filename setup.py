@@ -6,7 +6,7 @@ from setuptools import find_packages, setup
 # here: both pull torch builds with several GB of CUDA packages. Install torch first (README).
 INSTALL_REQUIRES = [
     "verl[verl-core]==0.9.1",
-    "math-verify[antlr4_13_2]==0.9.0",
+    "math-verify[antlr4_9_3]==0.9.0",
     "rapidfuzz>=3.9",
     "numpy>=1.26",
     "pyarrow>=15",
