@@ -28,7 +28,8 @@ setup(
     python_requires=">=3.10",
     # `tests` and `scripts` are deliberately not packages: the verl 0.9.1 wheel installs top-level
     # `tests` and `scripts` packages of its own into site-packages.
-    packages=find_packages(include=["ibpo", "ibpo.*", "recipe", "recipe.*", "reward_fns", "reward_fns.*",
+    packages=find_packages(include=["ibpo", "ibpo.*", "counterfactual", "counterfactual.*", "analysis", "analysis.*",
+                                    "verl_cpu", "verl_cpu.*", "recipe", "recipe.*", "reward_fns", "reward_fns.*",
                                     "data_prep", "data_prep.*"]),
     package_data={"recipe.ibpo": ["*.sh", "REQUIRED_VERL.txt"], "recipe.ibpo.config": ["*.yaml"]},
     install_requires=INSTALL_REQUIRES,
@@ -37,7 +38,7 @@ setup(
         # verl imports every entry point of this group at `import verl` (verl/__init__.py), in every process.
         "verl.plugins": [
             "ibpo = ibpo.verl_plugin",  # advantage estimator `ibpo`
-            "ibpo_cpu = recipe.ibpo.cpu.plugin",  # CPU platform + `hf` rollout (inert unless VERL_PLATFORM=cpu)
+            "verl_cpu = verl_cpu.plugin",  # CPU platform + `hf` rollout (inert unless VERL_PLATFORM=cpu)
         ],
     },
 )

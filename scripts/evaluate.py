@@ -13,7 +13,7 @@ Generation uses vLLM when it is importable (``--backend auto``) and transformers
 ``acc`` is 1.
 
 Methods reported per data source (each with a 95% bootstrap CI over problems, and over seeds when several
-``--seeds`` are given; see :mod:`ibpo.evaluation` for the bootstrap):
+``--seeds`` are given; see :mod:`analysis.evaluation_stats` for the bootstrap):
 - ``sample``: avg@k (mean accuracy over the k samples) and unbiased pass@k'.
 - ``best_of_N`` (``--best-of-n N``, paper: N = 8): the k samples of a problem are cut into k/N blocks of N
   and one sample per block is kept **without the verifier**: ``majority`` = the most frequent extracted
@@ -46,7 +46,7 @@ from typing import Any, Callable, Protocol, Sequence
 import numpy as np
 
 from ibpo.config import IBPOConfig
-from ibpo.evaluation import (
+from analysis.evaluation_stats import (
     avg_at_k_per_problem,
     best_of_n_per_problem,
     bootstrap_ci,
@@ -200,7 +200,7 @@ class HFGenerate:
     def generate(self, prompts: Sequence[list[int]], n: int, sampling: Sampling, seed: int) -> list[list[Completion]]:
         from transformers import GenerationConfig
 
-        from recipe.ibpo.cpu.hf_rollout import cut_at_eos, left_pad
+        from verl_cpu.hf_rollout import cut_at_eos, left_pad
 
         torch = self.torch
         flat = [(i, list(p)) for i, p in enumerate(prompts) for _ in range(n)]
@@ -546,7 +546,7 @@ def comparison_table(rows: list[dict]) -> str:
             f"{r['p_value']:.4f}", str(r["num_problems"])]) + " |")
     lines.append("")
     lines.append("Paired bootstrap: problems resampled jointly for A and B, seeds independently per run; p from the "
-                 "centred bootstrap distribution of the difference (ibpo.evaluation).")
+                 "centred bootstrap distribution of the difference (analysis.evaluation_stats).")
     return "\n".join(lines)
 
 

@@ -4,7 +4,7 @@
     python scripts/simulate_theorem.py                 # full run, ~15 s on one CPU core
     python scripts/simulate_theorem.py --quick         # small setting (the test runs this)
 
-The world, the correction operator and the measurements are in :mod:`ibpo.simulation`; every IBPO number
+The world, the correction operator and the measurements are in :mod:`analysis.simulation`; every IBPO number
 comes from the functions the trainer uses (``ibpo.pipeline``, ``ibpo.advantages``, ``ibpo.diagnostics``).
 
 Table 1 (fixed policies, every step right with probability p): Cov(Y, φ), V_φ, the predicted
@@ -32,7 +32,7 @@ from dataclasses import asdict
 import numpy as np
 
 from ibpo.config import IBPOConfig
-from ibpo.simulation import RegimeResult, TrainingResult, World, measure_regime, train
+from analysis.simulation import RegimeResult, TrainingResult, World, measure_regime, train
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

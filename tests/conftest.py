@@ -8,6 +8,18 @@ import pytest
 @pytest.fixture(scope="session")
 def cpu_demo_assets(tmp_path_factory):
     """The quickstart's tiny warm-started model, tokenizer and synthetic task, built once per session."""
-    from recipe.ibpo.cpu.synthetic_task import build_cpu_demo_assets
+    from recipe.ibpo.synthetic_task import build_cpu_demo_assets
 
     return build_cpu_demo_assets(tmp_path_factory.mktemp("cpu_demo") / "assets")
+
+
+_TIER_BY_FOLDER = {"unit": "unit", "integration": "integration", "e2e": "e2e"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tiers are folders (tests/unit, tests/integration, tests/e2e); each test also gets its tier's marker,
+    so ``-m "not e2e"`` and ``-m unit`` select the same sets as the folders."""
+    for item in items:
+        tier = _TIER_BY_FOLDER.get(item.path.parent.name)
+        if tier is not None:
+            item.add_marker(getattr(pytest.mark, tier))

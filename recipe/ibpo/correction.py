@@ -2,7 +2,7 @@
 
 The trainer (``ibpo_ray_trainer.py``) calls these around its two ``generate_sequences`` calls. Every
 number comes from ``ibpo/``; this module only moves rows and keys between verl's batches and the pure
-functions, so it is tested on hand-built DataProtos (tests/test_recipe_correction.py).
+functions, so it is tested on hand-built DataProtos (tests/integration/test_recipe_correction.py).
 
 Row bookkeeping: verl's ``_balance_batch`` reorders rows, so everything IBPO adds is stored *per row* as
 batch keys (``ibpo_delta``, ``ibpo_token_mask``, ``ibpo_is_correction``, ``ibpo_is_padding``), never

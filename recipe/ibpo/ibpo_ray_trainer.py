@@ -48,10 +48,10 @@ from verl.utils.metric import reduce_metrics
 from verl.utils.skip.skip_manager import SkipManager
 
 from ibpo.config import IBPOConfig
-from ibpo.counterfactual import CounterfactualConfig
+from counterfactual.importance import CounterfactualConfig
 from ibpo.diagnostics import LambdaSchedule, estimate_step_flops, theorem_stats
 from recipe.ibpo import correction as corr
-from recipe.ibpo import counterfactual_batch as cf
+from counterfactual import batch as cf
 from recipe.ibpo.setup_checks import (
     check_trainer_config,
     count_model_params,
@@ -190,7 +190,7 @@ class RayIBPOTrainer(RayPPOTrainer):
         """Per-sample policy-gradient variance on the main rows under GSPO advantages (group-normalised raw
         reward, no mask) and the IBPO advantages this step trains with, on the same samples (App. A)."""
         from ibpo.advantages import broadcast_advantages, group_normalized_advantages
-        from ibpo.grad_probe import total_variance
+        from analysis.grad_probe import total_variance
         from recipe.ibpo.workers import probe_input
 
         is_main = (batch.batch[corr.IS_CORRECTION_KEY] == 0) & (batch.batch[corr.IS_PADDING_KEY] == 0)

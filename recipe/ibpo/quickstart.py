@@ -5,7 +5,7 @@
     python -m recipe.ibpo.quickstart --baseline            # the GSPO baseline through the same loop
 
 It builds (once, cached in ``--out``) a tiny Qwen2-style model and tokenizer, warm-starts it on the
-synthetic arithmetic task (``recipe/ibpo/cpu/synthetic_task.py``) so it answers some problems right and
+synthetic arithmetic task (``recipe/ibpo/synthetic_task.py``) so it answers some problems right and
 some wrong, then runs ``python -m recipe.ibpo.main_ibpo`` with the CPU platform and ``hf`` rollout, bounded
 by ``--timeout`` (the whole process tree is killed on expiry), and prints the IBPO metrics of every step.
 Extra Hydra overrides can follow ``--``.
@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from recipe.ibpo.cpu.launch import cpu_env, cpu_overrides, process_env, read_metrics_jsonl, run_with_timeout
+from verl_cpu.launch import cpu_env, cpu_overrides, process_env, read_metrics_jsonl, run_with_timeout
 
 # (metric key, column title, format)
 TABLE = [
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     extra = [x for x in extra if x != "--"]
 
-    from recipe.ibpo.cpu.synthetic_task import build_cpu_demo_assets
+    from recipe.ibpo.synthetic_task import build_cpu_demo_assets
 
     out = Path(args.out).resolve()
     stamp = out / "assets.json"

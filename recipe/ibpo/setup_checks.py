@@ -5,7 +5,7 @@ from __future__ import annotations
 from omegaconf import DictConfig, OmegaConf
 
 from ibpo.config import IBPOConfig
-from ibpo.counterfactual import CounterfactualConfig
+from counterfactual.importance import CounterfactualConfig
 from ibpo.prompts import build_correction_messages
 
 # Chat-template scaffolding around the correction prompt (role headers, generation prompt) plus slack.

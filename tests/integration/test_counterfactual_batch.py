@@ -1,0 +1,304 @@
+"""Counterfactual weighting on verl DataProtos (counterfactual/batch.py).
+
+Batches are built by hand in verl's layout (left-padded prompts, right-padded responses) with the
+locally built tiny tokenizer; a tiny Qwen2 model run in-process (float64) stands in for the actor's
+``compute_log_prob`` with the same output convention: per-token response log-probs, (bs, response_length).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from tensordict import TensorDict
+
+from counterfactual.importance import CounterfactualConfig, answer_log_prob, response_weights, span_drops
+from counterfactual.batch import (
+    build_masked_copies,
+    compute_masked_log_probs,
+    counterfactual_token_weights,
+    make_decode_fn,
+    plan_counterfactuals,
+    rows_with_signal,
+)
+from verl_cpu.tiny_assets import build_tiny_model, build_tiny_tokenizer
+from verl import DataProto
+from verl.utils import tensordict_utils as tu
+from verl.utils.model import compute_position_id_with_mask
+
+TEMPERATURE = 0.7
+
+# (uid, reward, response text). Group "b" has equal rewards (skipped); in group "c" nothing is measurable.
+ROWS = [
+    ("a", 1.0, "Let me think step by step about this.\n\n1. She sold 48 clips in April.\n"
+               "2. In May she sold 48 / 2 = 24 clips.\n3. So 48 + 24 = 72 clips.\n\n#### 72"),
+    ("a", 0.0, "To find the total we add the two months. We get $48 + 20 = 68$ clips in total.\n"
+               "Therefore the answer is $\\boxed{68}$."),
+    ("b", 1.0, "First compute the sum of both numbers here. 3 + 4 = 7. Final Answer: 7"),
+    ("b", 1.0, "Adding them up gives us the total. 3 + 4 = 7 #### 7"),
+    ("c", 0.0, "We add the two numbers together now. 17 + 25 = 42 so that is our total count."),
+    ("c", 1.0, "#### 42"),
+]
+PROMPTS = ["What is 48 + 24? Answer after ####.", "What is 3 + 4?", "What is 17 + 25?"]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    return build_tiny_tokenizer(tmp_path_factory.mktemp("cfb_tok"))
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory, tokenizer):
+    m = build_tiny_model(tmp_path_factory.mktemp("cfb_model"), tokenizer).double().eval()
+    return m
+
+
+@pytest.fixture(scope="module")
+def batch(tokenizer) -> DataProto:
+    """Six rows in verl's layout, as the agent loop and reward step leave them."""
+    pad = tokenizer.pad_token_id
+    prompt_ids = []
+    for uid, _, _ in ROWS:
+        messages = [{"role": "user", "content": PROMPTS["abc".index(uid)]}]
+        prompt_ids.append(
+            tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+        )
+    response_ids = [tokenizer.encode(text, add_special_tokens=False) + [tokenizer.eos_token_id] for _, _, text in ROWS]
+    p_len = max(map(len, prompt_ids))
+    r_len = max(map(len, response_ids)) + 3  # some right padding on every row
+    bs = len(ROWS)
+    prompts = torch.full((bs, p_len), pad)
+    responses = torch.full((bs, r_len), pad)
+    attention_mask = torch.zeros(bs, p_len + r_len, dtype=torch.long)
+    for i, (p, r) in enumerate(zip(prompt_ids, response_ids)):
+        prompts[i, p_len - len(p) :] = torch.tensor(p)
+        responses[i, : len(r)] = torch.tensor(r)
+        attention_mask[i, p_len - len(p) : p_len + len(r)] = 1
+    response_mask = attention_mask[:, p_len:].clone()
+    scores = torch.zeros(bs, r_len)
+    lengths = response_mask.sum(-1)
+    for i, (_, reward, _) in enumerate(ROWS):
+        scores[i, lengths[i] - 1] = reward
+    return DataProto.from_dict(
+        tensors={
+            "prompts": prompts,
+            "responses": responses,
+            "input_ids": torch.cat([prompts, responses], dim=1),
+            "attention_mask": attention_mask,
+            "position_ids": compute_position_id_with_mask(attention_mask),
+            "response_mask": response_mask,
+            "token_level_scores": scores,
+        },
+        non_tensors={
+            "uid": np.array([u for u, _, _ in ROWS], dtype=object),
+            "multi_modal_inputs": np.array([{} for _ in ROWS], dtype=object),
+        },
+        meta_info={"temperature": TEMPERATURE, "global_token_num": attention_mask.sum(-1).tolist()},
+    )
+
+
+def padded_response_log_probs(model, data: DataProto) -> torch.Tensor:
+    """Stand-in for the actor's compute_log_prob on a padded DataProto: log p(response_t | prefix), (bs, R)."""
+    with torch.no_grad():
+        logits = model(
+            input_ids=data.batch["input_ids"],
+            attention_mask=data.batch["attention_mask"],
+            position_ids=data.batch["position_ids"],
+        ).logits.double() / data.meta_info["temperature"]
+    p_len = data.batch["prompts"].shape[1]
+    log_probs = torch.log_softmax(logits[:, p_len - 1 : -1], dim=-1)
+    return log_probs.gather(-1, data.batch["responses"].unsqueeze(-1)).squeeze(-1)
+
+
+def single_sequence_answer_log_prob(model, prompt: list[int], response: list[int], seg) -> float:
+    """Slow reference: the unpadded sequence alone through the model, answer tokens' log-probs summed."""
+    ids = torch.tensor([prompt + response])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits.double()[0] / TEMPERATURE
+    log_probs = torch.log_softmax(logits[len(prompt) - 1 : -1], dim=-1)
+    token_lp = log_probs.gather(-1, torch.tensor(response).unsqueeze(-1)).squeeze(-1)
+    return answer_log_prob(token_lp, seg).item()
+
+
+class InProcessActor:
+    """Stands in for ``actor_rollout_wg``: ``compute_log_prob`` on verl's no-padding TensorDict, returning
+    ``log_probs`` as a jagged tensor where position t holds log p(token t+1), as verl's engine does."""
+
+    def __init__(self, model):
+        self.model = model
+        self.calls = []
+
+    def compute_log_prob(self, td: TensorDict) -> TensorDict:
+        entropy, temperature = tu.get(td, "calculate_entropy"), tu.get(td, "temperature")
+        self.calls.append({"rows": td.batch_size[0], "entropy": entropy, "temperature": temperature})
+        input_ids, position_ids = td["input_ids"], td["position_ids"]
+        values = []
+        for ids, pos in zip(input_ids.unbind(), position_ids.unbind()):
+            with torch.no_grad():
+                logits = self.model(input_ids=ids[None], position_ids=pos[None]).logits.double()[0]
+            logp = torch.log_softmax(logits / tu.get(td, "temperature"), dim=-1)
+            values.append(logp.gather(-1, torch.roll(ids, -1).unsqueeze(-1)).squeeze(-1))
+        nested = torch.nested.nested_tensor_from_jagged(torch.cat(values), offsets=input_ids.offsets())
+        return tu.get_tensordict({"log_probs": nested})
+
+
+# --------------------------------------------------------------------------------------------------
+
+
+def test_group_skip_and_plan(batch, tokenizer):
+    signal = rows_with_signal(batch, key="token_level_scores")
+    assert signal.tolist() == [True, True, False, False, True, True]
+    config = CounterfactualConfig()
+    plan = plan_counterfactuals(batch, config, make_decode_fn(tokenizer), signal)
+    segs = plan.segmentations
+    assert segs[2] is None and segs[3] is None  # group "b": equal rewards, not even segmented
+    assert segs[0].measurable and segs[1].measurable
+    assert not segs[4].has_answer and segs[4].spans  # spans, but no answer to measure
+    assert segs[5].has_answer and not segs[5].spans
+    expected_rows = [0] * len(segs[0].spans) + [1] * len(segs[1].spans)
+    assert plan.copy_rows.tolist() == expected_rows
+    assert plan.copy_spans.tolist() == list(range(len(segs[0].spans))) + list(range(len(segs[1].spans)))
+    capped = plan_counterfactuals(batch, config.replace(max_spans=2), make_decode_fn(tokenizer), signal)
+    assert capped.copy_rows.tolist() == [0, 0, 1, 1]
+    # controls without forward passes
+    assert plan_counterfactuals(batch, config.replace(mode="random"), make_decode_fn(tokenizer), signal).num_copies == 0
+    vanilla = plan_counterfactuals(batch, config.replace(mode="vanilla"), make_decode_fn(tokenizer), signal)
+    assert vanilla.num_copies == 0 and all(s is None for s in vanilla.segmentations)
+    with pytest.raises(ValueError, match="signal"):
+        plan_counterfactuals(batch, config, make_decode_fn(tokenizer), signal[:3])
+
+
+def test_masked_copies_layout(batch, tokenizer):
+    plan = plan_counterfactuals(batch, CounterfactualConfig(), make_decode_fn(tokenizer), rows_with_signal(batch))
+    pad = tokenizer.pad_token_id
+    masked = build_masked_copies(batch, plan, pad)
+    assert len(masked) == plan.num_copies
+    assert set(masked.batch.keys()) == {
+        "prompts", "responses", "input_ids", "attention_mask", "position_ids", "response_mask"
+    }
+    assert set(masked.non_tensor_batch) == {"multi_modal_inputs"}
+    assert masked.meta_info["temperature"] == TEMPERATURE
+    assert masked.meta_info["global_token_num"] == masked.batch["attention_mask"].sum(-1).tolist()
+    p_len = batch.batch["prompts"].shape[1]
+    for j, (row, k) in enumerate(zip(plan.copy_rows, plan.copy_spans)):
+        span = plan.segmentations[row].spans[k]
+        src = batch.batch["responses"][row]
+        got = masked.batch["responses"][j]
+        changed = (got != src).nonzero().flatten().tolist()
+        assert set(changed) <= set(range(span.start, span.end))
+        assert (got[span.start : span.end] == pad).all()
+        assert torch.equal(masked.batch["input_ids"][j, p_len:], got)
+        assert torch.equal(masked.batch["input_ids"][j, :p_len], batch.batch["input_ids"][row, :p_len])
+        for key in ("prompts", "attention_mask", "position_ids", "response_mask"):
+            assert torch.equal(masked.batch[key][j], batch.batch[key][row]), key
+    empty = plan_counterfactuals(batch, CounterfactualConfig(mode="random"), make_decode_fn(tokenizer))
+    with pytest.raises(ValueError, match="no masked copies"):
+        build_masked_copies(batch, empty, pad)
+
+
+def test_weights_match_single_sequence_reference(batch, tokenizer, model):
+    """The batched path (padded copies, plan indexing) gives the weights of a one-sequence-at-a-time reference."""
+    config = CounterfactualConfig()
+    plan = plan_counterfactuals(batch, config, make_decode_fn(tokenizer), rows_with_signal(batch))
+    masked = build_masked_copies(batch, plan, tokenizer.pad_token_id)
+    full_lp = padded_response_log_probs(model, batch)
+    masked_lp = padded_response_log_probs(model, masked)
+    weights, metrics = counterfactual_token_weights(batch, plan, config, full_lp, masked_lp)
+    assert weights.shape == batch.batch["responses"].shape and weights.dtype == torch.float32
+
+    p_len = batch.batch["prompts"].shape[1]
+    all_drops = []
+    for row in (0, 1):
+        seg = plan.segmentations[row]
+        prompt = batch.batch["prompts"][row][batch.batch["attention_mask"][row, :p_len].bool()].tolist()
+        response = batch.batch["responses"][row, : seg.num_tokens].tolist()
+        full = single_sequence_answer_log_prob(model, prompt, response, seg)
+        masked_scores = []
+        for span in seg.spans:
+            copy = list(response)
+            copy[span.start : span.end] = [tokenizer.pad_token_id] * span.length
+            masked_scores.append(single_sequence_answer_log_prob(model, prompt, copy, seg))
+        drops = span_drops(full, torch.tensor(masked_scores, dtype=torch.float64))
+        all_drops.extend(drops.tolist())
+        expected = response_weights(seg, config, drops)
+        torch.testing.assert_close(weights[row, : seg.num_tokens].double(), expected, rtol=1e-5, atol=1e-6)
+        assert weights[row, : seg.num_tokens].double().mean().item() == pytest.approx(1.0, abs=1e-5)
+        assert (weights[row, seg.num_tokens :] == 1.0).all()  # padding stays neutral
+    for row in (2, 3, 4, 5):  # skipped group, no answer marker, no spans
+        assert (weights[row] == 1.0).all()
+
+    assert metrics["counterfactual/masked_copies"] == plan.num_copies
+    assert metrics["counterfactual/weighted_responses"] == 2
+    assert metrics["counterfactual/segmented_responses"] == 4
+    assert metrics["counterfactual/no_answer_share"] == pytest.approx(1 / 4)
+    spans = sum(len(plan.segmentations[r].spans) for r in (0, 1, 4, 5))
+    assert metrics["counterfactual/spans_per_response"] == pytest.approx(spans / 4)
+    assert metrics["counterfactual/distractor_share"] == pytest.approx(np.mean(np.array(all_drops) < 0))
+    assert metrics["counterfactual/drop_mean"] == pytest.approx(np.mean(all_drops), rel=1e-4, abs=1e-7)
+    arith = [(r, s) for r in (0, 1) for s in plan.segmentations[r].spans if s.kind == "arithmetic"]
+    arith_weight = sum(weights[r, s.start : s.end].double().sum().item() for r, s in arith)
+    expected_arith = arith_weight / sum(s.length for _, s in arith)
+    assert metrics["counterfactual/weight_arithmetic_mean"] == pytest.approx(expected_arith, rel=1e-6)
+
+
+def test_compute_masked_log_probs_through_verl_no_padding_format(batch, tokenizer, model):
+    """Pad to the DP size, verl's left_right_2_no_padding / no_padding_2_padding round trip, unpad."""
+    plan = plan_counterfactuals(batch, CounterfactualConfig(), make_decode_fn(tokenizer), rows_with_signal(batch))
+    masked = build_masked_copies(batch, plan, tokenizer.pad_token_id)
+    actor = InProcessActor(model)
+    divisor = 4 if plan.num_copies % 4 else 3
+    assert plan.num_copies % divisor, "the padding path must be exercised"
+    got = compute_masked_log_probs(actor, masked, size_divisor=divisor)
+    padded_rows = plan.num_copies + (-plan.num_copies) % divisor
+    assert actor.calls == [{"rows": padded_rows, "entropy": False, "temperature": TEMPERATURE}]
+    expected = padded_response_log_probs(model, masked)
+    valid = masked.batch["attention_mask"][:, batch.batch["prompts"].shape[1] :].bool()
+    assert got.shape == expected.shape
+    torch.testing.assert_close(got[valid].double(), expected[valid], rtol=1e-5, atol=1e-5)
+    assert (got[~valid] == 0).all()
+
+
+def test_controls_on_a_batch(batch, tokenizer, model):
+    signal = rows_with_signal(batch)
+    decode = make_decode_fn(tokenizer)
+    base = CounterfactualConfig()
+    plan = plan_counterfactuals(batch, base, decode, signal)
+    masked = build_masked_copies(batch, plan, tokenizer.pad_token_id)
+    full_lp = padded_response_log_probs(model, batch)
+    masked_lp = padded_response_log_probs(model, masked)
+    cf, _ = counterfactual_token_weights(batch, plan, base.replace(gradient_conservation=False), full_lp, masked_lp)
+    inverted_cfg = base.replace(mode="inverted", gradient_conservation=False)
+    inv, _ = counterfactual_token_weights(batch, plan, inverted_cfg, full_lp, masked_lp)
+    for row in (0, 1):
+        seg = plan.segmentations[row]
+        r = seg.reasoning_end
+        plain = [t for t in range(r) if not seg.is_formatting[t]]
+        a, b = cf[row, plain], inv[row, plain]
+        assert a.argmax() == b.argmin() or a[b.argmin()] == a.max()  # the most important becomes the least
+        torch.testing.assert_close(a + b, torch.full_like(a, float(a.max() + a.min())))  # order reversed, range kept
+
+    random_cfg = base.replace(mode="random")
+    random_plan = plan_counterfactuals(batch, random_cfg, decode, signal)
+    empty = torch.empty(0, batch.batch["responses"].shape[1])
+    rnd, _ = counterfactual_token_weights(
+        batch, random_plan, random_cfg, full_lp, empty, torch.Generator().manual_seed(0)
+    )
+    assert not torch.equal(rnd[0], torch.ones_like(rnd[0]))
+    assert (rnd[2:] == 1.0).all()
+    vanilla_cfg = base.replace(mode="vanilla")
+    vanilla_plan = plan_counterfactuals(batch, vanilla_cfg, decode, signal)
+    van, metrics = counterfactual_token_weights(batch, vanilla_plan, vanilla_cfg, full_lp, empty)
+    assert (van == 1.0).all() and metrics["counterfactual/masked_copies"] == 0
+
+
+def test_shape_errors_name_the_argument(batch, tokenizer):
+    plan = plan_counterfactuals(batch, CounterfactualConfig(), make_decode_fn(tokenizer), rows_with_signal(batch))
+    r_len = batch.batch["responses"].shape[1]
+    with pytest.raises(ValueError, match="masked_log_probs"):
+        counterfactual_token_weights(batch, plan, CounterfactualConfig(), torch.zeros(6, r_len), torch.zeros(1, r_len))
+    with pytest.raises(ValueError, match="full_log_probs"):
+        counterfactual_token_weights(
+            batch, plan, CounterfactualConfig(), torch.zeros(5, r_len), torch.zeros(plan.num_copies, r_len)
+        )
+    with pytest.raises(KeyError, match="prompt_id"):
+        rows_with_signal(batch, group_key="prompt_id")

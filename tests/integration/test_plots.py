@@ -1,0 +1,115 @@
+"""scripts/plot_curves.py on synthetic logs written by verl's own loggers (file logger and tensorboard
+adapter), with the threshold numbers worked out by hand."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "plot_curves.py"
+FLOPS = "ibpo/compute/total_flops"
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("ibpo_plot_curves_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def log_run(logger, slope: float, steps: int = 12, flops_per_step: float = 100.0) -> None:
+    """verl's order: initial validation alone at step 0, then one record per step with the cumulative counter;
+    validation every 4 steps."""
+    logger.log(data={"val-core/aime25/acc/mean@4": 0.1}, step=0)
+    for step in range(1, steps + 1):
+        data = {"critic/score/mean": min(1.0, slope * step), "ibpo/raw_score_mean": min(1.0, slope * step),
+                FLOPS: flops_per_step * step,
+                "ibpo/compute/total_tokens": 10.0 * step}
+        if step % 4 == 0:
+            data["val-core/aime25/acc/mean@4"] = 0.1 + slope * step / 2
+        logger.log(data=data, step=step)
+
+
+@pytest.fixture
+def file_logs(tmp_path, monkeypatch):
+    from verl.utils.tracking import FileLogger
+
+    paths = {}
+    for label, slope in (("GSPO", 0.1), ("IBPO", 0.15)):
+        path = tmp_path / f"{label}.jsonl"
+        monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(path))
+        logger = FileLogger("proj", label)
+        log_run(logger, slope)
+        logger.finish()
+        paths[label] = path
+    return paths
+
+
+def test_series_carries_the_compute_counter_forward(file_logs):
+    mod = load_script()
+    records = mod.read_log(file_logs["GSPO"])
+    assert records[0].step == 0 and FLOPS not in records[0].data
+    x, y = mod.series(records, "val-core/aime25/acc/mean@4", FLOPS)
+    np.testing.assert_allclose(x, [0.0, 400.0, 800.0, 1200.0])  # initial validation at compute 0
+    np.testing.assert_allclose(y, [0.1, 0.3, 0.5, 0.7])
+    xs, _ = mod.series(records, "critic/score/mean", "step")
+    np.testing.assert_allclose(xs, np.arange(1, 13))
+
+
+def test_compute_to_threshold_by_hand():
+    mod = load_script()
+    steps = np.arange(1, 13, dtype=float)
+    flops = 100.0 * steps
+    # reward 0.1·s reaches 0.75 at s = 7.5 -> 750 FLOPs; with a trailing mean of 3, 0.1·(s−1) -> s = 8.5 -> 850
+    assert mod.compute_to_threshold(flops, 0.1 * steps, 0.75, 1) == pytest.approx(750.0)
+    assert mod.compute_to_threshold(flops, 0.1 * steps, 0.75, 3) == pytest.approx(850.0)
+    assert np.isnan(mod.compute_to_threshold(flops, 0.01 * steps, 0.75, 1))
+    np.testing.assert_allclose(mod.trailing_mean(np.array([1.0, 2.0, 3.0, 4.0]), 2), [1.0, 1.5, 2.5, 3.5])
+
+
+def test_cli_writes_png_and_table(file_logs, tmp_path):
+    out = tmp_path / "fig2.png"
+    table = tmp_path / "table2.md"
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--run", f"GSPO={file_logs['GSPO']}",
+                           "--run", f"IBPO={file_logs['IBPO']}", "--threshold", "0.75", "--smooth", "1",
+                           "--out", str(out), "--table", str(table)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    numbers = json.loads(table.with_suffix(".json").read_text())
+    assert numbers["GSPO"]["compute"] == pytest.approx(750.0)
+    assert numbers["IBPO"]["compute"] == pytest.approx(500.0)  # 0.15·s = 0.75 at s = 5
+    assert numbers["IBPO"]["relative"] == pytest.approx(500.0 / 750.0)
+    assert "| IBPO | 500 | 0.67 |" in proc.stdout
+    import matplotlib.image as mpimg
+
+    image = mpimg.imread(out)
+    assert image.shape[0] > 300 and image.shape[1] > 2 * image.shape[0]  # two panels side by side
+    assert image[..., :3].std() > 0.05  # not a blank canvas
+
+
+def test_tensorboard_logs_and_errors(tmp_path, monkeypatch, file_logs):
+    from verl.utils.tracking import _TensorboardAdapter
+
+    monkeypatch.setenv("TENSORBOARD_DIR", str(tmp_path / "tb"))
+    writer = _TensorboardAdapter("proj", "tb")
+    log_run(writer, 0.15)
+    writer.finish()
+    mod = load_script()
+    x, y = mod.series(mod.read_log(tmp_path / "tb"), "critic/score/mean", FLOPS)
+    np.testing.assert_allclose(x, 100.0 * np.arange(1, 13))
+    assert mod.compute_to_threshold(x, y, 0.75, 1) == pytest.approx(500.0, rel=1e-5)
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"step": 1, "data": {}}\nnot json\n')
+    with pytest.raises(ValueError, match=r"bad\.jsonl, line 2"):
+        mod.read_file_log(bad)
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--run", f"A={file_logs['GSPO']}", "--x", "nope/flops",
+                           "--out", str(tmp_path / "x.png")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "nope/flops" in proc.stderr

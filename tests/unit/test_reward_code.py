@@ -1,0 +1,188 @@
+"""Code verifier: LiveCodeBench semantics (extraction, comparison, verdicts), written from lcb_runner's rules."""
+
+import json
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from reward_fns import RESULT_KEYS, UnknownDataSource, compute_score, encode_tests
+from reward_fns.code_verifier import (BadCodeGroundTruth, CodeLimits, functional_matches, lcb_stdout_matches,
+                                      prepare_tests, run_code_tests)
+from reward_fns.extract import extract_code_lcb
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "reward"
+FAST = CodeLimits(timeout_s=2.0, memory_mb=1024)
+
+
+def fenced(code: str, preamble: str = "Here is my solution.") -> str:
+    return f"{preamble}\n```python\n{code}\n```\n"
+
+
+def stdin_truth(pairs) -> str:
+    return encode_tests({"inputs": [i for i, _ in pairs], "outputs": [o for _, o in pairs], "fn_name": None})
+
+
+def functional_truth(fn_name, pairs) -> str:
+    return encode_tests({"inputs": [i for i, _ in pairs], "outputs": [o for _, o in pairs], "fn_name": fn_name})
+
+
+ADD = stdin_truth([("1 2\n", "3\n"), ("10 20\n", "30\n"), ("-5 5\n", "0\n")])
+# Two positional arguments, one JSON value per line (LCB functional encoding).
+TWO_SUM = functional_truth("twoSum", [("[2, 7, 11, 15]\n9", "[0, 1]"), ("[3, 2, 4]\n6", "[1, 2]")])
+
+
+# ------------------------------------------------------------------------------------------- pure LCB rules
+@pytest.mark.parametrize("output, expected, ok", [
+    ("3\n", "3", True),
+    ("3   \n\n\n", "\n3", True),                    # whole-text and per-line strip
+    ("YES\nNO", "YES\nNO\n", True),
+    ("YES\nNO\nYES", "YES\nNO", False),             # line counts differ
+    ("1  2   3", "1 2 3", True),                     # numeric line: token lists compared as Decimals
+    ("a  b", "a b", False),                          # non-numeric inner whitespace matters
+    ("0.50", "0.5", True),
+    ("0.5000000001", "0.5", False),                  # no float tolerance
+    ("0.30000000000000004", "0.3", False),
+    ("1e3", "1000", True),                           # Decimal('1e3') == Decimal('1000')
+    ("yes", "YES", False),
+    ("", "", True),
+])
+def test_lcb_stdout_comparison(output, expected, ok):
+    assert lcb_stdout_matches(output, expected) is ok
+
+
+def test_functional_comparison_keeps_builtin_equality():
+    assert functional_matches([0, 1], [0, 1])
+    assert functional_matches(True, True) and functional_matches(1.0, 1)
+    assert not functional_matches({"__t": [0, 1]}, [0, 1])        # a nested tuple is not a list (plain ==)
+    assert not functional_matches({"__o": "X"}, [0, 1])           # custom objects never match
+    assert functional_matches({"__d": [[1, 2]]}, {1: 2}) and not functional_matches({"__d": [[1, 2]]}, {"1": 2})
+
+
+def test_extract_code_lcb_uses_last_two_fence_lines():
+    text = "```python\nprint(1)\n```\nthen\n```python\nprint(2)\n```"
+    assert extract_code_lcb(text) == "print(2)"
+    assert extract_code_lcb("only ```python one fence") == ""
+    assert extract_code_lcb("no code") == ""
+
+
+def test_prepare_tests_rejects_bad_functional_inputs():
+    bad = functional_truth("f", [("[1, 2", "3")])
+    with pytest.raises(BadCodeGroundTruth, match="not one JSON value per line"):
+        prepare_tests(bad)
+    with pytest.raises(BadCodeGroundTruth):
+        prepare_tests("not base64 and not json")
+
+
+# ------------------------------------------------------------------------------------------- verdict classes
+@pytest.mark.parametrize("code, verdict", [
+    ("a, b = map(int, input().split())\nprint(a + b)", "correct"),
+    ("import sys\nfor line in sys.stdin:\n    a, b = map(int, line.split())\n    print(a + b)", "correct"),
+    ("import sys\na, b = map(int, sys.stdin.read().split())\nprint(a + b)", "correct"),
+    ("a, b = map(int, open(0).read().split())\nprint(a + b)   ", "correct"),
+    ("def main():\n    a, b = map(int, input().split())\n    print(a + b)\n\nif __name__ == '__main__':\n    main()",
+     "correct"),
+    ("a, b = map(int, input().split())\nprint(a + b)\nexit()\nprint('unreachable')", "correct"),
+    ("import sys\na, b = map(int, input().split())\nprint(a + b)\nsys.exit(1)", "correct"),  # SystemExit swallowed
+    ("a, b = map(int, input().split())\nprint(a + b)\nquit()", "runtime_error"),  # LCB sets builtins.quit = None
+    ("a, b = map(int, input().split())\nprint(a - b)", "wrong_answer"),
+    ("print(3)", "wrong_answer"),  # passes the first test only; stops at the first failure
+    ("a, b = map(int, input().split()\nprint(a + b)", "compile_error"),
+    ("a, b = map(int, input().split())\nprint((a + b) // 0)", "runtime_error"),
+    ("while True:\n    pass", "timeout"),
+    ("x = bytearray(1 << 40)", "memory_limit"),
+])
+def test_stdin_verdicts(code, verdict):
+    result = compute_score("livecodebench_v6", fenced(code), ADD, code_timeout_s=2.0, code_memory_mb=1024)
+    assert tuple(result) == RESULT_KEYS
+    assert result["verdict"] == verdict, result
+    assert result["score"] == (1.0 if verdict == "correct" else 0.0)
+
+
+def test_float_formatting_follows_decimal_rule():
+    truth = stdin_truth([("1 2\n", "0.50\n")])
+    assert compute_score("livecodebench_v6", fenced("print(f'{1/2:.6f}')"), truth)["verdict"] == "correct"
+    assert compute_score("livecodebench_v6", fenced("print(0.1 + 0.4)"), truth)["verdict"] == "correct"
+    assert compute_score("livecodebench_v6", fenced("print(0.5000001)"), truth)["verdict"] == "wrong_answer"
+
+
+def test_no_code_and_unclosed_think_are_no_answer():
+    assert compute_score("livecodebench_v6", "I would loop over the input.", ADD)["verdict"] == "no_answer"
+    unfinished = "<think>\n```python\nprint(3)\n```\n"
+    assert compute_score("livecodebench_v6", unfinished, ADD)["verdict"] == "no_answer"
+    after_think = "<think>draft\n```python\nprint(0)\n```\n</think>\n" + fenced(
+        "a, b = map(int, input().split())\nprint(a + b)")
+    assert compute_score("livecodebench_train", after_think, ADD)["verdict"] == "correct"
+
+
+SOLUTION_TWO_SUM = """class Solution:
+    def twoSum(self, nums: List[int], target: int) -> List[int]:
+        seen = {}
+        for i, x in enumerate(nums):
+            if target - x in seen:
+                return [seen[target - x], i]
+            seen[x] = i
+"""
+
+
+@pytest.mark.parametrize("code, verdict", [
+    (SOLUTION_TWO_SUM, "correct"),                                       # typing names come from LCB's prefix
+    (SOLUTION_TWO_SUM.replace("return [seen[target - x], i]", "return (seen[target - x], i)"), "correct"),
+    (SOLUTION_TWO_SUM.replace("return [seen[target - x], i]", "return [(seen[target - x], i)][0:1]"),
+     "wrong_answer"),                                                    # nested tuple != list
+    (SOLUTION_TWO_SUM.replace("return [seen[target - x], i]", "return [i, seen[target - x]]"), "wrong_answer"),
+    (SOLUTION_TWO_SUM.replace("def twoSum", "def two_sum"), "runtime_error"),  # missing method (LCB -4)
+    (SOLUTION_TWO_SUM + "\n    def __init__(self):\n        raise ValueError('boom')", "runtime_error"),
+    ("class Solution:\n    def twoSum(self, nums, target):\n        while True: pass", "timeout"),
+    ("def twoSum(nums, target):\n    return [0, 1] if target == 9 else [1, 2]", "correct"),  # module function
+    ("class Solution:\n    def twoSum(self, nums, target)\n        return [0, 1]", "compile_error"),
+    ("class Always:\n    def __eq__(self, other): return True\n"
+     "class Solution:\n    def twoSum(self, nums, target): return Always()", "wrong_answer"),
+])
+def test_functional_verdicts(code, verdict):
+    result = compute_score("livecodebench_v6", fenced(code), TWO_SUM, code_timeout_s=2.0)
+    assert result["verdict"] == verdict, result
+
+
+def test_functional_float_has_no_tolerance_and_state_persists_between_calls():
+    truth = functional_truth("f", [("1", "0.3"), ("2", "2")])
+    float_code = "def f(x):\n    return 0.1 + 0.2 if x == 1 else 2"
+    assert compute_score("livecodebench_v6", fenced(float_code), truth)["verdict"] == "wrong_answer"
+    # LCB runs every call in one process on one Solution instance; so do we.
+    stateful = functional_truth("count", [("0", "1"), ("0", "2"), ("0", "3")])
+    code = "class Solution:\n    def __init__(self):\n        self.n = 0\n    def count(self, _):\n" \
+           "        self.n += 1\n        return self.n"
+    assert compute_score("livecodebench_v6", fenced(code), stateful)["verdict"] == "correct"
+
+
+def test_real_lcb_row_1873_A():
+    fixture = json.loads((FIXTURES / "lcb_1873_A.json").read_text())
+    truth = encode_tests({k: fixture[k] for k in ("inputs", "outputs", "fn_name")})
+    solution = ("t = int(input())\nfor _ in range(t):\n    s = input().strip()\n"
+                "    d = sum(1 for a, b in zip(s, 'abc') if a != b)\n    print('YES' if d <= 2 else 'NO')")
+    wrong = solution.replace("d <= 2", "d < 2")
+    assert compute_score("livecodebench_v6", fenced(solution), truth)["verdict"] == "correct"
+    assert compute_score("livecodebench_v6", fenced(wrong), truth)["verdict"] == "wrong_answer"
+    assert run_code_tests(solution, prepare_tests(truth), FAST).passed == len(fixture["inputs"])
+
+
+def test_dispatch_errors_name_the_problem():
+    with pytest.raises(UnknownDataSource, match=r"unknown data_source 'lcb'.*livecodebench_v6"):
+        compute_score("lcb", "x", ADD)
+    with pytest.raises(BadCodeGroundTruth, match=r"question_id='3708'.*reward_model.ground_truth"):
+        compute_score("livecodebench_v6", fenced("print(1)"), "{\"inputs\": []}", extra_info={"question_id": "3708"})
+
+
+def test_big_integers_beyond_python_str_limit():
+    # ~7600 digits: over Python's default 4300-digit str<->int limit, under LCB's 50000 (Decimal is unlimited).
+    big = str(Decimal(7 ** 9000))
+    truth = functional_truth("pw", [("7\n9000", big)])
+    ok = "class Solution:\n    def pw(self, a, b):\n        return a ** b"
+    off = "class Solution:\n    def pw(self, a, b):\n        return a ** b + 1"
+    assert compute_score("livecodebench_v6", fenced(ok), truth)["verdict"] == "correct"
+    assert compute_score("livecodebench_v6", fenced(off), truth)["verdict"] == "wrong_answer"
+    stdin = stdin_truth([("9000\n", big + "\n")])
+    assert compute_score("livecodebench_v6", fenced("print(7 ** int(input()))"), stdin)["verdict"] == "correct"
+    # LCB's process limit is 50000 digits: printing a longer int is a runtime error there and here.
+    huge = stdin_truth([("60000\n", "1" * 60000 + "\n")])
+    assert compute_score("livecodebench_v6", fenced("print(10 ** int(input()))"), huge)["verdict"] == "runtime_error"
