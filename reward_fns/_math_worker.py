@@ -107,7 +107,8 @@ def main() -> None:
         if answer is None:
             return {"status": "no_answer", "how": "none"}
         reply = {"status": "ok", "correct": False, "pred": answer[:PRED_REPLY_CHARS], "how": how}
-        problem = extract.answer_problem(answer, gold_str)
+        problem = ("the final box is an operand of a larger expression" if how == "boxed_embedded"
+                   else extract.answer_problem(answer, gold_str))
         if problem is not None:
             reply["detail"] = problem
             return reply

@@ -89,10 +89,7 @@ def last_boxed_content(text: str) -> str | None:
     return text[content_start:end - 1]
 
 
-def final_boxes(text: str) -> list[str]:
-    """Contents of the boxes that make up the final answer: the last top-level box, plus the boxes before it
-    that are joined to it only by connective text (``$x=\\boxed{3}$ and $x=\\boxed{5}$`` gives ``["3", "5"]``).
-    Boxes nested inside a final box are part of its content. Empty if there is no balanced box."""
+def _final_box_group(text: str) -> list[tuple[int, int, int]]:
     boxes = balanced_boxes(text)
     group: list[tuple[int, int, int]] = []
     for box in reversed(boxes):
@@ -103,7 +100,31 @@ def final_boxes(text: str) -> list[str]:
             if len(gap) > MAX_BOX_GAP_CHARS or not _GAP_RE.fullmatch(gap) or len(group) >= MAX_BOXES_IN_ANSWER:
                 break
         group.append(box)
-    return [text[content_start:end - 1] for _start, content_start, end in reversed(group)]
+    group.reverse()
+    return group
+
+
+def final_boxes(text: str) -> list[str]:
+    """Contents of the boxes that make up the final answer: the last top-level box, plus the boxes before it
+    that are joined to it only by connective text (``$x=\\boxed{3}$ and $x=\\boxed{5}$`` gives ``["3", "5"]``).
+    Boxes nested inside a final box are part of its content. Empty if there is no balanced box."""
+    return [text[content_start:end - 1] for _start, content_start, end in _final_box_group(text)]
+
+
+# An operand or operator right next to the final box makes the box part of a larger expression:
+# "\boxed{70}+1", "\boxed{70}^2", "\boxed{70} \approx 71", "2\boxed{35}", "-\boxed{984}", "\frac{1}{\boxed{70}}".
+_AFTER_BOX_RE = re.compile(r"[ \t]{0,16}(?:[-+*/^_=<>!'0-9(\[|≈≠≤≥±]|\\(?!text|mbox|quad|qquad|\]|\)|[,;: ]|%|\$)[A-Za-z])")
+_BEFORE_BOX_RE = re.compile(r"(?:[-+*/^_<>0-9|≈≠≤≥±{]|\\(?:cdot|times|div|pm|mp|approx|sim|frac|sqrt|dfrac|tfrac|"
+                            r"le|ge|leq|geq|lt|gt|ne|neq|cancel|not))[ \t]{0,16}$")
+
+
+def boxes_embedded(text: str) -> bool:
+    """Whether the final box(es) are an operand of a larger expression (then the box is not the answer)."""
+    group = _final_box_group(text)
+    if not group:
+        return False
+    start, end = group[0][0], group[-1][2]
+    return bool(_AFTER_BOX_RE.match(text, end) or _BEFORE_BOX_RE.search(text[max(0, start - 24):start]))
 
 
 def last_answer_line(text: str) -> str | None:
@@ -142,10 +163,14 @@ def extract_math_answer(final_text: str) -> tuple[str | None, str]:
        connective text give their contents joined as a list ``"3, 5"`` (``how == "boxed_list"``);
     2. else the value of the last ``Answer:`` line.
 
-    Returns ``(answer, how)`` with ``how`` in ``{"boxed", "boxed_list", "answer_line", "none"}``.
+    A final box that is an operand of a larger expression (``\\boxed{70}+1``, ``2\\boxed{35}``) gives
+    ``how == "boxed_embedded"``: the stated answer is the expression, not the box, and is scored wrong.
+    Returns ``(answer, how)`` with ``how`` in ``{"boxed", "boxed_list", "boxed_embedded", "answer_line", "none"}``.
     """
     contents = [normalise_answer(c) for c in final_boxes(final_text)]
     contents = [c for c in contents if c]
+    if contents and boxes_embedded(final_text):
+        return ", ".join(contents), "boxed_embedded"
     if len(contents) == 1:
         return contents[0], "boxed"
     if contents:
@@ -286,9 +311,10 @@ def answer_problem(answer: str, gold: str) -> str | None:
     if extra:
         return "relation, approximation or hedge in the answer: " + " ".join(sorted(extra))
     gold_texts = "".join(_TEXT_GROUP_RE.findall(gold))
-    for text in _TEXT_GROUP_RE.findall(answer):
-        if any(ch.isdigit() for ch in text) and not any(ch.isdigit() for ch in gold_texts):
-            return "number inside \\text{}"
+    texts = "".join(_TEXT_GROUP_RE.findall(answer))
+    if any(ch.isdigit() for ch in texts) and not any(ch.isdigit() for ch in gold_texts) \
+            and _TEXT_GROUP_RE.sub("", answer).strip():
+        return "number inside \\text{} next to other math"
     if answer.count("\\boxed") + answer.count("\\fbox"):
         inner = answer.replace("\\boxed", "").replace("\\fbox", "")
         return answer_problem(inner, gold)
