@@ -332,9 +332,26 @@ def answer_problem(answer: str, gold: str) -> str | None:
 
 def answer_for_parsing(answer: str) -> str:
     """The string math-verify parses (wrapped in ``\\boxed{}``): nested box commands removed (their braces
-    stay), a trailing percent sign dropped (``70\\%`` ≡ 70, a documented leniency)."""
-    s = answer.replace("\\boxed", "").replace("\\fbox", "")
+    stay), grouping braces around the whole answer removed, a trailing percent sign dropped (``70\\%`` ≡ 70, a
+    documented leniency)."""
+    s = answer.replace("\\boxed", "").replace("\\fbox", "").strip()
+    for _ in range(4):  # redundant grouping braces around the whole answer: {(1, 2)}
+        if not (s.startswith("{") and s.endswith("}")) or not _outer_braces_match(s):
+            break
+        s = s[1:-1].strip()
     return _PERCENT_RE.sub("", s) or s
+
+
+def _outer_braces_match(s: str) -> bool:
+    depth = 0
+    for i, ch in enumerate(s):
+        if ch == "{" and (i == 0 or s[i - 1] != "\\"):
+            depth += 1
+        elif ch == "}" and s[i - 1] != "\\":
+            depth -= 1
+            if depth == 0:
+                return i == len(s) - 1
+    return False
 
 
 def extract_code_lcb(text: str) -> str:
