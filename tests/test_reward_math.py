@@ -289,3 +289,12 @@ def test_external_worker_kill_is_retried_once_and_labelled(kills, verdict):
 def test_worker_death_labels():
     from reward_fns import VERDICTS
     assert "worker_died" in VERDICTS
+
+
+@pytest.mark.parametrize("text, how", [
+    (r"1 + 1 = 2 \boxed{2}", "boxed"), (r"7 - 9 = -2 \boxed{-2}", "boxed"), (r"- \boxed{3}", "boxed"),
+    (r"\boxed{70} + 1", "boxed_embedded"), (r"2\boxed{35}", "boxed_embedded"), (r"-\boxed{984}", "boxed_embedded"),
+    (r"\frac{1}{\boxed{70}}", "boxed_embedded"), (r"\boxed{70} \cdot 2", "boxed_embedded"),
+])
+def test_box_as_operand_of_an_expression(text, how):
+    assert extract_math_answer(text)[1] == how
