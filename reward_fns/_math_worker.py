@@ -1,25 +1,31 @@
-"""Math-verify worker process (run as a script by :mod:`reward_fns.math_verifier`; imports nothing from the repo).
+"""Math-verify worker process (run as a script by :mod:`reward_fns.math_verifier`).
 
 Protocol: prints ``{"ready": true}`` after importing math-verify, then answers each JSON request line on stdin
 with one JSON line. It runs in its own main thread, so math-verify's signal-based timeouts work here; the parent
 still kills it on a wall-clock deadline because some inputs hang inside C code or sympy and ignore SIGALRM.
+Extraction (``extract.py``, loaded by path: this script imports nothing else from the repo) also runs here, so
+it is inside the same deadline as parsing and verification.
 
-Request: ``{"gold": str, "answer": str | null, "fallback_text": str | null, "parsing_timeout": int,
-"verify_timeout": int}``. ``answer`` is the extracted final answer; ``fallback_text`` (used only when ``answer``
-is null) is handed to math-verify's own extraction.
-Reply: ``{"status": "ok" | "bad_gold" | "timeout" | "memory_limit" | "error", "correct": bool, "parsed": str,
-"detail": str, "exit_after": bool}``.
+Request: ``{"gold": str, "text": str, "fallback": bool, "parsing_timeout": int, "verify_timeout": int}``;
+``text`` is the final-answer text (after ``</think>``); ``fallback`` enables the stated-final-answer fallback
+(evaluation sets). A test-only ``"sleep_s"`` makes the worker sleep first (to kill it mid-request in tests).
+Reply: ``{"status": "ok" | "no_answer" | "bad_gold" | "timeout" | "memory_limit" | "error", "correct": bool,
+"pred": str, "how": str, "detail": str, "exit_after": bool}``.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import logging
 import os
 import resource
 import sys
+import time
 from collections import OrderedDict
 
 GOLD_CACHE_SIZE = 512
+PRED_REPLY_CHARS = 2000
 
 
 def _limit_memory(max_bytes: int) -> None:
@@ -28,19 +34,28 @@ def _limit_memory(max_bytes: int) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
+def _load_extract():
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "extract.py")
+    spec = importlib.util.spec_from_file_location("_ibpo_math_extract", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def main() -> None:
     max_bytes = int(sys.argv[1]) if len(sys.argv) > 1 else 0
-    # Keep the protocol on a private copy of stdout; anything the libraries print goes to stderr.
+    # Keep the protocol on a private copy of stdout; anything the libraries print goes to /dev/null (a pipe
+    # nobody reads would fill up and block the worker), and their warnings are silenced for the same reason.
     proto = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
     os.dup2(2, 1)
     _limit_memory(max_bytes)
 
-    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+    from math_verify import LatexExtractionConfig, parse, verify
     from math_verify.errors import TimeoutException
 
+    extract = _load_extract()
     gold_config = [LatexExtractionConfig()]
-    answer_config = [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]
-    fallback_config = [LatexExtractionConfig(), ExprExtractionConfig()]
+    answer_config = [LatexExtractionConfig(boxed_match_priority=0)]
     gold_cache: OrderedDict[str, list] = OrderedDict()
 
     def parse_gold(gold: str, timeout: int) -> list:
@@ -53,9 +68,12 @@ def main() -> None:
             gold_cache.popitem(last=False)
         return parsed
 
-    def safe_parse(text: str, config: list, timeout: int) -> list:
+    def parse_answer(answer: str, timeout: int) -> list:
+        # The answer is parsed ONE way, as a whole: wrapped in \boxed{} and only the match spanning the whole
+        # box is tried (extraction_mode="first_match"), so math-verify never picks a sub-expression out of it.
         try:
-            return parse(text, config, parsing_timeout=timeout, raise_on_error=True)
+            return parse("\\boxed{" + extract.answer_for_parsing(answer) + "}", answer_config,
+                         extraction_mode="first_match", parsing_timeout=timeout, raise_on_error=True)
         except TimeoutException:
             raise
         except Exception:  # an unparseable prediction is simply not an answer
@@ -70,25 +88,37 @@ def main() -> None:
             return False
 
     def handle(req: dict) -> dict:
+        if req.get("sleep_s"):
+            time.sleep(float(req["sleep_s"]))
         pt, vt = int(req.get("parsing_timeout", 5)), int(req.get("verify_timeout", 5))
+        gold_str = req["gold"]
         try:
-            gold = parse_gold(req["gold"], pt)
+            gold = parse_gold(gold_str, pt)
         except TimeoutException:
             return {"status": "bad_gold", "detail": "parsing the ground truth timed out"}
         except Exception as exc:
             return {"status": "bad_gold", "detail": f"math-verify cannot parse the ground truth: {exc!r}"[:500]}
         if not gold:
             return {"status": "bad_gold", "detail": "math-verify parses the ground truth to nothing"}
-        answer = req.get("answer")
-        if answer is not None:
-            candidates = [safe_parse("\\boxed{" + answer + "}", answer_config, pt), safe_parse(answer, answer_config, pt)]
-        else:
-            candidates = [safe_parse(req.get("fallback_text") or "", fallback_config, pt)]
-        candidates = [c for c in candidates if c]
-        parsed = str(candidates[0][-1]) if candidates else ""
-        correct = any(safe_verify(gold, c, vt) for c in candidates)
-        return {"status": "ok", "correct": correct, "parsed": parsed[:500]}
+        text = req.get("text") or ""
+        answer, how = extract.extract_math_answer(text)
+        if answer is None and req.get("fallback"):
+            answer, how = extract.stated_final_answer(text), "statement"
+        if answer is None:
+            return {"status": "no_answer", "how": "none"}
+        reply = {"status": "ok", "correct": False, "pred": answer[:PRED_REPLY_CHARS], "how": how}
+        problem = ("the final box is an operand of a larger expression" if how == "boxed_embedded"
+                   else extract.answer_problem(answer, gold_str))
+        if problem is not None:
+            reply["detail"] = problem
+            return reply
+        pred = parse_answer(answer, pt)
+        reply["correct"] = bool(pred) and safe_verify(gold, pred, vt)
+        return reply
 
+    logging.disable(logging.CRITICAL)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
     proto.write(json.dumps({"ready": True}) + "\n")
     for line in sys.stdin:
         exit_after = False

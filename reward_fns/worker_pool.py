@@ -26,7 +26,21 @@ class WorkerTimeout(Exception):
 
 
 class WorkerDied(Exception):
-    """The worker exited (or closed its pipe) while handling a request; it has been discarded."""
+    """The worker exited (or closed its pipe) while handling a request; it has been discarded.
+
+    ``returncode`` is the worker's exit status once reaped (``-N``: killed by signal N, which the pool itself
+    never sends during a request -- its only kill is the deadline's, reported as :class:`WorkerTimeout`), or
+    ``None`` if it was still alive (a protocol error).
+    """
+
+    def __init__(self, message: str = "", returncode: int | None = None):
+        super().__init__(message)
+        self.returncode = returncode
+
+    @property
+    def signal(self) -> int | None:
+        """The signal that killed the worker, if any."""
+        return -self.returncode if self.returncode is not None and self.returncode < 0 else None
 
 
 class WorkerStartError(RuntimeError):
@@ -186,21 +200,32 @@ class WorkerPool:
                 worker.proc.stdin.write(payload)
                 worker.proc.stdin.flush()
             except (BrokenPipeError, OSError) as exc:
-                raise WorkerDied(f"could not write to worker: {exc}") from exc
+                self.stats["died"] += 1
+                raise WorkerDied(f"could not write to worker: {exc}; {self._exit_status(worker)}",
+                                 worker.proc.returncode) from exc
             try:
                 line = _read_line(worker.proc.stdout.fileno(), worker.buffer, time.monotonic() + timeout_s)
             except WorkerTimeout:
                 self.stats["killed_timeout"] += 1
                 raise
-            except WorkerDied:
+            except WorkerDied as exc:
                 self.stats["died"] += 1
-                raise
+                raise WorkerDied(f"{exc}; {self._exit_status(worker)}", worker.proc.returncode) from exc
             worker.requests_served += 1
             reply = json.loads(line)
             healthy = not reply.get("exit_after", False)
             return reply
         finally:
             self._release(worker, healthy)
+
+    @staticmethod
+    def _exit_status(worker: _Worker) -> str:
+        """Reap a worker that closed its pipe (it normally exits right after) and describe how it ended."""
+        try:
+            code = worker.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            return "worker still running"
+        return f"killed by signal {-code}" if code < 0 else f"exit status {code}"
 
     def warm_up(self, n: int | None = None) -> None:
         """Start up to ``n`` (default ``max_workers``) workers now, so the first requests do not pay the import."""

@@ -87,3 +87,22 @@ def test_start_failure_raises_with_stderr():
     with pytest.raises(WorkerStartError, match="no_such_module_xyz"):
         pool.call({"op": "echo"}, timeout_s=5)
     pool.close()
+
+
+def test_external_kill_reports_the_signal():
+    import os
+    import signal
+    pool = make_pool(1)
+    try:
+        pid = pool.call({"op": "echo"}, timeout_s=10)["pid"]
+        killer = threading.Timer(0.3, os.kill, (pid, signal.SIGKILL))
+        killer.start()
+        with pytest.raises(WorkerDied) as info:
+            pool.call({"op": "sleep", "s": 5}, timeout_s=10)
+        killer.join()
+        assert info.value.signal == signal.SIGKILL and info.value.returncode == -signal.SIGKILL
+        with pytest.raises(WorkerDied) as crashed:
+            pool.call({"op": "crash"}, timeout_s=10)
+        assert crashed.value.signal is None and crashed.value.returncode == 3
+    finally:
+        pool.close()
