@@ -115,7 +115,8 @@ def final_boxes(text: str) -> list[str]:
 # "\boxed{70}+1", "\boxed{70}^2", "\boxed{70} \approx 71", "2\boxed{35}", "-\boxed{984}", "\frac{1}{\boxed{70}}".
 _AFTER_BOX_RE = re.compile(r"[-+*/^_=<>!'0-9(\[|≈≠≤≥±]|[ \t]{1,16}(?:[-+*/^_=<>|≈≠≤≥±]|\\(?:cdot|times|div|pm|mp|"
                            r"approx|sim|simeq|cong|le|ge|leq|geq|lt|gt|ne|neq|to|equiv)(?![A-Za-z]))"
-                           r"|\\(?!text|mbox|quad|qquad)[A-Za-z]")
+                           r"|\\(?!(?:text|mbox|textrm|textbf|quad|qquad|end|right|tag|label|hfill|hspace|newline|nonumber)(?![A-Za-z]))"
+                           r"[A-Za-z]")
 # Digits and a bullet-like "-", "+", "*" count only right next to the box ("2\boxed{35}", "-\boxed{984}"), so
 # prose such as "1 + 1 = 2 \boxed{2}" or a list item "- \boxed{3}" is not an expression.
 _BEFORE_BOX_RE = re.compile(r"(?:[-+*0-9]|(?:[/^_<>|≈≠≤≥±{]|\\(?:cdot|times|div|pm|mp|approx|sim|frac|sqrt|dfrac|tfrac|"
