@@ -279,12 +279,24 @@ class Monitor:
         pids = self.descendants()
         if len(pids) > self.max_processes:
             raise Violation("runtime_error", f"more than {self.max_processes} processes")
+        total = self.usage(pids, precise=False)  # O(1) counters per process (no page-table walk)
+        if total > self.limit:
+            total = self.usage(pids, precise=True)  # PSS: pages shared after fork counted once
+            if total > self.limit:
+                raise Violation("memory_limit",
+                                f"sandbox uses {total >> 20} MiB in all (limit {self.limit >> 20} MiB)")
+
+    def usage(self, pids, precise):
         anon = shmem = objects = 0
         seen, unreadable, now = set(), {}, time.monotonic()
         for pid in pids:
             try:
-                with open(f"/proc/{pid}/smaps_rollup", "rb") as fh:
-                    data = fh.read()
+                if precise:
+                    with open(f"/proc/{pid}/smaps_rollup", "rb") as fh:
+                        data = fh.read()
+                else:
+                    with open(f"/proc/{pid}/status", "rb") as fh:
+                        data = fh.read()
                 fds = os.listdir(f"/proc/{pid}/fd")
             except PermissionError:
                 # A fresh fork is unreadable until it makes itself dumpable; for half a second means it hides.
@@ -300,8 +312,12 @@ class Monitor:
                 parts = line.split()
                 if len(parts) >= 2 and parts[0].endswith(b":"):
                     fields[parts[0][:-1]] = int(parts[1]) if parts[1].isdigit() else 0
-            anon += fields.get(b"Pss_Anon", fields.get(b"Anonymous", 0)) + fields.get(b"SwapPss", 0)
-            shmem += fields.get(b"Pss_Shmem", 0)
+            if precise:
+                anon += fields.get(b"Pss_Anon", fields.get(b"Anonymous", 0)) + fields.get(b"SwapPss", 0)
+                shmem += fields.get(b"Pss_Shmem", 0)
+            else:
+                anon += fields.get(b"RssAnon", 0) + fields.get(b"VmSwap", 0)
+                shmem += fields.get(b"RssShmem", 0)
             for fd in fds:
                 path = f"/proc/{pid}/fd/{fd}"
                 try:
@@ -321,9 +337,7 @@ class Monitor:
                 objects += (st.f_blocks - st.f_bfree) * st.f_frsize
             except OSError:
                 pass
-        total = anon * 1024 + max(shmem * 1024, objects)
-        if total > self.limit:
-            raise Violation("memory_limit", f"sandbox uses {total >> 20} MiB in all (limit {self.limit >> 20} MiB)")
+        return anon * 1024 + max(shmem * 1024, objects)
 
 
 def _is_zombie(pid):
@@ -471,7 +485,7 @@ def run_stdin_child(job, code_obj, input_text, out_w, err_w):
         finish_child(EXIT_EXCEPTION)
 
 
-def collect(pid, out_r, err_r, deadline, out_cap, monitor):
+def collect(pid, out_r, err_r, deadline, out_cap, monitor, last):
     """Read a stdin-mode child's stdout (up to ``out_cap`` bytes) and stderr tail until it exits or times out."""
     out, err = bytearray(), bytearray()
     open_fds = {out_r, err_r}
@@ -510,8 +524,8 @@ def collect(pid, out_r, err_r, deadline, out_cap, monitor):
         if status is None:
             verdict = ("timeout", "wall-clock limit per test")
     if verdict is None:
-        try:  # what the test leaves behind (other processes, shared memory) counts too
-            monitor.check()
+        try:  # what the test leaves behind (other processes, shared memory) counts too; always after the last
+            monitor.check() if last else monitor.maybe_check()
         except Violation as exc:
             verdict = (exc.status, exc.detail)
     kill_group(pid)
@@ -536,7 +550,7 @@ def run_stdin_tests(job, code_obj, monitor):
         os.close(out_w)
         os.close(err_w)
         (status, detail), out, err = collect(pid, out_r, err_r, start + job["timeout_s"], job["max_output_bytes"],
-                                             monitor)
+                                             monitor, index == len(job["inputs"]) - 1)
         os.close(out_r)
         os.close(err_r)
         sweep_uid(job)
@@ -738,7 +752,8 @@ def run_functional_calls(job, monitor):
         event = {"event": "test", "i": index, "status": result.get("status", "runtime_error"),
                  "detail": str(result.get("detail", ""))[:500], "seconds": seconds}
         if event["status"] == "ok":
-            monitor.check()  # memory the call left behind counts before its result does
+            # Memory the call left behind counts before its result does (always checked after the last call).
+            monitor.check() if index == len(job["inputs"]) - 1 else monitor.maybe_check()
             event["value"] = result.get("value")
             emit(event)
         else:

@@ -118,7 +118,7 @@ def _bwrap_works(bwrap: str, is_root: bool) -> tuple[bool, str]:
     return True, ""
 
 
-MONITOR = "harness monitor (PSS of every process + memfds + SysV + tmpfs, every 20 ms) and RLIMIT_AS per process"
+MONITOR = "harness monitor (RSS counters of every process, confirmed by PSS, + memfds + SysV + tmpfs, every 20 ms) and RLIMIT_AS per process"
 
 
 def _fallback_report(is_root: bool, bwrap: str | None, note: str) -> IsolationReport:
