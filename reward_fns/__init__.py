@@ -17,6 +17,7 @@ from .code_tests import TestsDecodeError, decode_tests, encode_tests
 from .code_verifier import BadCodeGroundTruth, compute_code_score
 from .math_verifier import BadGroundTruth, compute_math_score
 from .sandbox import IsolationReport, detect_isolation
+from .selftest import SelfTestResult, VerifierSelfTestError, self_test
 
 KNOWN_DATA_SOURCES: dict[str, str] = {
     "aime25": "math",
@@ -36,7 +37,8 @@ VERDICTS = ("correct", "wrong_answer", "no_answer", "timeout", "global_timeout",
 
 __all__ = ["compute_score", "KNOWN_DATA_SOURCES", "EVAL_DATA_SOURCES", "RESULT_KEYS", "VERDICTS",
            "compute_math_score", "compute_code_score", "encode_tests", "decode_tests", "TestsDecodeError",
-           "BadGroundTruth", "BadCodeGroundTruth", "UnknownDataSource", "isolation_report", "IsolationReport"]
+           "BadGroundTruth", "BadCodeGroundTruth", "UnknownDataSource", "isolation_report", "IsolationReport",
+           "self_test", "SelfTestResult", "VerifierSelfTestError"]
 
 
 class UnknownDataSource(ValueError):

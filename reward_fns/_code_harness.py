@@ -17,9 +17,11 @@ import ctypes
 import io
 import json
 import os
+import platform
 import resource
 import select
 import signal
+import struct
 import sys
 import time
 
@@ -41,7 +43,17 @@ FALLBACK_PREIMPORTS = ("array", "fractions", "decimal", "dataclasses", "enum", "
                        "socket", "select", "glob", "shutil", "signal", "threading", "subprocess", "encodings.idna")
 LCB_INT_MAX_STR_DIGITS = 50000  # lcb_runner sets sys.set_int_max_str_digits(50000) in the evaluating process
 CLONE_NEWNET = 0x40000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUSER = 0x10000000
 PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
+PR_SET_SECCOMP = 22
+PR_SET_CHILD_SUBREAPER = 36
+PR_SET_NO_NEW_PRIVS = 38
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
+MONITOR_INTERVAL_S = 0.02
+MAX_WIRE_DEPTH = 150  # JSON nesting of a returned value; the trusted parent decodes with bounded recursion
 STDERR_TAIL = 2000
 EXIT_OK, EXIT_EXCEPTION, EXIT_MEMORY, EXIT_SETUP = 0, 1, 3, 4
 
@@ -55,9 +67,12 @@ def emit(obj):
         view = view[written:]
 
 
+LIBC = ctypes.CDLL(None, use_errno=True)
+LIBC.mount.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p)
+
+
 def libc_call(name, *args):
-    libc = ctypes.CDLL(None, use_errno=True)
-    rc = getattr(libc, name)(*args)
+    rc = getattr(LIBC, name)(*args)
     if rc != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"{name} failed: {os.strerror(err)}")
@@ -72,15 +87,92 @@ def set_limit(which, soft, hard=None):
     resource.setrlimit(which, (soft, hard))
 
 
+def fallback_mounts(job):
+    """Fallback backend, root only: a private mount namespace in which the hidden directories that hold the
+    interpreter (e.g. ``/root`` with ``/root/.pyenv``) are replaced by a tmpfs holding read-only binds of just
+    the interpreter's prefixes, and ``/dev/shm`` is a private size-capped tmpfs. Returns what was done."""
+    libc_call("unshare", CLONE_NEWNS)
+    libc_call("mount", None, b"/", None, MS_REC | MS_PRIVATE, None)
+    for hidden, prefixes in job.get("fallback_overlays", []):
+        fds = [(prefix, os.open(prefix, os.O_PATH | os.O_DIRECTORY)) for prefix in prefixes]
+        libc_call("mount", b"tmpfs", hidden.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=0755,size=1m")
+        for prefix, fd in fds:
+            os.makedirs(prefix, mode=0o755, exist_ok=True)
+            libc_call("mount", f"/proc/self/fd/{fd}".encode(), prefix.encode(), None, MS_BIND | MS_REC, None)
+            libc_call("mount", None, prefix.encode(), None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID, None)
+            os.close(fd)
+    if os.path.isdir("/dev/shm"):
+        libc_call("mount", b"tmpfs", b"/dev/shm", b"tmpfs", MS_NOSUID | MS_NODEV,
+                  f"mode=1777,size={job['tmpfs_bytes']}".encode())
+        return True
+    return False
+
+
+def limit_sysv_shm(job):
+    """In a fresh IPC namespace (root): cap SysV shared memory to the sample's memory limit."""
+    pages = max(1, job["sample_memory_bytes"] // 4096)
+    for name, value in (("shmmax", job["sample_memory_bytes"]), ("shmall", pages), ("shmmni", 64)):
+        with open(f"/proc/sys/kernel/{name}", "w") as fh:
+            fh.write(str(value))
+
+
+def block_user_namespaces():
+    """seccomp filter: clone/unshare with CLONE_NEWUSER fail with EPERM, clone3 with ENOSYS (glibc then uses
+    clone). x86_64 only; returns False elsewhere."""
+    if platform.machine() != "x86_64":
+        return False
+    allow, errno_ret = 0x7FFF0000, 0x00050000
+    ld_w_abs, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    prog = [
+        (ld_w_abs, 0, 0, 4), (jeq, 1, 0, 0xC000003E), (ret, 0, 0, allow),   # arch == AUDIT_ARCH_X86_64
+        (ld_w_abs, 0, 0, 0),                                                # syscall number
+        (jge, 0, 1, 0x40000000), (ret, 0, 0, errno_ret | 38),               # x32 ABI: ENOSYS
+        (jeq, 0, 1, 435), (ret, 0, 0, errno_ret | 38),                      # clone3: ENOSYS
+        (jeq, 1, 0, 272), (jeq, 0, 3, 56),                                  # unshare / clone: check flags
+        (ld_w_abs, 0, 0, 16), (jset, 0, 1, CLONE_NEWUSER), (ret, 0, 0, errno_ret | 1),
+        (ret, 0, 0, allow),
+    ]
+    raw = b"".join(struct.pack("HBBI", *insn) for insn in prog)
+    buf = ctypes.create_string_buffer(raw, len(raw))
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    fprog = SockFprog(len(prog), ctypes.addressof(buf))
+    libc_call("prctl", PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    rc = LIBC.prctl(PR_SET_SECCOMP, 2, ctypes.byref(fprog), 0, 0)
+    if rc != 0:
+        raise OSError(ctypes.get_errno(), "seccomp filter refused")
+    return True
+
+
 def isolate_harness(job):
     """Namespace, uid and process-wide limits; done once, before any model code exists in a process."""
     libc_call("prctl", PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() == 1 and not job.get("in_pid_namespace"):
         os._exit(EXIT_SETUP)  # the parent died before we set PDEATHSIG
-    report = {"network_namespace": bool(job.get("network_isolated_by_launcher")), "uid": os.getuid()}
+    # Orphaned descendants are re-parented to this process, so the memory monitor sees the whole tree.
+    libc_call("prctl", PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    report = {"network_namespace": bool(job.get("network_isolated_by_launcher")), "uid": os.getuid(),
+              "ipc_namespace": bool(job.get("in_ipc_namespace")), "interpreter_overlay": False}
     if job.get("unshare_network"):
-        libc_call("unshare", CLONE_NEWNET)
-        report["network_namespace"] = True
+        flags = CLONE_NEWNET | CLONE_NEWIPC
+        libc_call("unshare", flags)
+        report["network_namespace"] = report["ipc_namespace"] = True
+        try:
+            limit_sysv_shm(job)
+        except OSError:
+            pass
+        try:
+            report["interpreter_overlay"] = report["private_dev_shm"] = fallback_mounts(job)
+        except OSError as exc:
+            report["mount_error"] = str(exc)[:200]
+        if not report.get("private_dev_shm"):
+            job["tmpfs_dirs"] = []  # the host's /dev/shm is not ours to count
+    if job.get("preimport") and not report["interpreter_overlay"]:
+        preimport()
+    if not report["ipc_namespace"]:
+        job["_preexisting_shm"] = sorted(sysv_segments())
     os.chdir(job["workdir"])
     set_limit(resource.RLIMIT_CORE, 0)
     set_limit(resource.RLIMIT_NOFILE, job["max_open_files"])
@@ -93,7 +185,167 @@ def isolate_harness(job):
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
         report["uid"] = os.getuid()
+    # The harness itself is never dumpable (the program cannot ptrace it or read its memory); program processes
+    # make themselves dumpable so that this process can read their memory use.
+    libc_call("prctl", PR_SET_DUMPABLE, 0, 0, 0, 0)
+    libc_call("prctl", PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    report["no_new_privs"] = True
+    try:
+        report["no_user_namespaces"] = block_user_namespaces()
+    except OSError as exc:
+        report["no_user_namespaces"] = False
+        report["seccomp_error"] = str(exc)[:200]
     return report
+
+
+def preimport():
+    import importlib
+    for name in FALLBACK_PREIMPORTS:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+
+
+# ----------------------------------------------------------------------------------- whole-sample limits
+def sysv_segments():
+    """{shmid: bytes} of the SysV shared-memory segments visible in this IPC namespace."""
+    out = {}
+    try:
+        with open("/proc/sysvipc/shm") as fh:
+            header = fh.readline().split()
+            for line in fh:
+                row = dict(zip(header, line.split()))
+                resident = int(row.get("rss", row.get("size", 0))) + int(row.get("swap", 0))
+                out[int(row["shmid"])] = resident
+    except (OSError, ValueError, KeyError):
+        pass
+    return out
+
+
+class Violation(Exception):
+    def __init__(self, status, detail):
+        super().__init__(detail)
+        self.status, self.detail = status, detail
+
+
+class Monitor:
+    """Polls the whole sandbox (every process descended from this harness, shared-memory objects, private
+    tmpfs mounts) against the sample's memory and process limits; RLIMIT_AS only bounds each process."""
+
+    def __init__(self, job):
+        self.limit = job["sample_memory_bytes"]
+        self.max_processes = job["max_processes"]
+        self.tmpfs = [d for d in job.get("tmpfs_dirs", ()) if os.path.isdir(d)]
+        self.ignore_shm = set(job.get("_preexisting_shm", ()))
+        self.me = os.getpid()
+        self.main_child = None
+        self.current = 0
+        self.unreadable = {}
+        self.next_check = 0.0
+
+    def descendants(self):
+        out, stack = [], [self.me]
+        while stack:
+            pid = stack.pop()
+            try:
+                tids = os.listdir(f"/proc/{pid}/task")
+            except OSError:
+                continue
+            for tid in tids:
+                try:
+                    with open(f"/proc/{pid}/task/{tid}/children") as fh:
+                        kids = [int(k) for k in fh.read().split()]
+                except OSError:
+                    continue
+                for kid in kids:
+                    if pid == self.me and kid != self.main_child:  # orphan re-parented to us: reap if dead
+                        try:
+                            if os.waitpid(kid, os.WNOHANG)[0]:
+                                continue
+                        except ChildProcessError:
+                            continue
+                    out.append(kid)
+                    stack.append(kid)
+        return out
+
+    def maybe_check(self):
+        if time.monotonic() >= self.next_check:
+            self.check()
+
+    def check(self):
+        """Raise :class:`Violation` when the sandbox as a whole is over a limit."""
+        self.next_check = time.monotonic() + MONITOR_INTERVAL_S
+        pids = self.descendants()
+        if len(pids) > self.max_processes:
+            raise Violation("runtime_error", f"more than {self.max_processes} processes")
+        total = self.usage(pids, precise=False)  # O(1) counters per process (no page-table walk)
+        if total > self.limit:
+            total = self.usage(pids, precise=True)  # PSS: pages shared after fork counted once
+            if total > self.limit:
+                raise Violation("memory_limit",
+                                f"sandbox uses {total >> 20} MiB in all (limit {self.limit >> 20} MiB)")
+
+    def usage(self, pids, precise):
+        anon = shmem = objects = 0
+        seen, unreadable, now = set(), {}, time.monotonic()
+        for pid in pids:
+            try:
+                if precise:
+                    with open(f"/proc/{pid}/smaps_rollup", "rb") as fh:
+                        data = fh.read()
+                else:
+                    with open(f"/proc/{pid}/status", "rb") as fh:
+                        data = fh.read()
+                fds = os.listdir(f"/proc/{pid}/fd")
+            except PermissionError:
+                # A fresh fork is unreadable until it makes itself dumpable; for half a second means it hides.
+                first = self.unreadable.get(pid, now)
+                if now - first > 0.5 and not _is_zombie(pid):
+                    raise Violation("runtime_error", "a process hid from the sandbox's memory monitor")
+                unreadable[pid] = first
+                continue
+            except OSError:
+                continue
+            fields = {}
+            for line in data.split(b"\n"):
+                parts = line.split()
+                if len(parts) >= 2 and parts[0].endswith(b":"):
+                    fields[parts[0][:-1]] = int(parts[1]) if parts[1].isdigit() else 0
+            if precise:
+                anon += fields.get(b"Pss_Anon", fields.get(b"Anonymous", 0)) + fields.get(b"SwapPss", 0)
+                shmem += fields.get(b"Pss_Shmem", 0)
+            else:
+                anon += fields.get(b"RssAnon", 0) + fields.get(b"VmSwap", 0)
+                shmem += fields.get(b"RssShmem", 0)
+            for fd in fds:
+                path = f"/proc/{pid}/fd/{fd}"
+                try:
+                    if not os.readlink(path).startswith("/memfd:"):  # tmpfs files: counted by statvfs
+                        continue
+                    st = os.stat(path)
+                except OSError:
+                    continue
+                if (st.st_dev, st.st_ino) not in seen:
+                    seen.add((st.st_dev, st.st_ino))
+                    objects += st.st_blocks * 512
+        self.unreadable = unreadable
+        objects += sum(v for k, v in sysv_segments().items() if k not in self.ignore_shm)
+        for directory in self.tmpfs:
+            try:
+                st = os.statvfs(directory)
+                objects += (st.f_blocks - st.f_bfree) * st.f_frsize
+            except OSError:
+                pass
+        return anon * 1024 + max(shmem * 1024, objects)
+
+
+def _is_zombie(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return True
 
 
 def child_limits(job, cpu_seconds):
@@ -102,9 +354,18 @@ def child_limits(job, cpu_seconds):
     set_limit(resource.RLIMIT_CPU, cpu_seconds, cpu_seconds + 1)
 
 
-def fresh_std_streams():
+class LcbStdin(io.TextIOWrapper):
+    """Real stdin, except ``readlines()`` follows LiveCodeBench's mock: the rest of the input split on ``\\n``
+    (no line endings), so ``for line in sys.stdin.readlines(): print(line)`` prints no blank lines."""
+
+    def readlines(self, hint=-1):
+        return self.read().split("\n")
+
+
+def fresh_std_streams(lcb_readlines=False):
     """Text stdin/stdout/stderr on fds 0/1/2 of this (child) process, UTF-8 like a judge's interpreter."""
-    sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8")
+    stdin_type = LcbStdin if lcb_readlines else io.TextIOWrapper
+    sys.stdin = stdin_type(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8")
     sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8")
     sys.stderr = io.TextIOWrapper(io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8",
                                   write_through=True)
@@ -152,6 +413,16 @@ def sweep_uid(job):
             pass
 
 
+def reap_orphans():
+    """Collect exited descendants re-parented to this (subreaper) harness."""
+    while True:
+        try:
+            if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                return
+        except ChildProcessError:
+            return
+
+
 def reap(pid, deadline):
     """waitpid with a deadline; returns the wait status or None if still running."""
     while True:
@@ -185,6 +456,7 @@ def run_stdin_child(job, code_obj, input_text, out_w, err_w):
     """Child process body: the program reads the test input from a real stdin and writes to a real stdout."""
     try:
         os.setpgid(0, 0)
+        libc_call("prctl", PR_SET_DUMPABLE, 1, 0, 0, 0)  # readable by the harness's memory monitor
         memfd = os.memfd_create("stdin", 0)
         os.write(memfd, input_text.encode("utf-8"))
         os.lseek(memfd, 0, os.SEEK_SET)
@@ -193,7 +465,7 @@ def run_stdin_child(job, code_obj, input_text, out_w, err_w):
         os.dup2(err_w, 2)
         close_other_fds(())
         child_limits(job, job["cpu_seconds_per_test"])
-        fresh_std_streams()
+        fresh_std_streams(lcb_readlines=True)
         builtins.quit = None  # LiveCodeBench's reliability_guard; exit() stays allowed
         namespace = lcb_globals()
     except BaseException:
@@ -213,7 +485,7 @@ def run_stdin_child(job, code_obj, input_text, out_w, err_w):
         finish_child(EXIT_EXCEPTION)
 
 
-def collect(pid, out_r, err_r, deadline, out_cap):
+def collect(pid, out_r, err_r, deadline, out_cap, monitor, last):
     """Read a stdin-mode child's stdout (up to ``out_cap`` bytes) and stderr tail until it exits or times out."""
     out, err = bytearray(), bytearray()
     open_fds = {out_r, err_r}
@@ -223,7 +495,12 @@ def collect(pid, out_r, err_r, deadline, out_cap):
         if remaining <= 0:
             verdict = ("timeout", "wall-clock limit per test")
             break
-        ready, _, _ = select.select(list(open_fds), [], [], min(remaining, 0.05))
+        try:
+            monitor.maybe_check()
+        except Violation as exc:
+            verdict = (exc.status, exc.detail)
+            break
+        ready, _, _ = select.select(list(open_fds), [], [], min(remaining, MONITOR_INTERVAL_S))
         for fd in ready:
             chunk = os.read(fd, 1 << 16)
             if not chunk:
@@ -246,6 +523,11 @@ def collect(pid, out_r, err_r, deadline, out_cap):
         status = reap(pid, deadline)
         if status is None:
             verdict = ("timeout", "wall-clock limit per test")
+    if verdict is None:
+        try:  # what the test leaves behind (other processes, shared memory) counts too; always after the last
+            monitor.check() if last else monitor.maybe_check()
+        except Violation as exc:
+            verdict = (exc.status, exc.detail)
     kill_group(pid)
     if status is None:
         reap(pid, time.monotonic() + 5)
@@ -254,7 +536,7 @@ def collect(pid, out_r, err_r, deadline, out_cap):
     return verdict, bytes(out), bytes(err)
 
 
-def run_stdin_tests(job, code_obj):
+def run_stdin_tests(job, code_obj, monitor):
     for index, input_text in enumerate(job["inputs"]):
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
@@ -264,12 +546,15 @@ def run_stdin_tests(job, code_obj):
             os.close(out_r)
             os.close(err_r)
             run_stdin_child(job, code_obj, input_text, out_w, err_w)
+        monitor.main_child = pid
         os.close(out_w)
         os.close(err_w)
-        (status, detail), out, err = collect(pid, out_r, err_r, start + job["timeout_s"], job["max_output_bytes"])
+        (status, detail), out, err = collect(pid, out_r, err_r, start + job["timeout_s"], job["max_output_bytes"],
+                                             monitor, index == len(job["inputs"]) - 1)
         os.close(out_r)
         os.close(err_r)
         sweep_uid(job)
+        reap_orphans()
         if status == "runtime_error" and err:
             detail = err.decode("utf-8", "replace").strip().splitlines()[-1:] or [detail]
             detail = detail[0]
@@ -283,9 +568,10 @@ def run_stdin_tests(job, code_obj):
 # -------------------------------------------------------------------------------------------- functional calls
 def to_wire(value, depth=0):
     """Encode a return value so the parent can rebuild it with the same ``==`` behaviour (tuple vs list, int
-    dict keys, sets). Custom objects become opaque markers: their ``__eq__`` must not decide the verdict."""
-    if depth > 10000:
-        raise RecursionError("return value nested too deeply")
+    dict keys, sets, Fraction/Decimal/complex). Custom objects become opaque markers: their ``__eq__`` must not
+    decide the verdict. ``depth`` counts JSON nesting; deeper than MAX_WIRE_DEPTH raises RecursionError."""
+    if depth > MAX_WIRE_DEPTH:
+        raise RecursionError(f"return value nested deeper than {MAX_WIRE_DEPTH} levels")
     kind = type(value)
     if kind is int and not -(1 << 63) <= value < (1 << 63):
         # Big ints travel as hex: linear both ways and not subject to int/str digit limits in the parent.
@@ -295,19 +581,25 @@ def to_wire(value, depth=0):
     if kind is list:
         return [to_wire(v, depth + 1) for v in value]
     if kind is tuple:
-        return {"__t": [to_wire(v, depth + 1) for v in value]}
+        return {"__t": [to_wire(v, depth + 2) for v in value]}
     if kind is dict:
-        return {"__d": [[to_wire(k, depth + 1), to_wire(v, depth + 1)] for k, v in value.items()]}
+        return {"__d": [[to_wire(k, depth + 3), to_wire(v, depth + 3)] for k, v in value.items()]}
     if kind is set:
-        return {"__s": [to_wire(v, depth + 1) for v in value]}
+        return {"__s": [to_wire(v, depth + 2) for v in value]}
     if kind is frozenset:
-        return {"__f": [to_wire(v, depth + 1) for v in value]}
+        return {"__f": [to_wire(v, depth + 2) for v in value]}
     module = getattr(kind, "__module__", "")
+    if module == "fractions" and kind.__name__ == "Fraction":  # LCB: Fraction(5, 2) == 2.5
+        return {"__q": [format(value.numerator, "x"), format(value.denominator, "x")]}
+    if module == "decimal" and kind.__name__ == "Decimal":  # LCB: Decimal("2.5") == 2.5
+        return {"__m": str(value)}
+    if kind is complex:  # LCB: complex(2, 0) == 2
+        return {"__c": [value.real, value.imag]}
     if module == "numpy" and hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
         return to_wire(value.item(), depth + 1)  # numpy scalars compare equal to Python numbers
     # Subclasses of builtins (defaultdict, Counter, namedtuple, str/int subclasses) compare like their base.
     for base, encode in ((bool, bool), (int, int), (float, float), (str, str), (dict, dict), (list, list),
-                         (tuple, tuple), (frozenset, frozenset), (set, set)):
+                         (tuple, tuple), (frozenset, frozenset), (set, set), (complex, complex)):
         if isinstance(value, base):
             return to_wire(encode(value), depth + 1)
     return {"__o": f"{module}.{kind.__qualname__}"}
@@ -317,6 +609,7 @@ def run_functional_child(job, code_text, req_r, rep_w):
     """Child process body: exec the solution once, then answer one call per request line (LCB grade_call_based)."""
     try:
         os.setpgid(0, 0)
+        libc_call("prctl", PR_SET_DUMPABLE, 1, 0, 0, 0)  # readable by the harness's memory monitor
         devnull = os.open(os.devnull, os.O_RDWR)
         os.dup2(devnull, 0)
         os.dup2(devnull, 1)
@@ -371,14 +664,15 @@ def run_functional_child(job, code_text, req_r, rep_w):
     finish_child(EXIT_OK)
 
 
-def read_reply(fd, buffer, deadline, cap):
+def read_reply(fd, buffer, deadline, cap, monitor):
     while b"\n" not in buffer:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return None
-        ready, _, _ = select.select([fd], [], [], remaining)
+        monitor.maybe_check()
+        ready, _, _ = select.select([fd], [], [], min(remaining, MONITOR_INTERVAL_S))
         if not ready:
-            return None
+            continue
         chunk = os.read(fd, 1 << 16)
         if not chunk:
             return ""
@@ -390,7 +684,18 @@ def read_reply(fd, buffer, deadline, cap):
     return line.decode("utf-8", "replace")
 
 
-def run_functional_tests(job):
+def run_functional_tests(job, monitor):
+    try:
+        run_functional_calls(job, monitor)
+    except Violation as exc:
+        kill_group(monitor.main_child)
+        reap(monitor.main_child, time.monotonic() + 5)
+        sweep_uid(job)
+        emit({"event": "test", "i": monitor.current, "status": exc.status, "detail": exc.detail})
+        raise
+
+
+def run_functional_calls(job, monitor):
     req_r, req_w = os.pipe()
     rep_r, rep_w = os.pipe()
     pid = os.fork()
@@ -398,6 +703,8 @@ def run_functional_tests(job):
         os.close(req_w)
         os.close(rep_r)
         run_functional_child(job, job["code"], req_r, rep_w)
+    monitor.main_child = pid
+    monitor.current = 0
     os.close(req_r)
     os.close(rep_w)
     buffer = bytearray()
@@ -409,7 +716,7 @@ def run_functional_tests(job):
         sweep_uid(job)
         emit(event)
 
-    line = read_reply(rep_r, buffer, start + job["timeout_s"], job["max_output_bytes"])
+    line = read_reply(rep_r, buffer, start + job["timeout_s"], job["max_output_bytes"], monitor)
     if line is None:
         return stop({"event": "test", "i": 0, "status": "timeout", "detail": "loading the solution timed out"})
     hello = json.loads(line) if line else {"ready": False, "status": "runtime_error", "detail": "solution died"}
@@ -421,13 +728,14 @@ def run_functional_tests(job):
         return stop({"event": "test", "i": 0, "status": status if status != "ok" else "runtime_error",
                      "detail": hello.get("detail", "")})
     for index, args in enumerate(job["inputs"]):
+        monitor.current = index
         start = time.monotonic()
         try:
             os.write(req_w, (json.dumps(args) + "\n").encode("utf-8"))
         except OSError:
             line = ""
         else:
-            line = read_reply(rep_r, buffer, start + job["timeout_s"], job["max_output_bytes"])
+            line = read_reply(rep_r, buffer, start + job["timeout_s"], job["max_output_bytes"], monitor)
         seconds = round(time.monotonic() - start, 4)
         if line is None:
             return stop({"event": "test", "i": index, "status": "timeout", "detail": "wall-clock limit per test",
@@ -444,6 +752,8 @@ def run_functional_tests(job):
         event = {"event": "test", "i": index, "status": result.get("status", "runtime_error"),
                  "detail": str(result.get("detail", ""))[:500], "seconds": seconds}
         if event["status"] == "ok":
+            # Memory the call left behind counts before its result does (always checked after the last call).
+            monitor.check() if index == len(job["inputs"]) - 1 else monitor.maybe_check()
             event["value"] = result.get("value")
             emit(event)
         else:
@@ -466,31 +776,27 @@ def main():
     os.close(devnull)
     sys.set_int_max_str_digits(LCB_INT_MAX_STR_DIGITS)
     exec(LCB_IMPORT_STRING, {"__name__": "_warm"})  # import the prefix modules once; children inherit them
-    if job.get("preimport"):
-        import importlib
-        for name in FALLBACK_PREIMPORTS:
-            try:
-                importlib.import_module(name)
-            except ImportError:
-                pass
     report = isolate_harness(job)
     emit({"event": "ready", **report})
+    monitor = Monitor(job)
     if job["mode"] == "stdin":
         try:
             code_obj = compile(job["code"], "<solution>", "exec")
         except (SyntaxError, ValueError, MemoryError, RecursionError) as exc:
             emit({"event": "test", "i": 0, "status": "compile_error", "detail": f"{type(exc).__name__}: {exc}"[:500]})
             return
-        run_stdin_tests(job, code_obj)
+        run_stdin_tests(job, code_obj, monitor)
     else:
         try:
             compile(LCB_IMPORT_STRING + "\n\n" + job["code"], "<solution>", "exec")
         except (SyntaxError, ValueError, MemoryError, RecursionError) as exc:
             emit({"event": "test", "i": 0, "status": "compile_error", "detail": f"{type(exc).__name__}: {exc}"[:500]})
             return
-        run_functional_tests(job)
+        try:
+            run_functional_tests(job, monitor)
+        except Violation:
+            return
     emit({"event": "done"})
-
 
 PROTO_FD = 1
 if __name__ == "__main__":

@@ -16,11 +16,13 @@ import json
 import logging
 import math
 import os
+import re
 import select
 import threading
 import time
 from dataclasses import dataclass
 from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
 from .code_tests import TestsDecodeError, decode_tests
@@ -31,6 +33,34 @@ logger = logging.getLogger(__name__)
 
 PRED_CHARS = 300
 MIB = 1024 * 1024
+# Harness messages nested deeper than this are never handed to json.loads (whose C recursion could exhaust the
+# stack of a verl executor thread, or raise RecursionError): the harness caps return values at 150 levels.
+MAX_MESSAGE_DEPTH = 200
+_JSON_TOKEN = re.compile(rb'"(?:[^"\\]+|\\.)*"|[\[\]{}]')
+
+
+def json_depth_exceeds(data: bytes, limit: int = MAX_MESSAGE_DEPTH) -> bool:
+    """True when the JSON text ``data`` nests arrays/objects deeper than ``limit`` (linear, no recursion)."""
+    if data.count(b"[") + data.count(b"{") <= limit:
+        return False
+    depth = 0
+    for match in _JSON_TOKEN.finditer(data):
+        char = match.group()[0]
+        if char in (0x5B, 0x7B):
+            depth += 1
+            if depth > limit:
+                return True
+        elif char in (0x5D, 0x7D):
+            depth -= 1
+    return False
+
+
+class HarnessMessageError(ValueError):
+    """A message from the sandbox could not be read (too deep, not JSON): the program's fault, a verdict."""
+
+
+class HarnessMessageTooLong(HarnessMessageError):
+    """A message from the sandbox exceeded the output cap."""
 
 
 class BadCodeGroundTruth(ValueError):
@@ -181,6 +211,14 @@ def from_wire(value: Any) -> Any:
             return {_hashable(from_wire(v)) for v in value["__s"]}
         if "__f" in value:
             return frozenset(_hashable(from_wire(v)) for v in value["__f"])
+        if "__q" in value:  # fractions.Fraction, exact
+            numerator, denominator = value["__q"]
+            return Fraction(int(numerator, 16), int(denominator, 16))
+        if "__m" in value:  # decimal.Decimal, exact
+            return Decimal(str(value["__m"])[:100000])
+        if "__c" in value:
+            real, imag = value["__c"]
+            return complex(float(real), float(imag))
         return _Opaque(str(value.get("__o", "object")))
     return value
 
@@ -193,7 +231,7 @@ def functional_matches(value_wire: Any, expected: Any) -> bool:
     """LCB ``grade_call_based``: ``prediction == json.loads(output)`` on the rebuilt builtin value."""
     try:
         return bool(from_wire(value_wire) == expected)
-    except (RecursionError, TypeError, ValueError):
+    except Exception:  # RecursionError, decimal.InvalidOperation (sNaN), malformed wire values: never equal
         return False
 
 
@@ -249,7 +287,8 @@ def _build_job(code: str, tests: PreparedTests, limits: CodeLimits) -> dict:
         "timeout_s": limits.timeout_s,
         "cpu_seconds_per_test": int(math.ceil(limits.timeout_s)) + 1,
         "cpu_seconds_total": int(math.ceil(limits.global_timeout_s(n))),
-        "memory_bytes": limits.memory_mb * MIB, "max_file_bytes": limits.max_file_mb * MIB,
+        "memory_bytes": limits.memory_mb * MIB, "sample_memory_bytes": limits.memory_mb * MIB,
+        "max_file_bytes": limits.max_file_mb * MIB,
         "max_open_files": limits.max_open_files, "max_processes": limits.max_processes,
         "max_output_bytes": _output_cap(tests.expected, limits) if tests.mode == "stdin" else limits.max_output_mb * MIB,
     }
@@ -272,7 +311,15 @@ class _LineReader:
             if newline >= 0:
                 line = bytes(self.buffer[:newline])
                 del self.buffer[:newline + 1]
-                return json.loads(line)
+                if json_depth_exceeds(line):
+                    raise HarnessMessageError(f"result nested deeper than {MAX_MESSAGE_DEPTH} levels")
+                try:
+                    message = json.loads(line)
+                except (RecursionError, ValueError) as exc:
+                    raise HarnessMessageError(f"unreadable result: {type(exc).__name__}") from None
+                if not isinstance(message, dict):
+                    raise HarnessMessageError("unreadable result: not an object")
+                return message
             if self.eof:
                 return None
             remaining = deadline - time.monotonic()
@@ -295,7 +342,7 @@ class _LineReader:
                 else:
                     self.buffer.extend(chunk)
                     if len(self.buffer) > self.max_line_bytes:
-                        raise ValueError("harness message too long")
+                        raise HarnessMessageTooLong("harness message too long")
 
 
 def run_code_tests(code: str, tests: PreparedTests, limits: CodeLimits | None = None,
@@ -311,6 +358,12 @@ def run_code_tests(code: str, tests: PreparedTests, limits: CodeLimits | None = 
         sandbox = launch(job, report)
         try:
             return _drive(sandbox, job, tests, deadline, start, report)
+        except SandboxError:
+            raise  # the sandbox never ran the program: infrastructure, not a verdict
+        except Exception as exc:  # whatever the program's output does to our handling is a verdict
+            logger.warning("code verifier: handling the program's results raised %r; scored runtime_error", exc)
+            return CodeRunResult("runtime_error", 0, n, f"result handling failed: {type(exc).__name__}",
+                                 round(time.monotonic() - start, 4), report.backend)
         finally:
             sandbox.kill_tree()
             sandbox.cleanup()
@@ -334,6 +387,8 @@ def _drive(sandbox, job: dict, tests: PreparedTests, deadline: float, start: flo
         hello = reader.next(deadline)
     except TimeoutError:
         return result("global_timeout", 0, "sandbox did not start before the global deadline")
+    except HarnessMessageError as exc:
+        raise SandboxError(f"code sandbox sent an unreadable start message ({report.backend}): {exc}") from exc
     if hello is None or hello.get("event") != "ready":
         raise SandboxError(f"code sandbox failed before running the program ({report.backend}); "
                            f"stderr: {reader.stderr.decode('utf-8', 'replace')[-2000:]}")
@@ -343,8 +398,10 @@ def _drive(sandbox, job: dict, tests: PreparedTests, deadline: float, start: flo
             message = reader.next(deadline)
         except TimeoutError:
             return result("global_timeout", passed, "overall (timeout+1)*n+5 s budget exhausted")
-        except ValueError as exc:
+        except HarnessMessageTooLong as exc:
             return result("output_limit", passed, str(exc))
+        except HarnessMessageError as exc:
+            return result("wrong_answer" if tests.mode == "functional" else "runtime_error", passed, str(exc))
         if message is None:
             # The harness died after the program started: the program killed or crashed it.
             return result("runtime_error", passed, "sandbox harness exited unexpectedly")

@@ -51,6 +51,14 @@ PROTECTIONS: dict[str, str] = {
     "pid_namespace": "new pid namespace: sees and can signal only its own processes; all die with the run",
     "readonly_filesystem": "everything outside a private size-capped /tmp is read-only",
     "hidden_home": "/root and /home are replaced by empty directories",
+    "minimal_filesystem": "only the interpreter's prefixes, /usr, /lib*, a few /etc files, a minimal /dev, a "
+                          "private /proc and /tmp are visible (no /data, /mnt, /srv, /opt, /var ...)",
+    "sample_memory_limit": "memory is limited for the whole sample (every process, SysV/POSIX shared memory, "
+                           "memfds, tmpfs files), not only per process",
+    "sample_process_limit": "the number of processes is limited for the whole sample",
+    "ipc_namespace": "private IPC namespace: SysV segments are invisible to the host and die with the run",
+    "no_new_privs": "PR_SET_NO_NEW_PRIVS: setuid binaries and file capabilities grant nothing",
+    "no_user_namespaces": "creating user namespaces is refused (seccomp), so no namespace-root capabilities",
 }
 
 
@@ -68,6 +76,12 @@ class IsolationReport:
     is_root: bool
     bwrap_path: str | None
     note: str = ""
+    limits: tuple = ()  # (("memory", how), ("pids", how), ("ipc", how)): what really bounds the whole sample
+
+    @property
+    def limit_mechanisms(self) -> dict[str, str]:
+        """How memory, process count and IPC objects are bounded for the sample as a whole."""
+        return dict(self.limits)
 
     @property
     def complete(self) -> bool:
@@ -77,30 +91,56 @@ class IsolationReport:
     def describe(self) -> str:
         """One paragraph for logs and warnings."""
         text = f"code sandbox backend={self.backend}; enforced: {', '.join(self.enforced)}"
+        if self.limits:
+            text += "; limits: " + ", ".join(f"{k}={v}" for k, v in self.limits)
         if self.missing:
             text += f"; MISSING: {', '.join(self.missing)}"
         return text + (f" ({self.note})" if self.note else "")
 
 
+PROBE_CODE = "import encodings, json, ctypes, resource, select, calendar, hashlib, csv, uuid, base64; print('ok')"
+# As root the harness drops to a per-run uid before the program imports anything: the probe does the same.
+PROBE_AS_UID = "import os\nos.setgroups([])\nos.setresgid({0}, {0}, {0})\nos.setresuid({0}, {0}, {0})\n"
+
+
 def _bwrap_works(bwrap: str, is_root: bool) -> tuple[bool, str]:
-    """Run the real sandbox command line once with ``/bin/true`` (namespaces can be forbidden in containers)."""
-    argv = _bwrap_prefix(bwrap, is_root) + ["--", "/bin/true"]
+    """Run the real sandbox command line once with the real interpreter (namespaces can be forbidden in
+    containers, and an interpreter under /tmp or a home directory must be visible inside)."""
+    code = (PROBE_AS_UID.format(new_sandbox_uid()) if is_root else "") + PROBE_CODE
+    argv = _bwrap_prefix(bwrap, is_root) + ["--", sys.executable, "-I", "-c", code]
     try:
-        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=20)
+        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return False, f"{bwrap} could not run: {exc}"
-    if proc.returncode != 0:
-        return False, f"{bwrap} failed (exit {proc.returncode}): {proc.stderr.decode('utf-8', 'replace')[-300:]}"
+    if proc.returncode != 0 or proc.stdout.strip() != b"ok":
+        return False, (f"{bwrap} cannot run {sys.executable} (exit {proc.returncode}): "
+                       f"{proc.stderr.decode('utf-8', 'replace')[-300:]}")
     return True, ""
+
+
+MONITOR = "harness monitor (RSS counters of every process, confirmed by PSS, + memfds + SysV + tmpfs, every 20 ms) and RLIMIT_AS per process"
 
 
 def _fallback_report(is_root: bool, bwrap: str | None, note: str) -> IsolationReport:
     enforced = ["fresh_interpreter", "process_group_kill", "resource_limits", "minimal_environment",
-                "expected_outputs_withheld"]
+                "expected_outputs_withheld", "no_new_privs", "sample_memory_limit"]
     if is_root:
-        enforced += ["private_uid", "network_namespace"]
+        enforced += ["private_uid", "network_namespace", "ipc_namespace", "sample_process_limit"]
+        limits = (("memory", MONITOR), ("pids", "RLIMIT_NPROC of the per-run uid"),
+                  ("ipc", "private IPC namespace, SysV capped at the memory limit"))
+    else:
+        limits = (("memory", MONITOR + " (SysV segments of the host namespace not attributed)"),
+                  ("pids", "harness monitor count only (racy: no RLIMIT_NPROC without root)"),
+                  ("ipc", "none: host IPC namespace"))
+    if _seccomp_supported():
+        enforced.append("no_user_namespaces")
     missing = tuple(p for p in PROTECTIONS if p not in enforced)
-    return IsolationReport("fallback", tuple(enforced), missing, is_root, bwrap, note)
+    return IsolationReport("fallback", tuple(enforced), missing, is_root, bwrap, note, limits)
+
+
+def _seccomp_supported() -> bool:
+    import platform
+    return platform.machine() == "x86_64"
 
 
 @functools.lru_cache(maxsize=None)
@@ -118,10 +158,16 @@ def detect_isolation(mode: str | None = None) -> IsolationReport:
     if mode != "fallback":
         ok, why = _bwrap_works(bwrap, is_root) if bwrap else (False, "bwrap (bubblewrap) is not installed")
         if ok:
-            enforced = tuple(PROTECTIONS) if is_root else tuple(p for p in PROTECTIONS if p != "private_uid")
+            lacking = set() if is_root else {"private_uid", "sample_process_limit"}
+            if not _seccomp_supported():
+                lacking.add("no_user_namespaces")
+            enforced = tuple(p for p in PROTECTIONS if p not in lacking)
             missing = tuple(p for p in PROTECTIONS if p not in enforced)
             note = "" if is_root else "not root: cannot switch to a per-run uid, RLIMIT_NPROC left unset"
-            report = IsolationReport("bwrap", enforced, missing, is_root, bwrap, note)
+            limits = (("memory", MONITOR + "; /tmp and /dev/shm tmpfs capped"),
+                      ("pids", "RLIMIT_NPROC of the per-run uid" if is_root else "harness monitor count only"),
+                      ("ipc", "private IPC namespace (--unshare-ipc)"))
+            report = IsolationReport("bwrap", enforced, missing, is_root, bwrap, note, limits)
             if missing:
                 logger.warning(report.describe())
             return report
@@ -134,27 +180,39 @@ def detect_isolation(mode: str | None = None) -> IsolationReport:
     return report
 
 
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime", "/etc/alternatives",
+             "/etc/nsswitch.conf", "/etc/passwd", "/etc/group")
+
+
 def _bwrap_prefix(bwrap: str, is_root: bool) -> list[str]:
-    """bubblewrap options shared by the probe and every run (everything before ``--``)."""
+    """bubblewrap options shared by the probe and every run (everything before ``--``).
+
+    Nothing of the host is visible except the system directories, a few /etc files and the interpreter's own
+    prefixes (bound read-only at their real paths, after the private /tmp so a venv under /tmp stays visible)."""
     argv = [bwrap, "--die-with-parent", "--new-session", "--unshare-net", "--unshare-pid", "--unshare-ipc",
-            "--unshare-uts", "--ro-bind", "/", "/"]
-    hidden = [d for d in HIDDEN_DIRS if os.path.isdir(d)]
-    for directory in hidden:
-        argv += ["--perms", "0755", "--tmpfs", directory]
-    made: set[str] = set()
-    for prefix in _interpreter_dirs():
-        owner = next((d for d in hidden if prefix == d or prefix.startswith(d + "/")), None)
-        if owner is None:
-            continue
-        parts = Path(prefix).relative_to(owner).parts
-        for depth in range(1, len(parts)):  # intermediate directories inside the hidden tmpfs
-            sub = str(Path(owner, *parts[:depth]))
-            if sub not in made:
-                argv += ["--perms", "0755", "--dir", sub]
-                made.add(sub)
-        argv += ["--ro-bind", prefix, prefix]
+            "--unshare-uts", "--unshare-cgroup-try"]
+    for path in SYSTEM_DIRS:
+        if os.path.islink(path):
+            argv += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            argv += ["--ro-bind", path, path]
+    for path in ETC_FILES:
+        if os.path.exists(path):
+            argv += ["--ro-bind", path, path]
     argv += ["--perms", "01777", "--size", str(SANDBOX_TMPFS_BYTES), "--tmpfs", "/tmp",
-             "--dev", "/dev", "--proc", "/proc", "--chdir", "/tmp", "--clearenv"]
+             "--dev", "/dev", "--perms", "01777", "--size", str(SANDBOX_TMPFS_BYTES), "--tmpfs", "/dev/shm",
+             "--proc", "/proc"]
+    made: set[str] = set()
+    for source, dest in _interpreter_binds():
+        parts = Path(dest).parts
+        for depth in range(2, len(parts)):  # traversable parents for the per-run uid (e.g. /root, /root/.pyenv)
+            parent = str(Path(*parts[:depth]))
+            if parent not in made and parent != "/tmp":
+                argv += ["--perms", "0755", "--dir", parent]
+                made.add(parent)
+        argv += ["--ro-bind", source, dest]
+    argv += ["--remount-ro", "/", "--chdir", "/tmp", "--clearenv"]
     for key, value in MINIMAL_ENV.items():
         argv += ["--setenv", key, value]
     argv += ["--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp"]
@@ -163,12 +221,52 @@ def _bwrap_prefix(bwrap: str, is_root: bool) -> list[str]:
     return argv
 
 
+def _interpreter_prefixes() -> list[str]:
+    """Paths the interpreter needs, as the process names them and as they really are (symlinks resolved):
+    the venv (``sys.prefix``), the base installation, exec prefixes, the executable's own tree."""
+    exe_tree = os.path.dirname(os.path.dirname(os.path.abspath(sys.executable)))
+    real_exe_tree = os.path.dirname(os.path.dirname(os.path.realpath(sys.executable)))
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, exe_tree, real_exe_tree}
+    out = set()
+    for path in paths:
+        if path and os.path.isdir(path):
+            out.add(os.path.abspath(path))
+            out.add(os.path.realpath(path))
+    return sorted(out)
+
+
+@functools.lru_cache(maxsize=1)
+def _interpreter_binds() -> tuple[tuple[str, str], ...]:
+    """(source, destination) read-only binds for bwrap; paths under the system dirs are already visible."""
+    system = tuple(os.path.realpath(d) for d in SYSTEM_DIRS if os.path.isdir(d) and not os.path.islink(d))
+    dests = [p for p in _interpreter_prefixes() if not any(p == s or p.startswith(s + "/") for s in system)]
+    # Drop nested duplicates so each tree is bound once (a bind of the parent shows the child).
+    dests = [d for d in dests if not any(d != o and d.startswith(o + "/") for o in dests)]
+    return tuple((os.path.realpath(d), d) for d in dests)
+
+
 def _interpreter_dirs() -> list[str]:
-    """Directories the sandboxed interpreter needs to see (the Python installation and, if any, the venv)."""
-    dirs = {os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix),
-            os.path.realpath(os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))))}
-    # Drop nested duplicates so each tree is bound once.
+    """Real directories of the Python installation and venv (used by the fallback's overlays)."""
+    dirs = {os.path.realpath(p) for p in _interpreter_prefixes()}
     return sorted(d for d in dirs if not any(d != o and d.startswith(o + "/") for o in dirs))
+
+
+def _fallback_overlays() -> list[list]:
+    """Hidden directories (mode without o+x, e.g. /root) that contain interpreter prefixes: the root fallback
+    replaces each with a tmpfs holding read-only binds of just those prefixes, so the per-run uid can import."""
+    plan: dict[str, list[str]] = {}
+    for prefix in _interpreter_dirs():
+        parts = Path(prefix).parts
+        for depth in range(2, len(parts)):
+            ancestor = str(Path(*parts[:depth]))
+            try:
+                mode = os.stat(ancestor).st_mode
+            except OSError:
+                break
+            if not mode & 0o001:
+                plan.setdefault(ancestor, []).append(prefix)
+                break
+    return [[hidden, prefixes] for hidden, prefixes in plan.items()]
 
 
 @functools.lru_cache(maxsize=1)
@@ -234,9 +332,11 @@ def launch(job: dict, report: IsolationReport) -> SandboxProcess:
     uid = new_sandbox_uid() if report.is_root else None
     job["sandbox_uid"] = uid
     interpreter = [sys.executable, "-I", "-c", harness_source()]
+    job.setdefault("sample_memory_bytes", job.get("memory_bytes", 4 << 30))
+    job["tmpfs_bytes"] = SANDBOX_TMPFS_BYTES
     if report.backend == "bwrap":
         job.update(workdir="/tmp", unshare_network=False, network_isolated_by_launcher=True,
-                   in_pid_namespace=True)
+                   in_pid_namespace=True, in_ipc_namespace=True, tmpfs_dirs=["/tmp", "/dev/shm"])
         argv = _bwrap_prefix(report.bwrap_path, report.is_root) + ["--"] + interpreter
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 env=MINIMAL_ENV, cwd="/", start_new_session=True, close_fds=True)
@@ -246,7 +346,9 @@ def launch(job: dict, report: IsolationReport) -> SandboxProcess:
     if uid is not None:
         os.chown(workdir, uid, uid)
     job.update(workdir=workdir, unshare_network=report.is_root, network_isolated_by_launcher=False,
-               in_pid_namespace=False, preimport=True)
+               in_pid_namespace=False, preimport=True, in_ipc_namespace=False,
+               fallback_overlays=_fallback_overlays() if report.is_root else [],
+               tmpfs_dirs=["/dev/shm"] if report.is_root else [])
     env = dict(MINIMAL_ENV, HOME=workdir, TMPDIR=workdir)
     try:
         proc = subprocess.Popen(interpreter, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
