@@ -18,7 +18,7 @@ from reward_fns import compute_score, encode_tests, self_test
 from reward_fns.code_verifier import CodeLimits, json_depth_exceeds, prepare_tests, run_code_tests
 from reward_fns.sandbox import detect_isolation
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BACKENDS = ["bwrap"] + (["fallback"] if os.geteuid() == 0 else [])
 LIMITS = CodeLimits(timeout_s=4.0, memory_mb=512)
 
