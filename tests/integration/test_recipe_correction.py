@@ -161,7 +161,7 @@ def test_correction_pass_places_delta_on_the_right_rows_after_reordering():
     assert joint.batch["responses"][0, :3].tolist() == CORRECT  # ŷ of row 1
     assert len(set(joint.non_tensor_batch["uid"])) == 2
     merged = DataProto.concat([batch, joint])
-    padded, pad = corr.pad_to_multiple(merged, trainer._ibpo_batch_multiple())
+    padded, pad = corr.pad_to_multiple(merged, 2 * n)  # verl's fixed mini-batch: ppo_mini_batch_size · n
     assert len(padded) % 8 == 0 and pad == len(padded) - 15
     assert padded.batch[corr.IS_PADDING_KEY].sum() == pad
     pad_rows = padded.batch[corr.IS_PADDING_KEY].bool()
@@ -181,7 +181,8 @@ def test_correction_pass_places_delta_on_the_right_rows_after_reordering():
     padded.batch["token_level_rewards"] = corr.shaped_token_rewards(padded, lam=0.6)
     out = compute_advantage(padded, adv_estimator="ibpo", gamma=1.0, lam=1.0, num_repeat=n,
                             config=OmegaConf.create({}))
-    corr.apply_token_mask(out)
+    unmasked = out.batch["advantages"].clone()
+    corr.apply_token_mask(out, "literal")  # Eq. 17 as written
     rows = {i: int(p) for i, p in enumerate(perm.tolist())}  # new position -> original row
     seq_reward = out.batch["token_level_rewards"].sum(-1)
     for new, old in rows.items():
@@ -190,9 +191,18 @@ def test_correction_pass_places_delta_on_the_right_rows_after_reordering():
             assert seq_reward[new].item() == pytest.approx(expected)
         if old >= 15:  # padding rows: zero advantage
             assert out.batch["advantages"][new].abs().sum() == 0
-    # the shaped wrong row of group 0 has a positive advantage only on the modified token
-    new_1 = [k for k, v in rows.items() if v == 1][0]
+    # literal mask: the shaped wrong rows keep their advantage only on the modified token, whatever its sign
+    new_1 = [k for k, v in rows.items() if v == 1][0]  # group 0 has a right answer: Â < 0
+    new_6 = [k for k, v in rows.items() if v == 6][0]  # group 1 is all wrong: the shaped row has Â > 0
+    assert unmasked[new_1][0] < 0 and unmasked[new_6][0] > 0
+    for row in (new_1, new_6):
+        assert out.batch["advantages"][row][:2].abs().sum() == 0 and out.batch["advantages"][row][2] != 0
+    # the default, negative_only: the Â < 0 row is masked, the Â > 0 row keeps the whole positive update
+    out.batch["advantages"] = unmasked.clone()
+    corr.apply_token_mask(out, trainer.ibpo.mask_sign)
+    assert trainer.ibpo.mask_sign == "negative_only"
     assert out.batch["advantages"][new_1][:2].abs().sum() == 0 and out.batch["advantages"][new_1][2] != 0
+    assert torch.equal(out.batch["advantages"][new_6], unmasked[new_6])
     # group 0: advantages sum to 0 over the group (at one token per row)
     group0 = [k for k, v in rows.items() if v in (0, 2, 3)]
     assert all(out.batch["advantages"][k][0] != 0 for k in group0)
