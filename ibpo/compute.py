@@ -5,7 +5,7 @@ FLOPs of a dense decoder-only transformer, per sequence of ``s`` tokens, one for
 
     F(s) = 2·N·s + 2·L·d·s·(s + 1)
 
-N = parameters in the per-token matrix multiplies (everything but the embedding lookup; a tied LM head
+N = weight-matrix parameters used per token (every weight matrix but the embedding lookup; a tied LM head
 counts once), L layers, d = query width (heads × head dim). The second term is causal attention: the
 query at position t scores and mixes t keys (QKᵀ and A·V, 2·t·d each), Σ_t 4·t·d = 2·d·s(s+1) per layer.
 Generation with a KV cache computes every position once, so a prompt of p tokens plus g generated
@@ -26,7 +26,7 @@ import numpy as np
 class ModelShape:
     """The numbers the FLOP formula needs from a model."""
 
-    matmul_params: int  # N: parameters in per-token matrix multiplies (no embedding lookup)
+    matmul_params: int  # N: weight-matrix parameters used per token (no embedding lookup, biases, norms)
     num_layers: int  # L
     attention_dim: int  # d: num_attention_heads × head_dim
 

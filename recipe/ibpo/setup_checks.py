@@ -119,20 +119,21 @@ def model_max_positions(model_path: str) -> int | None:
 
 def model_flop_shape(model_path: str) -> ModelShape:
     """The FLOP counter's :class:`ibpo.compute.ModelShape` of the HF model at ``model_path``, built on the meta
-    device (no weights loaded): N = all parameters but the input embedding (a tied LM head reuses it and
-    counts once), L = ``num_hidden_layers``, d = heads × head dim."""
+    device (no weights loaded): N = the weight matrices but the input embedding (a tied LM head reuses it
+    and counts once; biases and norm scales are no matmuls), L = ``num_hidden_layers``, d = heads × head dim."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
     hf_config = AutoConfig.from_pretrained(model_path, trust_remote_code=False)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(hf_config)
-    total = int(sum(p.numel() for p in model.parameters()))  # shared (tied) tensors are yielded once
     embedding = model.get_input_embeddings().weight
     output = model.get_output_embeddings()
     tied = output is not None and output.weight is embedding
+    # weight matrices (shared tensors are yielded once); biases and norm scales are not multiply-adds
+    matrices = int(sum(p.numel() for p in model.parameters() if p.dim() >= 2))
     text = getattr(hf_config, "text_config", None) or hf_config
     heads = int(text.num_attention_heads)
     head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
-    return ModelShape(matmul_params=total if tied else total - int(embedding.numel()),
+    return ModelShape(matmul_params=matrices if tied else matrices - int(embedding.numel()),
                       num_layers=int(text.num_hidden_layers), attention_dim=heads * int(head_dim))

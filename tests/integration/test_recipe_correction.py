@@ -8,6 +8,8 @@ verl's ``DataProto`` ops and verl's ``compute_advantage`` dispatching to the reg
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -248,9 +250,12 @@ def test_start_checks_name_the_key():
     with pytest.raises(IBPOSetupError, match="exceeds the model context 2048"):
         check_trainer_config(cfg, trainer.ibpo, FakeTokenizer(), max_positions=8192)
     cfg.actor_rollout_ref.rollout.max_model_len = None
-    cfg.algorithm.adv_estimator = "gae"
-    with pytest.raises(IBPOSetupError, match="adv_estimator='gae'"):
-        check_trainer_config(cfg, trainer.ibpo, FakeTokenizer())
+    for estimator in ("gae", "grpo"):  # verl's grpo: sample std, ε = 1e-6, singleton groups keep their reward
+        cfg.algorithm.adv_estimator = estimator
+        with pytest.raises(IBPOSetupError, match=f"algorithm.adv_estimator='{estimator}' with ibpo.enable=True.*"
+                                                 "Set algorithm.adv_estimator=ibpo"):
+            check_trainer_config(cfg, trainer.ibpo, FakeTokenizer())
+    check_trainer_config(cfg, trainer.ibpo.replace(enable=False), FakeTokenizer())  # the baseline may use any
     with pytest.raises(IBPOSetupError, match="disagrees with actor_rollout_ref.rollout.n"):
         ibpo_config_from(OmegaConf.create({"ibpo": {"group_size": 3}, "actor_rollout_ref": {"rollout": {"n": 4}}}))
     with pytest.raises(Exception, match="unknown ibpo option"):
@@ -289,3 +294,46 @@ def test_several_corrections_per_target_and_rewrite_penalty():
     joint = corr.build_joint_rows(batch, result, trainer.ibpo)
     assert len(set(joint.non_tensor_batch["uid"])) == 1
     assert joint.batch["rm_scores"].sum(-1).tolist() == pytest.approx([0.75, 0.75])  # r(ŷ) = 1 minus 0.25
+
+    assert all(u.endswith(corr.CORRECTION_UID_SUFFIX) for u in joint.non_tensor_batch["uid"])
+
+
+def test_correction_groups_per_correction_prompt():
+    """joint_grouping=per_correction_prompt (App. C.3): the corrections_per_target samples of one x~ form
+    a group; per_prompt puts every correction for x in one group."""
+    n = 4
+    responses = [CORRECT, [7, 7, 9], [5, 5], [4]]  # three wrong rows -> three correction prompts
+    groups = {}
+    for grouping in ("per_prompt", "per_correction_prompt"):
+        trainer = make_trainer({"variant": "binary", "corrections_per_target": 2, "joint_training": True,
+                                "joint_grouping": grouping}, n=n)
+        batch, result, _, _ = main_step(trainer, responses, n)
+        uids = list(corr.build_joint_rows(batch, result, trainer.ibpo).non_tensor_batch["uid"])
+        groups[grouping] = [sorted(i for i, u in enumerate(uids) if u == g) for g in dict.fromkeys(uids)]
+    assert groups["per_prompt"] == [[0, 1, 2, 3, 4, 5]]
+    assert groups["per_correction_prompt"] == [[0, 1], [2, 3], [4, 5]]  # the two samples of each x~
+
+
+def test_correction_uids_stay_apart_from_main_uids():
+    """A joint row never shares a group with a main row: the main rows' advantages are the same with and
+    without the joint rows in the batch, and each correction group is normalised on its own."""
+    n = 4
+    trainer = make_trainer({"variant": "binary", "joint_training": True}, n=n)
+    responses = [CORRECT, [7, 7, 9], [5, 5], [4], [4], [4, 4], [7, 7, 9], [3, 3, 3]]
+    batch, result, _, _ = main_step(trainer, responses, n)
+    joint = corr.build_joint_rows(batch, result, trainer.ibpo)
+    main_uids, joint_uids = set(batch.non_tensor_batch["uid"]), set(joint.non_tensor_batch["uid"])
+    assert main_uids.isdisjoint(joint_uids) and len(joint_uids) == 2
+
+    def advantages(data: DataProto) -> torch.Tensor:
+        data.batch["token_level_scores"] = data.batch["rm_scores"]
+        data.batch["token_level_rewards"] = corr.shaped_token_rewards(data, lam=0.6)
+        return compute_advantage(data, adv_estimator="ibpo", gamma=1.0, lam=1.0, num_repeat=n,
+                                 config=OmegaConf.create({})).batch["advantages"]
+
+    alone = advantages(copy.deepcopy(batch))
+    merged = advantages(DataProto.concat([copy.deepcopy(batch), copy.deepcopy(joint)]))
+    assert torch.equal(merged[: len(batch)], alone)
+    assert torch.equal(merged[len(batch):], advantages(copy.deepcopy(joint)))
+    # the corrections of prompt 0 succeed and fail: a real group signal of their own
+    assert merged[len(batch):].abs().sum() > 0
