@@ -9,6 +9,8 @@ checkpointing, validation, router-replay check and metrics included, with four i
   2. after the batch is assembled: optional joint training rows (App. E.2 (C)) and no-op padding;
   3. ``token_level_rewards = token_level_scores + λΔ`` (Eq. 15/27), then the ``ibpo`` estimator;
   4. ``advantages ·= m_t`` (Eq. 7/17) before the actor update, and the IBPO metrics.
+``_update_actor`` is verl's with one change: the rows of an optimizer update come from this step's plan
+(``ibpo.joint_minibatch``, ``ibpo/minibatch.py``), so joint rows do not add optimizer updates by default.
 ReMax is not supported (it needs a second sampled generation of its own). Validation never runs the
 correction pass (``_validate`` is verl's own).
 """
