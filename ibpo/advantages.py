@@ -70,6 +70,41 @@ def broadcast_advantages(
     return adv
 
 
+def signed_token_mask(
+    sequence_advantages: torch.Tensor, token_mask: torch.Tensor, shaped: torch.Tensor, mode: str
+) -> torch.Tensor:
+    """The token mask IBPO-mask multiplies into the advantages (Eq. 7/17), by the sign of Â_i.
+
+    ``token_mask`` holds m_t = 1[t ∉ U] (1 on the tokens the correction changed) on the ``shaped`` rows and
+    ones elsewhere. Eq. 17 keeps the gradient only where m_t = 1 so that "unmodified tokens are not
+    penalized", which presumes Â_i < 0. A shaped wrong response can have Â_i > 0 (r' = 0.3 in a group of
+    8 with no right answer: Â = +√7 ≈ 2.65), and then the literal mask would reinforce only the changed,
+    likely wrong, tokens. ``mode``:
+
+    - ``negative_only``: m_t on shaped rows with Â < 0; every token elsewhere (Â >= 0 keeps all tokens);
+    - ``complement_when_positive``: m_t where Â < 0, 1 − m_t where Â > 0 (only kept tokens reinforced);
+    - ``literal``: m_t on every shaped row whatever the sign (Eq. 17 as written).
+
+    Rows that are not shaped always get ones. Returns a (bs, T) float mask in ``token_mask``'s dtype.
+    """
+    if token_mask.dim() != 2 or sequence_advantages.shape != (token_mask.shape[0],) or shaped.shape != (
+            token_mask.shape[0],):
+        raise ValueError(f"expected (bs,) advantages and shaped flags for a (bs, T) mask; got "
+                         f"{tuple(sequence_advantages.shape)}, {tuple(shaped.shape)}, {tuple(token_mask.shape)}")
+    ones = torch.ones_like(token_mask)
+    shaped = shaped.bool().unsqueeze(-1)
+    negative = (sequence_advantages < 0).unsqueeze(-1)
+    positive = (sequence_advantages > 0).unsqueeze(-1)
+    if mode == "literal":
+        return torch.where(shaped, token_mask, ones)
+    if mode == "negative_only":
+        return torch.where(shaped & negative, token_mask, ones)
+    if mode == "complement_when_positive":
+        out = torch.where(shaped & negative, token_mask, ones)
+        return torch.where(shaped & positive, ones - token_mask, out)
+    raise ValueError(f"unknown ibpo.mask_sign {mode!r}")
+
+
 def compute_ibpo_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,

@@ -14,6 +14,12 @@ VARIANTS = ("binary", "ratio", "mask")
 ALPHA_MODES = ("fixed", "adaptive")
 CANDIDATE_VIEWS = ("full", "strip_thinking")
 LAMBDA_SCHEDULES = ("fixed", "theorem")
+# Where IBPO-mask's token mask applies, by the sign of the row's normalised advantage Â (see `mask_sign`).
+MASK_SIGNS = ("negative_only", "complement_when_positive", "literal")
+# How the joint-training correction samples are grouped for the advantage (see `joint_grouping`).
+JOINT_GROUPINGS = ("per_prompt", "per_correction_prompt")
+# How the actor's mini-batches take the joint rows (see `joint_minibatch`).
+JOINT_MINIBATCH_MODES = ("grow", "verl")
 
 # App. C.1, verbatim.
 DEFAULT_INSTRUCTION = (
@@ -47,6 +53,13 @@ class IBPOConfig:
 
     enable: bool = True
     variant: str = "binary"  # binary (Eq. 14/19) | ratio (Eq. 16) | mask (Eq. 7/17)
+    # IBPO-mask, where m_t applies by the sign of Â_i. Eq. 17's rationale ("unmodified tokens are not
+    # penalized") presumes Â < 0, but a shaped wrong response of a hard group can have Â > 0 (r' = 0.3 with
+    # 0 of 8 right: Â = +2.65); the mask would then push the whole positive update onto the tokens the
+    # correction changed, the likely errors. negative_only: m_t where Â < 0, all tokens where Â >= 0;
+    # complement_when_positive: m_t where Â < 0, 1 - m_t where Â > 0 (only unchanged tokens are reinforced);
+    # literal: m_t whatever the sign (Eq. 17 as written).
+    mask_sign: str = "negative_only"
     lam: float = 0.6  # λ in r' = r + λΔ (Eq. 15/27); Table 4 optimum 0.6
     beta: float = 0.5  # β in Δ = β·1[...] (Eq. 14/26)
     alpha: float = 0.6  # fixed rewrite threshold α (Eq. 18), Table 5 plateau 0.55-0.70
@@ -65,6 +78,14 @@ class IBPOConfig:
     max_candidate_tokens: int = 0  # 0 = no truncation; else middle-truncate each candidate to this many tokens
     correct_threshold: float = 0.5  # a response with reward >= this is "correct" (rewards are {0, 1})
     joint_training: bool = False  # App. E.2 (C): train on correction samples too
+    # joint rows' groups for the advantage: per_prompt (all corrections of prompt x form one group) |
+    # per_correction_prompt (the corrections_per_target samples of one x~ form a group, App. C.3's
+    # "contrastive RL within the group"; needs corrections_per_target >= 2)
+    joint_grouping: str = "per_prompt"
+    # grow: the actor's mini-batch grows with the joint rows, so a step makes as many optimizer updates as
+    # the same run without joint training (App. E.2: one policy update on the mixed batch) | verl: verl's
+    # fixed ppo_mini_batch_size, so the joint rows add updates
+    joint_minibatch: str = "grow"
     rewrite_penalty: float = 0.0  # App. C.3: r_corr = r(ŷ) - penalty·1[rewrite] for correction samples
     lambda_schedule: str = "fixed"  # fixed | theorem (clip λ to a fraction of the running λ_max, Thm. A.2)
     lambda_max_fraction: float = 0.5  # theorem schedule: λ_t = min(lam, fraction · running λ_max)
@@ -87,6 +108,16 @@ class IBPOConfig:
             raise bad("candidate_view", f"one of {CANDIDATE_VIEWS}")
         if self.lambda_schedule not in LAMBDA_SCHEDULES:
             raise bad("lambda_schedule", f"one of {LAMBDA_SCHEDULES}")
+        if self.mask_sign not in MASK_SIGNS:
+            raise bad("mask_sign", f"one of {MASK_SIGNS}")
+        if self.joint_grouping not in JOINT_GROUPINGS:
+            raise bad("joint_grouping", f"one of {JOINT_GROUPINGS}")
+        if self.joint_minibatch not in JOINT_MINIBATCH_MODES:
+            raise bad("joint_minibatch", f"one of {JOINT_MINIBATCH_MODES}")
+        if self.joint_grouping == "per_correction_prompt" and self.corrections_per_target < 2:
+            raise IBPOConfigError(
+                f"ibpo.joint_grouping='per_correction_prompt' needs ibpo.corrections_per_target >= 2 (got "
+                f"{self.corrections_per_target}): every group would be one sample, whose advantage is 0 (Eq. 23)")
         if not 0.0 <= self.alpha <= 1.0:
             raise bad("alpha", "in [0, 1]")
         if not 0.0 <= self.beta <= 1.0:

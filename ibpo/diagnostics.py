@@ -29,8 +29,8 @@ class TheoremStats:
     c: float  # C = −Cov(Y, φ)
     v_phi: float  # V_φ = Var(φ − φ̄)
     lambda_max: float  # 2C / (V_φ + ε); +inf-like when V_φ = 0 and C = 0 is reported as 0
-    var_adv_gspo: float  # Var(A^GSPO) = Var(Y − Ȳ) (Eq. 10)
-    var_adv_ibpo: float  # Var(A^IBPO) = Var(Y + λφ − mean) (Eq. 11) at the λ used
+    var_unnorm_adv_gspo: float  # Var(A^GSPO) = Var(Y − Ȳ), unnormalised (Eq. 10), not what is trained on
+    var_unnorm_adv_ibpo: float  # Var(A^IBPO) = Var(Y + λφ − mean), unnormalised (Eq. 11), at the λ used
     num_groups: int  # groups with >= 2 members that entered the statistics
 
 
@@ -126,12 +126,16 @@ class LambdaSchedule:
         self.running_lambda_max = state.get("running_lambda_max")
 
 
-def estimate_step_flops(
-    num_params: int, generated_tokens: int, prompt_tokens: int, trained_tokens: int, reference_policy: bool = False
-) -> float:
-    """Dense-transformer FLOPs estimate of one RL step (the usual 2N per token forward, 6N forward+backward):
-    generation 2P·(prompt + generated tokens), old-log-prob recompute 2P·trained, optional reference
-    policy 2P·trained, actor update 6P·trained. Attention's quadratic term is ignored, which *understates*
-    the longer correction prompts (App. B matches compute by GPU time for that reason)."""
-    forward_tokens = prompt_tokens + generated_tokens + trained_tokens * (2 if reference_policy else 1)
-    return 2.0 * num_params * forward_tokens + 6.0 * num_params * trained_tokens
+def trained_advantage_variance(advantages: np.ndarray, response_mask: np.ndarray) -> tuple[float, float]:
+    """Population variance of the advantages the actor is trained on (after normalisation, Eq. 23, and the
+    token mask, Eq. 17): over sequences (each row's mean advantage over its valid response tokens) and
+    over all valid response tokens. Rows without valid tokens are left out. Returns (per_sequence,
+    per_token)."""
+    adv = np.asarray(advantages, dtype=np.float64)
+    valid = np.asarray(response_mask, dtype=bool)
+    counts = valid.sum(-1)
+    rows = counts > 0
+    if not rows.any():
+        return 0.0, 0.0
+    per_sequence = (np.where(valid, adv, 0.0).sum(-1)[rows] / counts[rows])
+    return float(per_sequence.var()), float(adv[valid].var())

@@ -21,7 +21,7 @@ import torch
 from verl import DataProto
 from verl.utils.model import compute_position_id_with_mask
 
-from ibpo.advantages import place_sequence_reward, shaped_rewards
+from ibpo.advantages import place_sequence_reward, shaped_rewards, signed_token_mask
 from ibpo.config import IBPOConfig
 from ibpo.pipeline import CorrectionRequest, ShapingOutcome, plan_corrections, shape_batch
 
@@ -141,6 +141,19 @@ def _attach(gen_output: DataProto, delta: torch.Tensor, mask: torch.Tensor) -> N
     gen_output.batch[IS_PADDING_KEY] = torch.zeros(len(gen_output), dtype=torch.float32)
 
 
+def joint_row_uids(requests: list[CorrectionRequest], grouping: str) -> np.ndarray:
+    """Group ids of the joint-training rows; never equal to a main row's uid (the suffix), so a
+    correction sample is never normalised against the original responses.
+
+    ``per_prompt``: every correction for prompt x shares one group; ``per_correction_prompt``: the
+    ``corrections_per_target`` samples of one correction prompt x~ (one wrong target row) form a group."""
+    if grouping == "per_prompt":
+        return np.array([f"{r.group_id}{CORRECTION_UID_SUFFIX}" for r in requests], dtype=object)
+    if grouping == "per_correction_prompt":
+        return np.array([f"{r.group_id}{CORRECTION_UID_SUFFIX}:{r.target_row}" for r in requests], dtype=object)
+    raise ValueError(f"unknown ibpo.joint_grouping {grouping!r}")
+
+
 def build_joint_rows(batch: DataProto, result: CorrectionPass, config: IBPOConfig) -> DataProto:
     """Correction samples (x~, ŷ) as training rows with exactly the main batch's keys (App. E.2 (C)).
 
@@ -158,8 +171,7 @@ def build_joint_rows(batch: DataProto, result: CorrectionPass, config: IBPOConfi
     for key, values in corr_out.non_tensor_batch.items():
         if key in joint.non_tensor_batch:
             joint.non_tensor_batch[key] = values.copy()
-    joint.non_tensor_batch["uid"] = np.array(
-        [f"{r.group_id}{CORRECTION_UID_SUFFIX}" for r in result.requests], dtype=object)
+    joint.non_tensor_batch["uid"] = joint_row_uids(result.requests, config.joint_grouping)
     if "extra_info" in joint.non_tensor_batch:
         joint.non_tensor_batch["extra_info"] = np.array(
             [copy.deepcopy(x) for x in joint.non_tensor_batch["extra_info"]], dtype=object)
@@ -184,10 +196,16 @@ def pad_to_multiple(batch: DataProto, multiple: int) -> tuple[DataProto, int]:
     ``response_mask = 0``, zero reward, zero token mask (so zero advantage), a unique uid and
     ``ibpo_is_padding = 1``. It enters no loss term and no IBPO statistic.
     """
-    remainder = len(batch) % multiple
-    if remainder == 0:
+    return pad_to_rows(batch, -(-len(batch) // multiple) * multiple)
+
+
+def pad_to_rows(batch: DataProto, rows: int) -> tuple[DataProto, int]:
+    """Append ``rows - len(batch)`` no-op padding rows (see :func:`pad_to_multiple`)."""
+    pad = rows - len(batch)
+    if pad < 0:
+        raise ValueError(f"cannot pad a batch of {len(batch)} rows to {rows}")
+    if pad == 0:
         return batch, 0
-    pad = multiple - remainder
     padding = batch.select_idxs(np.arange(pad) % len(batch))
     prompt_width = padding.batch["prompts"].shape[1]
     attention = torch.zeros_like(padding.batch["attention_mask"])
@@ -214,7 +232,14 @@ def shaped_token_rewards(batch: DataProto, lam: float) -> torch.Tensor:
     return scores + place_sequence_reward(batch.batch["response_mask"], bonus)
 
 
-def apply_token_mask(batch: DataProto) -> None:
-    """advantages ← advantages · m_t (Eq. 7/17), after group normalisation (in place)."""
-    batch.batch["advantages"] = batch.batch["advantages"] * batch.batch[TOKEN_MASK_KEY].to(
-        batch.batch["advantages"].dtype)
+def apply_token_mask(batch: DataProto, mask_sign: str) -> None:
+    """advantages ← advantages · m_t (Eq. 7/17), after group normalisation (in place), with m_t applied by
+    the sign of each row's Â as ``ibpo.mask_sign`` says (``ibpo.advantages.signed_token_mask``). Rows
+    with Δ = 0 carry m = 1 and are unchanged; padding rows get 0."""
+    adv = batch.batch["advantages"]
+    valid = batch.batch["response_mask"].to(adv.dtype)
+    sequence_adv = (adv * valid).sum(-1) / valid.sum(-1).clamp(min=1.0)  # Â_i is constant over the row's tokens
+    shaped = batch.batch[DELTA_KEY] > 0
+    mask = signed_token_mask(sequence_adv, batch.batch[TOKEN_MASK_KEY].to(adv.dtype), shaped, mask_sign)
+    not_padding = (batch.batch[IS_PADDING_KEY] == 0).to(adv.dtype).unsqueeze(-1)
+    batch.batch["advantages"] = adv * mask * not_padding

@@ -9,6 +9,8 @@ checkpointing, validation, router-replay check and metrics included, with four i
   2. after the batch is assembled: optional joint training rows (App. E.2 (C)) and no-op padding;
   3. ``token_level_rewards = token_level_scores + λΔ`` (Eq. 15/27), then the ``ibpo`` estimator;
   4. ``advantages ·= m_t`` (Eq. 7/17) before the actor update, and the IBPO metrics.
+``_update_actor`` is verl's with one change: the rows of an optimizer update come from this step's plan
+(``ibpo.joint_minibatch``, ``ibpo/minibatch.py``), so joint rows do not add optimizer updates by default.
 ReMax is not supported (it needs a second sampled generation of its own). Validation never runs the
 correction pass (``_validate`` is verl's own).
 """
@@ -26,6 +28,7 @@ from omegaconf import OmegaConf
 from tqdm import tqdm
 from verl import DataProto
 from verl.protocol import pad_dataproto_to_divisor, unpad_dataproto
+from verl.trainer.distillation.losses import is_distillation_enabled
 from verl.trainer.ppo.core_algos import AdvantageEstimator, agg_loss
 from verl.trainer.ppo.metric_utils import (
     compute_data_metrics,
@@ -44,19 +47,24 @@ from verl.trainer.ppo.reward import extract_reward
 from verl.trainer.ppo.utils import Role
 from verl.utils.checkpoint.checkpoint_manager import should_save_ckpt_esi
 from verl.utils.debug import marked_timer
+from verl.utils import tensordict_utils as tu
 from verl.utils.metric import reduce_metrics
+from verl.utils.py_functional import rename_dict
 from verl.utils.skip.skip_manager import SkipManager
+from verl.workers.utils.padding import left_right_2_no_padding
 
+from ibpo.compute import StepWork, phase_seconds, step_flops
 from ibpo.config import IBPOConfig
 from counterfactual.importance import CounterfactualConfig
-from ibpo.diagnostics import LambdaSchedule, estimate_step_flops, theorem_stats
+from ibpo.diagnostics import LambdaSchedule, theorem_stats, trained_advantage_variance
+from ibpo.minibatch import ActorMiniBatchPlan, actor_minibatch_plan, optimizer_updates_reported, row_multiple
 from recipe.ibpo import correction as corr
 from counterfactual import batch as cf
 from recipe.ibpo.setup_checks import (
     check_trainer_config,
-    count_model_params,
     counterfactual_config_from,
     ibpo_config_from,
+    model_flop_shape,
     model_max_positions,
 )
 
@@ -80,8 +88,11 @@ class RayIBPOTrainer(RayPPOTrainer):
                              model_max_positions(self.config.actor_rollout_ref.model.path))
         self.lambda_schedule = LambdaSchedule(self.ibpo.lambda_schedule, self.ibpo.lam,
                                               self.ibpo.lambda_max_fraction, self.ibpo.lambda_max_momentum)
-        self.num_model_params = count_model_params(self.config.actor_rollout_ref.model.path)
+        self.model_shape = model_flop_shape(self.config.actor_rollout_ref.model.path)
         self.compute_totals = {"total_tokens": 0.0, "total_flops": 0.0, "generated_tokens": 0.0}
+        self.time_totals = {"cumulative_step_s": 0.0}
+        self._actor_plan: ActorMiniBatchPlan | None = None  # this step's actor mini-batch layout
+        self._extra_forward_lengths: dict[str, list[int]] = {}  # this step's counterfactual / probe rows
 
     def init_workers(self):
         super().init_workers()
@@ -139,8 +150,8 @@ class RayIBPOTrainer(RayPPOTrainer):
             self.lambda_schedule.update(stats)
             metrics.update({
                 "ibpo/cov_y_phi": stats.cov_y_phi, "ibpo/C": stats.c, "ibpo/V_phi": stats.v_phi,
-                "ibpo/lambda_max": stats.lambda_max, "ibpo/var_adv_gspo": stats.var_adv_gspo,
-                "ibpo/var_adv_ibpo": stats.var_adv_ibpo,
+                "ibpo/lambda_max": stats.lambda_max, "ibpo/var_unnorm_adv_gspo": stats.var_unnorm_adv_gspo,
+                "ibpo/var_unnorm_adv_ibpo": stats.var_unnorm_adv_ibpo,
             })
         metrics["ibpo/lambda"] = lam
         metrics["ibpo/raw_score_mean"] = float(rewards.mean()) if rewards.size else 0.0
@@ -152,21 +163,46 @@ class RayIBPOTrainer(RayPPOTrainer):
         if self.ibpo.variant == "mask":  # measured on the training batch: evidence the mask reached it
             valid = batch.batch["response_mask"].bool() & not_padding.unsqueeze(-1)
             metrics["ibpo/batch_token_mask_mean"] = float(batch.batch[corr.TOKEN_MASK_KEY][valid].mean())
-        # compute counter, cumulative over steps: prefill and generated tokens of both generations (the
-        # correction prompts carry x and the candidates), and the tokens trained on (padding rows excluded)
+        # the advantages the actor trains on (normalised, masked), main and joint rows
+        trained = batch.select_idxs(not_padding.numpy())
+        metrics["ibpo/var_trained_adv_seq"], metrics["ibpo/var_trained_adv_token"] = trained_advantage_variance(
+            trained.batch["advantages"].numpy(), trained.batch["response_mask"].numpy())
+
+    def _ibpo_cost_metrics(self, batch: DataProto, result: corr.CorrectionPass | None, metrics: dict,
+                           timing_raw: dict) -> None:
+        """End of step: FLOPs per phase (``ibpo.compute.step_flops``), measured seconds per phase, and the
+        running totals that curves against compute or time are drawn on (restored on resume)."""
+        rows = batch.batch["attention_mask"].sum(-1)
+        is_corr = batch.batch[corr.IS_CORRECTION_KEY] > 0
+        is_pad = batch.batch[corr.IS_PADDING_KEY] > 0
+        main = rows[~is_corr & ~is_pad].tolist()
+        correction_out = None if result is None else result.correction_output
+        rollout_corr = self.config.algorithm.get("rollout_correction", None)
+        work = StepWork(
+            main_gen=main,
+            correction_gen=[] if correction_out is None else correction_out.batch["attention_mask"].sum(-1).tolist(),
+            train_main=main, train_joint=rows[is_corr].tolist(), train_padding=rows[is_pad].tolist(),
+            counterfactual_forward=self._extra_forward_lengths.get("counterfactual", []),
+            grad_probe=self._extra_forward_lengths.get("grad_probe", []),
+            ppo_epochs=int(self.config.actor_rollout_ref.actor.ppo_epochs),
+            gradient_checkpointing=bool(self.config.actor_rollout_ref.model.get("enable_gradient_checkpointing", False)),
+            old_log_prob_forward=not (rollout_corr and rollout_corr.get("bypass_mode", False)),
+            reference_forward=bool(self.use_reference_policy),
+        )
+        self._extra_forward_lengths = {}
+        flops = step_flops(work, self.model_shape)
         generated = metrics.get("ibpo/main_gen_tokens", 0.0) + metrics.get("ibpo/correction_gen_tokens", 0.0)
         prompt_tokens = metrics.get("ibpo/main_prompt_tokens", 0.0) + metrics.get("ibpo/correction_prompt_tokens", 0.0)
-        trained = float(batch.batch["attention_mask"][not_padding].sum())
-        flops = estimate_step_flops(self.num_model_params, int(generated), int(prompt_tokens), int(trained),
-                                    reference_policy=self.use_reference_policy)
         self.compute_totals["generated_tokens"] += generated
         self.compute_totals["total_tokens"] += generated + prompt_tokens
-        self.compute_totals["total_flops"] += flops
+        self.compute_totals["total_flops"] += flops.total
         metrics.update({f"ibpo/compute/{k}": v for k, v in self.compute_totals.items()})
-        metrics["ibpo/compute/step_flops"] = flops
-        metrics["ibpo/time/main_gen_s"] = timing_raw.get("ibpo_main_gen", 0.0)
-        metrics["ibpo/time/correction_gen_s"] = timing_raw.get("ibpo_gen", 0.0)
-        metrics["ibpo/time/host_s"] = timing_raw.get("ibpo_plan", 0.0) + timing_raw.get("ibpo_shape", 0.0)
+        metrics.update(flops.as_metrics())
+        metrics["ibpo/compute/step_flops"] = flops.total
+        metrics.update(phase_seconds(timing_raw))
+        self.time_totals["cumulative_step_s"] += timing_raw.get("step", 0.0)
+        metrics["ibpo/time/cumulative_step_s"] = self.time_totals["cumulative_step_s"]
+        metrics["ibpo/time/host_share"] = metrics["ibpo/time/host_s"] / max(timing_raw.get("step", 0.0), 1e-9)
 
     def apply_counterfactual_weights(self, batch: DataProto, metrics: dict, timing_raw: dict) -> None:
         """Second method (ciw_paper.md): token weights from the answer log-prob drop when a reasoning span is
@@ -179,6 +215,7 @@ class RayIBPOTrainer(RayPPOTrainer):
         if plan.num_copies:
             with marked_timer("counterfactual_forward", timing_raw, color="purple"):
                 masked = cf.build_masked_copies(batch, plan, self.tokenizer.pad_token_id)
+                self._extra_forward_lengths["counterfactual"] = masked.batch["attention_mask"].sum(-1).tolist()
                 log_probs = cf.compute_masked_log_probs(self.actor_rollout_wg, masked, self._log_prob_batch_divisor())
         weights, cf_metrics = cf.counterfactual_token_weights(batch, plan, cfg, batch.batch["old_log_probs"], log_probs)
         batch.batch["advantages"] = batch.batch["advantages"] * weights.to(batch.batch["advantages"].dtype)
@@ -200,6 +237,7 @@ class RayIBPOTrainer(RayPPOTrainer):
         if len(rows) < 2 * world:
             return
         main = batch.select_idxs(rows.numpy())
+        self._extra_forward_lengths["grad_probe"] = main.batch["attention_mask"].sum(-1).tolist()
         raw = main.batch["token_level_scores"].sum(-1)
         adv_gspo = broadcast_advantages(group_normalized_advantages(raw, list(main.non_tensor_batch["uid"])),
                                         main.batch["response_mask"])
@@ -229,7 +267,8 @@ class RayIBPOTrainer(RayPPOTrainer):
         """verl's checkpoint plus the IBPO state a resumed run needs: the running λ_max of the ``theorem``
         schedule and the cumulative compute counter (curves against compute must continue, not restart)."""
         super()._save_checkpoint()
-        state = {"lambda_schedule": self.lambda_schedule.state_dict(), "compute_totals": self.compute_totals}
+        state = {"lambda_schedule": self.lambda_schedule.state_dict(), "compute_totals": self.compute_totals,
+                 "time_totals": self.time_totals}
         with open(os.path.join(self._step_folder(), self.IBPO_STATE_FILE), "w") as f:
             json.dump(state, f)
 
@@ -247,6 +286,7 @@ class RayIBPOTrainer(RayPPOTrainer):
             state = json.load(f)
         self.lambda_schedule.load_state_dict(state["lambda_schedule"])
         self.compute_totals.update(state["compute_totals"])
+        self.time_totals.update(state.get("time_totals", {}))
         return result
 
     # ------------------------------------------------------------------ training loop
@@ -335,9 +375,11 @@ class RayIBPOTrainer(RayPPOTrainer):
                         batch.batch["response_mask"] = compute_response_mask(batch)
 
                     # IBPO (2): joint training on the correction samples, then whole mini-batches.
+                    main_rows = len(batch)
                     if ibpo_result is not None and self.ibpo.joint_training and ibpo_result.requests:
                         batch = DataProto.concat([batch, corr.build_joint_rows(batch, ibpo_result, self.ibpo)])
-                    batch, _ = corr.pad_to_multiple(batch, self._ibpo_batch_multiple())
+                    self._actor_plan = self._plan_actor_minibatches(main_rows, len(batch) - main_rows)
+                    batch, _ = corr.pad_to_rows(batch, self._actor_plan.padded_rows)
 
                     if self.config.trainer.balance_batch:
                         self._balance_batch(batch, metrics=metrics)
@@ -422,7 +464,7 @@ class RayIBPOTrainer(RayPPOTrainer):
                             config=self.config.algorithm,
                         )
                         # IBPO (4): token mask after normalisation (Eq. 7/17); padding rows get 0 here.
-                        corr.apply_token_mask(batch)
+                        corr.apply_token_mask(batch, self.ibpo.mask_sign)
                         self._ibpo_step_metrics(batch, ibpo_result, lam, metrics, timing_raw)
                     if self.ibpo.grad_probe_interval and self.global_steps % self.ibpo.grad_probe_interval == 0:
                         with marked_timer("ibpo_grad_probe", timing_raw, color="purple"):
@@ -442,6 +484,10 @@ class RayIBPOTrainer(RayPPOTrainer):
                     else:
                         with marked_timer("update_actor", timing_raw, color="red"):
                             actor_output = self._update_actor(batch)
+                        # IBPO: optimizer updates the actor made, counted from its own output (one grad_norm each)
+                        metrics["actor/num_optimizer_updates"] = optimizer_updates_reported(
+                            actor_output.meta_info["metrics"])
+                        metrics["actor/mini_batch_rows"] = self._actor_plan.mini_batch_rows
                         esi_close_to_expiration = should_save_ckpt_esi(
                             max_steps_duration=self.max_steps_duration,
                             redundant_time=self.config.trainer.esi_redundant_time,
@@ -485,8 +531,8 @@ class RayIBPOTrainer(RayPPOTrainer):
                     prev_step_profile = curr_step_profile
                     curr_step_profile = next_step_profile
                 self.max_steps_duration = max(self.max_steps_duration, timing_raw["step"])
-                # the IBPO-specific host work (planning, alignment, shaping) as a share of the whole step
-                metrics["ibpo/time/host_share"] = metrics.get("ibpo/time/host_s", 0.0) / max(timing_raw["step"], 1e-9)
+                # IBPO: FLOPs and seconds per phase, running totals for curves against compute and time
+                self._ibpo_cost_metrics(batch, ibpo_result, metrics, timing_raw)
                 metrics.update({"training/global_step": self.global_steps, "training/epoch": epoch})
                 metrics.update(compute_data_metrics(batch=batch, use_critic=self.use_critic))
                 gdpo_reward_keys = self.config.algorithm.get("gdpo_reward_keys", None)
@@ -530,7 +576,74 @@ class RayIBPOTrainer(RayPPOTrainer):
         micro = 1 if rollout.get("log_prob_use_dynamic_bsz", False) else int(rollout.log_prob_micro_batch_size_per_gpu or 1)
         return int(self.actor_rollout_wg.world_size) * micro
 
-    def _ibpo_batch_multiple(self) -> int:
-        """Rows per actor mini-batch (ppo_mini_batch_size · n): the batch must split into whole mini-batches."""
-        return int(self.config.actor_rollout_ref.actor.ppo_mini_batch_size) * int(
-            self.config.actor_rollout_ref.rollout.n)
+    def _plan_actor_minibatches(self, main_rows: int, joint_rows: int) -> ActorMiniBatchPlan:
+        """This step's actor mini-batch size and padded batch size (``ibpo.minibatch.actor_minibatch_plan``,
+        mode ``ibpo.joint_minibatch``): whole micro-batches on every DP rank for the update, the old-log-prob
+        and the reference forwards."""
+        actor_rollout_ref = self.config.actor_rollout_ref
+        n = int(actor_rollout_ref.rollout.n)
+
+        def micro(section, dynamic_key: str, micro_key: str) -> int | None:
+            return None if section.get(dynamic_key, False) else int(section.get(micro_key) or 1)
+
+        multiple = row_multiple(
+            int(self.actor_rollout_wg.world_size),
+            micro(actor_rollout_ref.actor, "use_dynamic_bsz", "ppo_micro_batch_size_per_gpu"),
+            micro(actor_rollout_ref.rollout, "log_prob_use_dynamic_bsz", "log_prob_micro_batch_size_per_gpu"),
+            micro(actor_rollout_ref.ref, "log_prob_use_dynamic_bsz", "log_prob_micro_batch_size_per_gpu")
+            if self.use_reference_policy else None,
+        )
+        return actor_minibatch_plan(main_rows, joint_rows, int(actor_rollout_ref.actor.ppo_mini_batch_size) * n,
+                                    multiple, self.ibpo.joint_minibatch)
+
+    def _update_actor(self, batch: DataProto) -> DataProto:
+        """verl 0.9.1's ``RayPPOTrainer._update_actor`` (verl/trainer/ppo/ray_trainer.py:1327-1376) with one
+        change, marked ``# IBPO``: ``mini_batch_size`` and ``global_batch_size`` (the rows of one optimizer
+        update, which verl's ``train_mini_batch`` splits the batch by) come from this step's plan
+        (``_plan_actor_minibatches``) instead of the fixed ``ppo_mini_batch_size · n``."""
+        rollout_config = self.config.actor_rollout_ref.rollout
+        batch.meta_info["multi_turn"] = rollout_config.multi_turn.enable
+        batch.meta_info["temperature"] = rollout_config.temperature
+        batch_td = batch.to_tensordict()
+        batch_td = left_right_2_no_padding(batch_td)
+        calculate_entropy = self.config.actor_rollout_ref.actor.calculate_entropy or (
+            self.config.actor_rollout_ref.actor.entropy_coeff != 0.0
+        )
+        distillation_use_topk = (
+            self.distillation_config.distillation_loss.loss_settings.use_topk
+            if is_distillation_enabled(self.config.get("distillation"))
+            else False
+        )
+        distillation_only = False
+        if is_distillation_enabled(self.config.get("distillation")):
+            distillation_loss_cfg = self.distillation_config.distillation_loss
+            distillation_only = (
+                distillation_use_topk
+                and not distillation_loss_cfg.use_task_rewards
+                and not distillation_loss_cfg.use_policy_gradient
+            )
+        # IBPO: the rows of one optimizer update for this step (grown with the joint rows under `grow`)
+        if self._actor_plan is None or len(batch) != self._actor_plan.padded_rows:
+            raise RuntimeError(f"actor update on {len(batch)} rows without this step's mini-batch plan "
+                               f"({self._actor_plan})")
+        ppo_mini_batch_size = self._actor_plan.mini_batch_rows
+        ppo_epochs = self.config.actor_rollout_ref.actor.ppo_epochs
+        seed = self.config.actor_rollout_ref.actor.data_loader_seed
+        shuffle = self.config.actor_rollout_ref.actor.shuffle
+        tu.assign_non_tensor(
+            batch_td,
+            calculate_entropy=calculate_entropy,
+            distillation_use_topk=distillation_use_topk,
+            distillation_only=distillation_only,
+            global_batch_size=ppo_mini_batch_size,
+            mini_batch_size=ppo_mini_batch_size,
+            epochs=ppo_epochs,
+            seed=seed,
+            dataloader_kwargs={"shuffle": shuffle},
+            compute_loss=True,
+        )
+        actor_output = self.actor_rollout_wg.update_actor(batch_td)
+        actor_output = tu.get(actor_output, "metrics")
+        actor_output = rename_dict(actor_output, "actor/")
+        actor_output["perf/mfu/actor"] = actor_output.pop("actor/mfu")
+        return DataProto.from_single_dict(data={}, meta_info={"metrics": actor_output})

@@ -33,6 +33,7 @@ TABLE = [
     ("ibpo/lambda_max", "λmax", "{:.2f}"),
     ("ibpo/num_joint_rows", "joint", "{:.0f}"),
     ("actor/grad_norm", "grad norm", "{:.3f}"),
+    ("actor/num_optimizer_updates", "updates", "{:.0f}"),
     ("ibpo/time/correction_gen_s", "corr s", "{:.2f}"),
     ("timing_s/step", "step s", "{:.1f}"),
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from omegaconf import DictConfig, OmegaConf
 
+from ibpo.compute import ModelShape
 from ibpo.config import IBPOConfig
 from counterfactual.importance import CounterfactualConfig
 from ibpo.prompts import build_correction_messages
@@ -70,9 +71,12 @@ def check_trainer_config(config: DictConfig, ibpo: IBPOConfig, tokenizer, max_po
     algo = config.algorithm
     if algo.adv_estimator in ("remax",):
         raise IBPOSetupError("algorithm.adv_estimator=remax is not supported by the IBPO trainer")
-    if ibpo.enable and algo.adv_estimator not in ("ibpo", "grpo"):
-        raise IBPOSetupError(f"algorithm.adv_estimator={algo.adv_estimator!r}: IBPO needs group normalisation of the "
-                             "shaped reward, use 'ibpo' (the paper's, ε = 1e-8, population std) or 'grpo'")
+    if ibpo.enable and algo.adv_estimator != "ibpo":
+        raise IBPOSetupError(
+            f"algorithm.adv_estimator={algo.adv_estimator!r} with ibpo.enable=True: IBPO's advantage is Eq. 23 "
+            "(population std, ε = 1e-8, a one-sample group gets 0), which only algorithm.adv_estimator=ibpo "
+            "computes; verl's 'grpo' uses the sample std and ε = 1e-6 and gives a one-member correction group "
+            "its raw reward as advantage. Set algorithm.adv_estimator=ibpo")
     if ibpo.enable and config.reward.reward_model.get("enable", False):
         raise IBPOSetupError("reward.reward_model.enable=True: IBPO scores corrections with the streaming rule-based "
                              "reward (reward.custom_reward_function); a model reward is not supported")
@@ -113,12 +117,23 @@ def model_max_positions(model_path: str) -> int | None:
     return getattr(text_config, "max_position_embeddings", None)
 
 
-def count_model_params(model_path: str) -> int:
-    """Parameter count of the HF model at ``model_path`` without loading its weights (meta device)."""
+def model_flop_shape(model_path: str) -> ModelShape:
+    """The FLOP counter's :class:`ibpo.compute.ModelShape` of the HF model at ``model_path``, built on the meta
+    device (no weights loaded): N = the weight matrices but the input embedding (a tied LM head reuses it
+    and counts once; biases and norm scales are no matmuls), L = ``num_hidden_layers``, d = heads × head dim."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
     hf_config = AutoConfig.from_pretrained(model_path, trust_remote_code=False)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(hf_config)
-    return int(sum(p.numel() for p in model.parameters()))
+    embedding = model.get_input_embeddings().weight
+    output = model.get_output_embeddings()
+    tied = output is not None and output.weight is embedding
+    # weight matrices (shared tensors are yielded once); biases and norm scales are not multiply-adds
+    matrices = int(sum(p.numel() for p in model.parameters() if p.dim() >= 2))
+    text = getattr(hf_config, "text_config", None) or hf_config
+    heads = int(text.num_attention_heads)
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
+    return ModelShape(matmul_params=matrices if tied else matrices - int(embedding.numel()),
+                      num_layers=int(text.num_hidden_layers), attention_dim=heads * int(head_dim))

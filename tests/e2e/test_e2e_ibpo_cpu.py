@@ -71,6 +71,15 @@ def test_ibpo_corrections_are_generated_scored_and_shape_rewards(ibpo_joint):
         # joint training: the correction samples joined the batch, padded to whole mini-batches
         assert m["ibpo/num_joint_rows"] == m["ibpo/num_corrections"], step
         assert m["ibpo/compute/total_flops"] > 0 and m["ibpo/compute/total_tokens"] > 0
+        # one optimizer update on the mixed batch, as the baseline (ibpo.joint_minibatch=grow, App. E.2)
+        assert m["actor/num_optimizer_updates"] == 1, step
+        assert m["actor/mini_batch_rows"] >= 16 + m["ibpo/num_joint_rows"], step
+        # the FLOP counter sees every phase, the joint and padding rows
+        for phase in ("main_gen", "old_log_prob", "actor_update"):
+            assert m[f"ibpo/compute/step_flops/{phase}"] > 0, (step, phase)
+        if m["ibpo/num_corrections"]:
+            assert m["ibpo/compute/step_flops/correction_gen"] > 0 and m["ibpo/compute/step_flops/joint_rows"] > 0
+        assert m["ibpo/time/update_actor_s"] > 0 and m["ibpo/time/cumulative_step_s"] >= m["ibpo/time/step_s"]
     assert any(m["ibpo/shaped_fraction"] > 0 for m in metrics.values()), "no correction succeeded in 3 steps"
     assert any(m["actor/grad_norm"] > 0 for m in metrics.values())
     totals = [metrics[s]["ibpo/compute/total_tokens"] for s in sorted(metrics)]
@@ -118,6 +127,8 @@ def test_gspo_baseline_runs_without_the_correction_pass(gspo_baseline):
         assert "ibpo/num_corrections" not in m and "ibpo/correction_gen_tokens" not in m, step
         assert m["ibpo/shaped_reward_mean"] == pytest.approx(m["ibpo/raw_score_mean"])
         assert math.isfinite(m["actor/grad_norm"])
+        assert m["actor/num_optimizer_updates"] == 1, step  # the count IBPO + joint training matches
+        assert m["ibpo/compute/step_flops/correction_gen"] == 0 and m["ibpo/compute/step_flops/joint_rows"] == 0
     assert any(m["actor/grad_norm"] > 0 for m in metrics.values())
 
 

@@ -8,6 +8,8 @@ verl's ``DataProto`` ops and verl's ``compute_advantage`` dispatching to the reg
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -161,7 +163,7 @@ def test_correction_pass_places_delta_on_the_right_rows_after_reordering():
     assert joint.batch["responses"][0, :3].tolist() == CORRECT  # ŷ of row 1
     assert len(set(joint.non_tensor_batch["uid"])) == 2
     merged = DataProto.concat([batch, joint])
-    padded, pad = corr.pad_to_multiple(merged, trainer._ibpo_batch_multiple())
+    padded, pad = corr.pad_to_multiple(merged, 2 * n)  # verl's fixed mini-batch: ppo_mini_batch_size · n
     assert len(padded) % 8 == 0 and pad == len(padded) - 15
     assert padded.batch[corr.IS_PADDING_KEY].sum() == pad
     pad_rows = padded.batch[corr.IS_PADDING_KEY].bool()
@@ -181,7 +183,8 @@ def test_correction_pass_places_delta_on_the_right_rows_after_reordering():
     padded.batch["token_level_rewards"] = corr.shaped_token_rewards(padded, lam=0.6)
     out = compute_advantage(padded, adv_estimator="ibpo", gamma=1.0, lam=1.0, num_repeat=n,
                             config=OmegaConf.create({}))
-    corr.apply_token_mask(out)
+    unmasked = out.batch["advantages"].clone()
+    corr.apply_token_mask(out, "literal")  # Eq. 17 as written
     rows = {i: int(p) for i, p in enumerate(perm.tolist())}  # new position -> original row
     seq_reward = out.batch["token_level_rewards"].sum(-1)
     for new, old in rows.items():
@@ -190,9 +193,18 @@ def test_correction_pass_places_delta_on_the_right_rows_after_reordering():
             assert seq_reward[new].item() == pytest.approx(expected)
         if old >= 15:  # padding rows: zero advantage
             assert out.batch["advantages"][new].abs().sum() == 0
-    # the shaped wrong row of group 0 has a positive advantage only on the modified token
-    new_1 = [k for k, v in rows.items() if v == 1][0]
+    # literal mask: the shaped wrong rows keep their advantage only on the modified token, whatever its sign
+    new_1 = [k for k, v in rows.items() if v == 1][0]  # group 0 has a right answer: Â < 0
+    new_6 = [k for k, v in rows.items() if v == 6][0]  # group 1 is all wrong: the shaped row has Â > 0
+    assert unmasked[new_1][0] < 0 and unmasked[new_6][0] > 0
+    for row in (new_1, new_6):
+        assert out.batch["advantages"][row][:2].abs().sum() == 0 and out.batch["advantages"][row][2] != 0
+    # the default, negative_only: the Â < 0 row is masked, the Â > 0 row keeps the whole positive update
+    out.batch["advantages"] = unmasked.clone()
+    corr.apply_token_mask(out, trainer.ibpo.mask_sign)
+    assert trainer.ibpo.mask_sign == "negative_only"
     assert out.batch["advantages"][new_1][:2].abs().sum() == 0 and out.batch["advantages"][new_1][2] != 0
+    assert torch.equal(out.batch["advantages"][new_6], unmasked[new_6])
     # group 0: advantages sum to 0 over the group (at one token per row)
     group0 = [k for k, v in rows.items() if v in (0, 2, 3)]
     assert all(out.batch["advantages"][k][0] != 0 for k in group0)
@@ -238,9 +250,12 @@ def test_start_checks_name_the_key():
     with pytest.raises(IBPOSetupError, match="exceeds the model context 2048"):
         check_trainer_config(cfg, trainer.ibpo, FakeTokenizer(), max_positions=8192)
     cfg.actor_rollout_ref.rollout.max_model_len = None
-    cfg.algorithm.adv_estimator = "gae"
-    with pytest.raises(IBPOSetupError, match="adv_estimator='gae'"):
-        check_trainer_config(cfg, trainer.ibpo, FakeTokenizer())
+    for estimator in ("gae", "grpo"):  # verl's grpo: sample std, ε = 1e-6, singleton groups keep their reward
+        cfg.algorithm.adv_estimator = estimator
+        with pytest.raises(IBPOSetupError, match=f"algorithm.adv_estimator='{estimator}' with ibpo.enable=True.*"
+                                                 "Set algorithm.adv_estimator=ibpo"):
+            check_trainer_config(cfg, trainer.ibpo, FakeTokenizer())
+    check_trainer_config(cfg, trainer.ibpo.replace(enable=False), FakeTokenizer())  # the baseline may use any
     with pytest.raises(IBPOSetupError, match="disagrees with actor_rollout_ref.rollout.n"):
         ibpo_config_from(OmegaConf.create({"ibpo": {"group_size": 3}, "actor_rollout_ref": {"rollout": {"n": 4}}}))
     with pytest.raises(Exception, match="unknown ibpo option"):
@@ -279,3 +294,46 @@ def test_several_corrections_per_target_and_rewrite_penalty():
     joint = corr.build_joint_rows(batch, result, trainer.ibpo)
     assert len(set(joint.non_tensor_batch["uid"])) == 1
     assert joint.batch["rm_scores"].sum(-1).tolist() == pytest.approx([0.75, 0.75])  # r(ŷ) = 1 minus 0.25
+
+    assert all(u.endswith(corr.CORRECTION_UID_SUFFIX) for u in joint.non_tensor_batch["uid"])
+
+
+def test_correction_groups_per_correction_prompt():
+    """joint_grouping=per_correction_prompt (App. C.3): the corrections_per_target samples of one x~ form
+    a group; per_prompt puts every correction for x in one group."""
+    n = 4
+    responses = [CORRECT, [7, 7, 9], [5, 5], [4]]  # three wrong rows -> three correction prompts
+    groups = {}
+    for grouping in ("per_prompt", "per_correction_prompt"):
+        trainer = make_trainer({"variant": "binary", "corrections_per_target": 2, "joint_training": True,
+                                "joint_grouping": grouping}, n=n)
+        batch, result, _, _ = main_step(trainer, responses, n)
+        uids = list(corr.build_joint_rows(batch, result, trainer.ibpo).non_tensor_batch["uid"])
+        groups[grouping] = [sorted(i for i, u in enumerate(uids) if u == g) for g in dict.fromkeys(uids)]
+    assert groups["per_prompt"] == [[0, 1, 2, 3, 4, 5]]
+    assert groups["per_correction_prompt"] == [[0, 1], [2, 3], [4, 5]]  # the two samples of each x~
+
+
+def test_correction_uids_stay_apart_from_main_uids():
+    """A joint row never shares a group with a main row: the main rows' advantages are the same with and
+    without the joint rows in the batch, and each correction group is normalised on its own."""
+    n = 4
+    trainer = make_trainer({"variant": "binary", "joint_training": True}, n=n)
+    responses = [CORRECT, [7, 7, 9], [5, 5], [4], [4], [4, 4], [7, 7, 9], [3, 3, 3]]
+    batch, result, _, _ = main_step(trainer, responses, n)
+    joint = corr.build_joint_rows(batch, result, trainer.ibpo)
+    main_uids, joint_uids = set(batch.non_tensor_batch["uid"]), set(joint.non_tensor_batch["uid"])
+    assert main_uids.isdisjoint(joint_uids) and len(joint_uids) == 2
+
+    def advantages(data: DataProto) -> torch.Tensor:
+        data.batch["token_level_scores"] = data.batch["rm_scores"]
+        data.batch["token_level_rewards"] = corr.shaped_token_rewards(data, lam=0.6)
+        return compute_advantage(data, adv_estimator="ibpo", gamma=1.0, lam=1.0, num_repeat=n,
+                                 config=OmegaConf.create({})).batch["advantages"]
+
+    alone = advantages(copy.deepcopy(batch))
+    merged = advantages(DataProto.concat([copy.deepcopy(batch), copy.deepcopy(joint)]))
+    assert torch.equal(merged[: len(batch)], alone)
+    assert torch.equal(merged[len(batch):], advantages(copy.deepcopy(joint)))
+    # the corrections of prompt 0 succeed and fail: a real group signal of their own
+    assert merged[len(batch):].abs().sum() > 0

@@ -113,13 +113,13 @@ def test_theorem_stats_properties(rows, lam):
         cov, vphi, vg, vi = brute_force_theorem(y, phi, gids, lam)
         assert stats.cov_y_phi == pytest.approx(cov, abs=1e-12)
         assert stats.v_phi == pytest.approx(vphi, abs=1e-12)
-        assert stats.var_adv_gspo == pytest.approx(vg, abs=1e-12)
-        assert stats.var_adv_ibpo == pytest.approx(vi, abs=1e-12)
+        assert stats.var_unnorm_adv_gspo == pytest.approx(vg, abs=1e-12)
+        assert stats.var_unnorm_adv_ibpo == pytest.approx(vi, abs=1e-12)
         # Eq. 12 identity: Var(A^IBPO) = Var(A^GSPO) - 2λC + λ²V_φ (pooled within-group moments)
-        assert stats.var_adv_ibpo == pytest.approx(stats.var_adv_gspo - 2 * lam * stats.c + lam**2 * stats.v_phi,
+        assert stats.var_unnorm_adv_ibpo == pytest.approx(stats.var_unnorm_adv_gspo - 2 * lam * stats.c + lam**2 * stats.v_phi,
                                                    abs=1e-9)
         if stats.v_phi > 1e-9 and 1e-6 < lam < 0.999 * stats.lambda_max:
-            assert stats.var_adv_ibpo < stats.var_adv_gspo  # Theorem A.2
+            assert stats.var_unnorm_adv_ibpo < stats.var_unnorm_adv_gspo  # Theorem A.2
 
 
 def test_theorem_hand_example():

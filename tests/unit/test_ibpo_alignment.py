@@ -132,3 +132,20 @@ def test_closest_reference_below_matches_dp(seed):
             assert got is not None and got < bound and any(got == pytest.approx(d) for d in exact)
         else:
             assert got is None
+
+
+def test_align_normalises_by_the_longer_sequence_on_unequal_lengths():
+    """align's own d(y, ŷ) = lev / max(|y|, |ŷ|) (App. C.3), not lev / |y|: a correction that appends three
+    tokens to a 3-token response is at d = 3/6, and U keeps all of y."""
+    a = align([1, 2, 3], [1, 2, 3, 4, 5, 6])
+    assert a.d_original == pytest.approx(0.5) and a.unmodified.tolist() == [True, True, True]
+    b = align([1, 2, 3, 4, 5, 6], [1, 2, 3])  # the other way round: the same distance
+    assert b.d_original == pytest.approx(0.5) and b.unmodified.tolist() == [True] * 3 + [False] * 3
+    rng = random.Random(7)
+    for _ in range(200):
+        x = [rng.randrange(5) for _ in range(rng.randrange(1, 30))]
+        y = [rng.randrange(5) for _ in range(rng.randrange(1, 30))]
+        if len(x) == len(y):
+            continue
+        assert align(x, y).d_original == pytest.approx(dp_levenshtein(x, y) / max(len(x), len(y)))
+        assert align(x, y).d_original == pytest.approx(normalized_edit_distance(x, y))

@@ -35,6 +35,10 @@ from ibpo.references import select_references, select_references_in_group
         ({"template": "Answer in \\boxed{} {problem} {candidates}"}, "ibpo.template does not format"),
         ({"template": "{answer} {problem} {candidates}"}, "ibpo.template does not format"),
         ({"corrections_per_target": 0}, "corrections_per_target"),
+        ({"mask_sign": "positive"}, "ibpo.mask_sign='positive'.*one of"),
+        ({"joint_grouping": "per_target"}, "ibpo.joint_grouping"),
+        ({"joint_minibatch": "fixed"}, "ibpo.joint_minibatch"),
+        ({"joint_grouping": "per_correction_prompt"}, "needs ibpo.corrections_per_target >= 2"),
     ],
 )
 def test_bad_options_fail_at_construction(options, message):
@@ -74,6 +78,29 @@ def test_references_fall_back_to_other_wrong_and_duplicate():
     assert sorted(refs[0]) == [1, 2]  # distinct while possible
     assert select_references_in_group([False], 1, rng) == [[]]  # G = 1: self-correction
     assert select_references_in_group([False, True], 0, rng) == [[], None]  # K = 1
+
+
+def test_several_references_are_drawn_without_replacement():
+    """K − 1 >= 2 (Eq. 4): the references of one wrong response are distinct while the pool allows, every
+    subset equally likely; the all-wrong fallback never includes the target; a small pool is exhausted
+    before any reference repeats."""
+    rng = np.random.default_rng(3)
+    subsets = collections.Counter()
+    for _ in range(3000):
+        refs = select_references_in_group([False, True, True, True, True, True], 3, rng)[0]
+        assert len(refs) == 3 and len(set(refs)) == 3 and set(refs) <= {1, 2, 3, 4, 5}
+        subsets[frozenset(refs)] += 1
+    assert len(subsets) == 10 and all(220 < c < 380 for c in subsets.values())  # C(5, 3) = 10, ~300 each
+    for _ in range(200):
+        refs = select_references_in_group([False] * 5, 2, rng)
+        for i, r in enumerate(refs):
+            assert len(set(r)) == 2 and i not in r
+        refs = select_references_in_group([False, True, True, True], 5, rng)[0]
+        assert sorted(refs[:3]) == [1, 2, 3] and len(set(refs[3:])) == 2  # pool used up, then redrawn
+    batch = select_references(["g"] * 6 + ["h"] * 6, [False, True, True, True, False, True] + [False] * 6, 2, seed=0)
+    for row, refs in enumerate(batch):
+        if refs is not None:
+            assert len(set(refs)) == 2 and row not in refs
 
 
 def test_batch_references_are_seeded_and_group_local():

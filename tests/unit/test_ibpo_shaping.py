@@ -192,3 +192,46 @@ def test_invariants(batch):
     for g in range(n_groups):
         members = [i for i, x in enumerate(gids) if x == g]
         assert adv[members].sum().item() == pytest.approx(0.0, abs=1e-6)
+
+
+def test_mask_sign_hand_worked_groups():
+    """IBPO-mask by the sign of Â (ibpo.mask_sign). Group A, all wrong, one shaped row: r' = [0.3, 0, 0, 0],
+    mean 0.075, population std √0.016875, Â = [√3, −1/√3, −1/√3, −1/√3]: the shaped row is *positive*.
+    Group B has a right answer: r' = [1, 0.3, 0, 0], the shaped row's Â = −0.025/σ < 0. Token mask of both
+    shaped rows (1 = changed by the correction): [0, 0, 1, 1]."""
+    from ibpo.advantages import signed_token_mask
+
+    rewards = torch.tensor([0.3, 0.0, 0.0, 0.0, 1.0, 0.3, 0.0, 0.0], dtype=torch.float64)
+    adv = group_normalized_advantages(rewards, ["A"] * 4 + ["B"] * 4)
+    assert adv[0].item() == pytest.approx(math.sqrt(3)) and adv[1].item() == pytest.approx(-1 / math.sqrt(3))
+    sigma_b = math.sqrt(((0.675) ** 2 + 0.025**2 + 2 * 0.325**2) / 4)
+    assert adv[5].item() == pytest.approx(-0.025 / sigma_b) and adv[5] < 0
+    m = torch.ones(8, 4, dtype=torch.float64)
+    m[0] = m[5] = torch.tensor([0.0, 0.0, 1.0, 1.0])
+    shaped = torch.tensor([True, False, False, False, False, True, False, False])
+
+    literal = signed_token_mask(adv, m, shaped, "literal")
+    negative_only = signed_token_mask(adv, m, shaped, "negative_only")
+    complement = signed_token_mask(adv, m, shaped, "complement_when_positive")
+    assert literal[0].tolist() == [0, 0, 1, 1] and literal[5].tolist() == [0, 0, 1, 1]  # Eq. 17 as written
+    assert negative_only[0].tolist() == [1, 1, 1, 1] and negative_only[5].tolist() == [0, 0, 1, 1]
+    assert complement[0].tolist() == [1, 1, 0, 0] and complement[5].tolist() == [0, 0, 1, 1]
+    for mask in (literal, negative_only, complement):  # unshaped rows are never masked
+        assert torch.equal(mask[~shaped], torch.ones(6, 4, dtype=torch.float64))
+    # the advantage each token of the positive shaped row is trained with
+    assert (adv[0] * literal[0]).tolist() == pytest.approx([0, 0, math.sqrt(3), math.sqrt(3)])
+    assert (adv[0] * complement[0]).tolist() == pytest.approx([math.sqrt(3), math.sqrt(3), 0, 0])
+    with pytest.raises(ValueError, match="mask_sign"):
+        signed_token_mask(adv, m, shaped, "positive")
+
+
+def test_the_issues_positive_advantages_of_a_shaped_wrong_response():
+    """r' = 0.3 in a group of 8 with 0, 1, 2 right answers: Â = +2.65, +0.41, +0.03 (Eq. 23, population std),
+    the hand values: (0.3 − μ) / σ with μ = (0.3 + right) / 8."""
+    for right in (0, 1, 2):
+        values = [0.3] + [1.0] * right + [0.0] * (7 - right)
+        mu = sum(values) / 8
+        sigma = math.sqrt(sum((v - mu) ** 2 for v in values) / 8)
+        got = group_normalized_advantages(torch.tensor(values, dtype=torch.float64), [0] * 8)[0].item()
+        assert got == pytest.approx((0.3 - mu) / sigma) and got > 0
+        assert round(got, 2) == (2.65, 0.41, 0.03)[right]

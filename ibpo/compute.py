@@ -1,0 +1,134 @@
+"""What one RL step costs: FLOPs per phase and measured seconds per phase (paper §5, App. B: methods are
+compared at matched compute, so the counter must not flatter the method that does more work).
+
+FLOPs of a dense decoder-only transformer, per sequence of ``s`` tokens, one forward pass:
+
+    F(s) = 2·N·s + 2·L·d·s·(s + 1)
+
+N = weight-matrix parameters used per token (every weight matrix but the embedding lookup; a tied LM head
+counts once), L layers, d = query width (heads × head dim). The second term is causal attention: the
+query at position t scores and mixes t keys (QKᵀ and A·V, 2·t·d each), Σ_t 4·t·d = 2·d·s(s+1) per layer.
+Generation with a KV cache computes every position once, so a prompt of p tokens plus g generated
+tokens costs F(p + g) (every sampled row counted; a server with prefix caching computes the shared
+prompt less often). Backward ≈ 2 forwards; gradient checkpointing recomputes one more forward.
+Tokens are each row's valid tokens (``attention_mask``), as verl's remove-padding path computes them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The numbers the FLOP formula needs from a model."""
+
+    matmul_params: int  # N: weight-matrix parameters used per token (no embedding lookup, biases, norms)
+    num_layers: int  # L
+    attention_dim: int  # d: num_attention_heads × head_dim
+
+
+def forward_flops(lengths: Sequence[int] | np.ndarray, shape: ModelShape) -> float:
+    """Σ_rows F(s) = 2·N·s + 2·L·d·s·(s+1) for one forward pass over rows of ``lengths`` valid tokens."""
+    s = np.asarray(lengths, dtype=np.float64)
+    if s.size and s.min() < 0:
+        raise ValueError("sequence lengths must be >= 0")
+    return float(2.0 * shape.matmul_params * s.sum() + 2.0 * shape.num_layers * shape.attention_dim * (s * (s + 1)).sum())
+
+
+@dataclass(frozen=True)
+class StepWork:
+    """The rows one step processed, as valid-token lengths (prompt + response) per row."""
+
+    main_gen: Sequence[int]  # main generation rows (prefill + decode)
+    correction_gen: Sequence[int] = ()  # correction prompts x~ + corrections ŷ (prefill + decode)
+    train_main: Sequence[int] = ()  # training-batch rows: main responses
+    train_joint: Sequence[int] = ()  # training-batch rows: joint-training correction samples
+    train_padding: Sequence[int] = ()  # training-batch rows: no-op padding (2 tokens each)
+    counterfactual_forward: Sequence[int] = ()  # masked copies of the counterfactual method (no-grad)
+    grad_probe: Sequence[int] = ()  # rows of the gradient-variance probe (forward + backward each)
+    ppo_epochs: int = 1
+    gradient_checkpointing: bool = False  # actor update recomputes the forward during backward
+    old_log_prob_forward: bool = True  # False under verl's rollout-correction bypass mode
+    reference_forward: bool = False  # a reference policy forward (KL) over the training batch
+
+
+@dataclass(frozen=True)
+class StepFlops:
+    """FLOPs of one step, per phase; ``joint_rows`` / ``padding_rows`` are the shares (already inside the
+    training phases) spent on those rows."""
+
+    main_gen: float
+    correction_gen: float
+    old_log_prob: float
+    ref_log_prob: float
+    actor_update: float
+    counterfactual_forward: float
+    grad_probe: float
+    joint_rows: float
+    padding_rows: float
+    total: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "total", self.main_gen + self.correction_gen + self.old_log_prob + self.ref_log_prob
+                           + self.actor_update + self.counterfactual_forward + self.grad_probe)
+
+    def as_metrics(self, prefix: str = "ibpo/compute/step_flops/") -> dict[str, float]:
+        """Per-phase metrics (the total is logged by the trainer as ``ibpo/compute/step_flops``)."""
+        return {f"{prefix}{k}": float(getattr(self, k)) for k in (
+            "main_gen", "correction_gen", "old_log_prob", "ref_log_prob", "actor_update", "counterfactual_forward",
+            "grad_probe", "joint_rows", "padding_rows")}
+
+
+def step_flops(work: StepWork, shape: ModelShape) -> StepFlops:
+    """FLOPs of one step (module docstring): both generations, the old-log-prob and reference forwards
+    and ``ppo_epochs`` actor updates (3 forwards each, 4 with gradient checkpointing) over every training
+    row (main, joint and padding), the counterfactual forwards and the gradient probe."""
+    if work.ppo_epochs < 1:
+        raise ValueError(f"ppo_epochs must be >= 1, got {work.ppo_epochs}")
+    per_row_kind = {kind: forward_flops(rows, shape) for kind, rows in (
+        ("main", work.train_main), ("joint", work.train_joint), ("padding", work.train_padding))}
+    train_forward = sum(per_row_kind.values())
+    update_passes = work.ppo_epochs * (3 + int(work.gradient_checkpointing))
+    training_passes = update_passes + int(work.old_log_prob_forward) + int(work.reference_forward)
+    return StepFlops(
+        main_gen=forward_flops(work.main_gen, shape),
+        correction_gen=forward_flops(work.correction_gen, shape),
+        old_log_prob=train_forward if work.old_log_prob_forward else 0.0,
+        ref_log_prob=train_forward if work.reference_forward else 0.0,
+        actor_update=update_passes * train_forward,
+        counterfactual_forward=forward_flops(work.counterfactual_forward, shape),
+        grad_probe=(3 + int(work.gradient_checkpointing)) * forward_flops(work.grad_probe, shape),
+        joint_rows=training_passes * per_row_kind["joint"],
+        padding_rows=training_passes * per_row_kind["padding"],
+    )
+
+
+# metric phase name -> verl / trainer ``marked_timer`` names whose seconds it sums
+TIMED_PHASES: dict[str, tuple[str, ...]] = {
+    "gen": ("gen",),  # the whole generation block: main generation + correction pass
+    "main_gen": ("ibpo_main_gen",),
+    "correction_gen": ("ibpo_gen",),
+    "host": ("ibpo_plan", "ibpo_shape"),  # IBPO's own host work: plan, align, shape
+    "reward": ("reward",),
+    "old_log_prob": ("old_log_prob",),
+    "ref_log_prob": ("ref",),
+    "adv": ("adv",),
+    "grad_probe": ("ibpo_grad_probe",),
+    "counterfactual": ("counterfactual",),
+    "update_actor": ("update_actor",),
+    "update_weights": ("update_weights",),
+    "save_checkpoint": ("save_checkpoint",),
+    "testing": ("testing",),
+    "step": ("step",),
+}
+
+
+def phase_seconds(timing_raw: Mapping[str, float]) -> dict[str, float]:
+    """Measured seconds per phase of one step from verl's ``timing_raw`` (``marked_timer``), as
+    ``ibpo/time/<phase>_s``; a phase that did not run this step is 0."""
+    return {f"ibpo/time/{phase}_s": float(sum(timing_raw.get(name, 0.0) for name in names))
+            for phase, names in TIMED_PHASES.items()}
