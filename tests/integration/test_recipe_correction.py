@@ -2,8 +2,10 @@
 
 A stand-in rollout manager answers ``generate_sequences`` the way verl's agent loop does (left-padded
 prompts, right-padded responses, ``rm_scores`` on the last response token, input non-tensor keys not
-echoed). Everything else is the real code: ``RayIBPOTrainer.ibpo_correction_pass``, the DataProto glue,
-verl's ``DataProto`` ops and verl's ``compute_advantage`` dispatching to the registered ``ibpo``.
+echoed). Everything else is the real code: the hook methods ``RayIBPOTrainer`` fills in verl's ``fit``
+(``_before_generation``, ``_after_generation``, ``_extend_batch_before_balance``, ``_shape_rewards``,
+``_after_advantage``, ``_step_metrics``), called in ``fit``'s order between verl's own steps (the batch
+union, ``_balance_batch``, ``compute_advantage`` dispatching to the registered ``ibpo``).
 """
 
 from __future__ import annotations
@@ -86,21 +88,23 @@ class FakeRolloutManager:
 def make_trainer(ibpo_options: dict, n: int = 4, mini_batch: int = 2) -> RayIBPOTrainer:
     trainer = RayIBPOTrainer.__new__(RayIBPOTrainer)  # no Ray: only what the IBPO step touches
     trainer.config = OmegaConf.create({
-        "actor_rollout_ref": {"rollout": {"n": n, "agent": {"num_workers": 2}, "prompt_length": 4096},
+        "actor_rollout_ref": {"rollout": {"n": n, "agent": {"num_workers": 2}, "prompt_length": 4096,
+                                          "response_length": RESP_LEN, "max_model_len": None},
                               "actor": {"ppo_mini_batch_size": mini_batch}},
         "algorithm": {"adv_estimator": "ibpo"}, "ibpo": ibpo_options,
         "data": {"max_prompt_length": 64, "max_response_length": RESP_LEN},
         "reward": {"reward_model": {"enable": False}},
     })
-    trainer.ibpo = ibpo_config_from(trainer.config)
     trainer.tokenizer = FakeTokenizer()
+    trainer._init_ibpo_state(max_positions=None, num_model_params=1000)
     trainer.async_rollout_manager = FakeRolloutManager()
+    trainer.use_reference_policy = False
     trainer.global_steps = 1
     return trainer
 
 
 def main_step(trainer: RayIBPOTrainer, responses: list[list[int]], n: int):
-    """The first half of RayIBPOTrainer.fit's step: batch, gen batch, generation, correction pass, union."""
+    """verl's fit up to the batch union, with the trainer's generation hooks around the main generation."""
     prompts = len(responses) // n
     batch = DataProto.from_dict(
         tensors={"dummy_tensor": torch.zeros(prompts, 1)},
@@ -114,12 +118,12 @@ def main_step(trainer: RayIBPOTrainer, responses: list[list[int]], n: int):
         },
     )
     gen_batch = trainer._get_gen_batch(batch).repeat(n, interleave=True)
-    gen_output = gen_output_for(responses, score)
     metrics, timing = {}, {}
-    result = trainer.ibpo_correction_pass(gen_batch, gen_output, metrics, timing)
-    corr.attach_shaping(gen_output, result)
+    trainer._before_generation(gen_batch, metrics, timing)
+    gen_output = gen_output_for(responses, score)  # the main generate_sequences
+    trainer._after_generation(gen_batch, gen_output, metrics, timing)
     full = batch.repeat(n, interleave=True).union(gen_output)
-    return full, result, metrics, gen_batch
+    return full, trainer._step_correction, metrics, gen_batch
 
 
 def test_correction_pass_places_delta_on_the_right_rows_after_reordering():
@@ -154,16 +158,14 @@ def test_correction_pass_places_delta_on_the_right_rows_after_reordering():
     assert mask[1].tolist() == [0, 0, 1, 1, 1, 1] and mask[6].tolist() == [0, 0, 1, 1, 1, 1]
     assert mask[0].tolist() == [1] * RESP_LEN and mask[2].tolist() == [1] * RESP_LEN
 
-    # joint training rows: same keys, correction tensors, grouped per prompt, then whole mini-batches
-    joint = corr.build_joint_rows(batch, result, trainer.ibpo)
-    assert set(joint.batch.keys()) == set(batch.batch.keys())
-    assert set(joint.non_tensor_batch.keys()) == set(batch.non_tensor_batch.keys())
+    # joint training rows: correction tensors, grouped per prompt, then whole mini-batches
+    padded = trainer._extend_batch_before_balance(batch, metrics)
+    joint = padded.select_idxs(padded.batch[corr.IS_CORRECTION_KEY].bool().numpy())
+    assert len(joint) == 7 and set(joint.non_tensor_batch.keys()) == set(batch.non_tensor_batch.keys())
     assert joint.batch["responses"][0, :3].tolist() == CORRECT  # ŷ of row 1
     assert len(set(joint.non_tensor_batch["uid"])) == 2
-    merged = DataProto.concat([batch, joint])
-    padded, pad = corr.pad_to_multiple(merged, trainer._ibpo_batch_multiple())
+    pad = int(padded.batch[corr.IS_PADDING_KEY].sum())
     assert len(padded) % 8 == 0 and pad == len(padded) - 15
-    assert padded.batch[corr.IS_PADDING_KEY].sum() == pad
     pad_rows = padded.batch[corr.IS_PADDING_KEY].bool()
     assert padded.batch["response_mask"][pad_rows].sum() == 0 and padded.batch["rm_scores"][pad_rows].sum() == 0
     assert (padded.batch["attention_mask"][pad_rows].sum(-1) == 2).all()  # one prompt + one response token
@@ -177,11 +179,17 @@ def test_correction_pass_places_delta_on_the_right_rows_after_reordering():
     assert balance_metrics  # it ran
     perm = padded.batch["test_row_id"]
     assert not torch.equal(perm, torch.arange(len(padded)))  # and did reorder
-    padded.batch["token_level_scores"] = padded.batch["rm_scores"]
-    padded.batch["token_level_rewards"] = corr.shaped_token_rewards(padded, lam=0.6)
+    padded.batch["token_level_scores"] = padded.batch["rm_scores"]  # verl's fit (no KL in the reward)
+    padded.batch["token_level_rewards"] = padded.batch["token_level_scores"]
+    trainer._shape_rewards(padded, metrics)
     out = compute_advantage(padded, adv_estimator="ibpo", gamma=1.0, lam=1.0, num_repeat=n,
                             config=OmegaConf.create({}))
-    corr.apply_token_mask(out)
+    trainer._after_advantage(out, metrics, {})
+    trainer._step_metrics(out, metrics, {"step": 1.0})
+    assert metrics["ibpo/lambda"] == 0.6 and metrics["ibpo/num_joint_rows"] == 7
+    assert metrics["ibpo/num_padding_rows"] == pad
+    assert metrics["ibpo/cov_y_phi"] <= 1e-12  # Assumption A.1 on the main rows
+    assert 0 < metrics["ibpo/batch_token_mask_mean"] < 1  # the mask reached the training batch
     rows = {i: int(p) for i, p in enumerate(perm.tolist())}  # new position -> original row
     seq_reward = out.batch["token_level_rewards"].sum(-1)
     for new, old in rows.items():
@@ -250,14 +258,17 @@ def test_start_checks_name_the_key():
 def test_config_yaml_composes_against_verl(tmp_path):
     from hydra import compose, initialize_config_module
 
-    import recipe.ibpo.main_ibpo  # noqa: F401  registers the prompt-length resolver
+    from recipe.ibpo.config import register_config_resolvers
+    from recipe.ibpo.setup_checks import trainer_class_for
 
+    register_config_resolvers()  # ${ibpo_prompt_length:...}, as main_ibpo.main does before resolving
     with initialize_config_module(config_module="recipe.ibpo.config", version_base=None):
         cfg = compose(config_name="ibpo_trainer",
                       overrides=["data.max_prompt_length=100", "data.max_response_length=50"])
     assert cfg.actor_rollout_ref.actor.policy_loss.loss_mode == "gspo"
     assert cfg.actor_rollout_ref.actor.loss_agg_mode == "seq-mean-token-mean"
     assert cfg.algorithm.adv_estimator == "ibpo"
+    assert trainer_class_for(cfg) is RayIBPOTrainer and "counterfactual" not in cfg
     assert cfg.actor_rollout_ref.rollout.prompt_length == 100 + 2 * 50 + 256
     with initialize_config_module(config_module="recipe.ibpo.config", version_base=None):
         off = compose(config_name="ibpo_trainer", overrides=["data.max_prompt_length=100", "ibpo.enable=False"])
