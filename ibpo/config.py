@@ -10,7 +10,8 @@ import dataclasses
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
-VARIANTS = ("binary", "ratio", "mask")
+from ibpo.variants import get_variant, variant_names
+
 ALPHA_MODES = ("fixed", "adaptive")
 CANDIDATE_VIEWS = ("full", "strip_thinking")
 LAMBDA_SCHEDULES = ("fixed", "theorem")
@@ -79,8 +80,8 @@ class IBPOConfig:
         def bad(name: str, allowed: str) -> IBPOConfigError:
             return IBPOConfigError(f"ibpo.{name}={getattr(self, name)!r} is out of range: must be {allowed}")
 
-        if self.variant not in VARIANTS:
-            raise bad("variant", f"one of {VARIANTS}")
+        if self.variant not in variant_names():
+            raise bad("variant", f"one of the registered variants {variant_names()} (ibpo/variants.py)")
         if self.alpha_mode not in ALPHA_MODES:
             raise bad("alpha_mode", f"one of {ALPHA_MODES}")
         if self.candidate_view not in CANDIDATE_VIEWS:
@@ -97,7 +98,7 @@ class IBPOConfig:
         if self.lam * self.max_delta >= 1.0:
             raise IBPOConfigError(
                 f"ibpo.lam * max Δ = {self.lam} * {self.max_delta} = {self.lam * self.max_delta} must be < 1 "
-                f"(Eq. 8: 0 <= λΔ < 1; max Δ is beta={self.beta} for variant '{self.variant}', 1 for 'ratio')"
+                f"(Eq. 8: 0 <= λΔ < 1; max Δ of variant '{self.variant}' with beta={self.beta}, ibpo/variants.py)"
             )
         if self.group_size < 1:
             raise bad("group_size", ">= 1 (G, the number of responses per prompt)")
@@ -143,8 +144,8 @@ class IBPOConfig:
 
     @property
     def max_delta(self) -> float:
-        """Largest Δ the variant can produce: β for binary/mask, 1 for ratio (|U|/T <= 1)."""
-        return 1.0 if self.variant == "ratio" else self.beta
+        """Largest Δ the variant can produce (its registry entry): β for binary/mask, 1 for ratio (|U|/T <= 1)."""
+        return float(get_variant(self.variant).max_delta(self.beta))
 
     @classmethod
     def from_mapping(cls, options: Mapping[str, Any] | None) -> "IBPOConfig":
@@ -163,4 +164,4 @@ class IBPOConfig:
         return dataclasses.replace(self, **changes)
 
 
-__all__ = ["IBPOConfig", "IBPOConfigError", "VARIANTS", "DEFAULT_INSTRUCTION"]
+__all__ = ["IBPOConfig", "IBPOConfigError", "DEFAULT_INSTRUCTION"]

@@ -28,6 +28,7 @@ from verl.protocol import pad_dataproto_to_divisor, unpad_dataproto
 from verl.utils.debug import marked_timer
 
 from ibpo.config import IBPOConfig
+from ibpo.variants import get_variant
 from ibpo.diagnostics import LambdaSchedule, estimate_step_flops, theorem_stats
 from recipe.ibpo import correction as corr
 from recipe.ibpo.setup_checks import check_trainer_config, count_model_params, ibpo_config_from, model_max_positions
@@ -163,7 +164,7 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
         metrics["ibpo/num_joint_rows"] = float(is_corr.sum())
         metrics["ibpo/num_padding_rows"] = float(batch.batch[corr.IS_PADDING_KEY].sum())
         not_padding = batch.batch[corr.IS_PADDING_KEY] == 0
-        if self.ibpo.variant == "mask":  # measured on the training batch: evidence the mask reached it
+        if get_variant(self.ibpo.variant).masks_tokens:  # measured on the training batch: the mask reached it
             valid = batch.batch["response_mask"].bool() & not_padding.unsqueeze(-1)
             metrics["ibpo/batch_token_mask_mean"] = float(batch.batch[corr.TOKEN_MASK_KEY][valid].mean())
         # compute counter, cumulative over steps: prefill and generated tokens of both generations (the
