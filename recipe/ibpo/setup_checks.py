@@ -20,17 +20,11 @@ class IBPOSetupError(ValueError):
 
 
 def ibpo_config_from(config: DictConfig) -> IBPOConfig:
-    """The validated ``ibpo:`` block; G comes from ``actor_rollout_ref.rollout.n``."""
+    """The validated ``ibpo:`` block (G is ``actor_rollout_ref.rollout.n``, not an ``ibpo`` option)."""
     block = config.get("ibpo")
     if block is None:
         raise IBPOSetupError("config has no `ibpo:` block; start from recipe/ibpo/config/ibpo_trainer.yaml")
-    options = OmegaConf.to_container(block, resolve=True)
-    n = int(config.actor_rollout_ref.rollout.n)
-    if options.get("group_size") not in (None, n):
-        raise IBPOSetupError(f"ibpo.group_size={options['group_size']} disagrees with actor_rollout_ref.rollout.n={n}; "
-                             "leave ibpo.group_size unset (it follows rollout.n)")
-    options["group_size"] = n
-    return IBPOConfig.from_mapping(options)
+    return IBPOConfig.from_mapping(OmegaConf.to_container(block, resolve=True))
 
 
 def counterfactual_config_from(config: DictConfig) -> CounterfactualConfig:
