@@ -28,6 +28,7 @@ from verl.protocol import pad_dataproto_to_divisor, unpad_dataproto
 from verl.utils.debug import marked_timer
 
 from ibpo.config import IBPOConfig
+from ibpo.pipeline import shape_batch
 from ibpo.variants import get_variant
 from ibpo.diagnostics import LambdaSchedule, estimate_step_flops, theorem_stats
 from recipe.ibpo import correction as corr
@@ -129,8 +130,11 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
         if requests:
             with marked_timer("ibpo_gen", timing_raw, color="purple"):
                 correction_output = self._generate(corr.build_correction_gen_batch(gen_batch, requests))
-        with marked_timer("ibpo_shape", timing_raw):
-            result = corr.finish(requests, scores, ids, is_correct, correction_output, cfg)
+        with marked_timer("ibpo_shape", timing_raw):  # Δ, φ, masks: ibpo.pipeline.shape_batch (Eq. 14-19)
+            correction_scores, correction_ids = corr.read_corrections(requests, correction_output)
+            outcome = shape_batch(requests, correction_ids, (correction_scores >= cfg.correct_threshold).tolist(),
+                                  ids, is_correct, cfg)
+        result = corr.CorrectionPass(requests, outcome, correction_output, correction_scores, scores)
         metrics.update({f"ibpo/{k}": v for k, v in result.outcome.metrics.items()})
         metrics["ibpo/no_wrong_responses"] = float(not requests)
         metrics["ibpo/all_corrections_failed"] = float(bool(requests) and not result.correction_scores.ge(
