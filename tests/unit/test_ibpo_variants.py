@@ -57,3 +57,19 @@ def test_unknown_variant_names_the_registry():
         IBPOConfig(variant="halff")
     with pytest.raises(ValueError, match="unknown IBPO variant 'halff'; registered"):
         get_variant("halff")
+
+
+def test_no_variant_name_branches_outside_the_registry():
+    """Behaviour per variant lives in its registry entry: no ``variant == "mask"``-style branches elsewhere."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    branch = re.compile(r"""variant\s*(==|!=|\bin\b|\bnot in\b)\s*[("'\[]|["'](binary|ratio|mask)["']\s*(==|!=)""")
+    offenders = [f"{path.relative_to(root)}:{number}: {line.strip()}"
+                 for folder in ("ibpo", "recipe", "analysis", "scripts") for path in sorted((root / folder).rglob("*.py"))
+                 if path.name != "variants.py"
+                 for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+                 if branch.search(line)]
+    assert offenders == []
+    assert branch.search('if self.ibpo.variant == "mask":') and branch.search('if cfg.variant in ("binary", "mask"):')
