@@ -5,19 +5,18 @@ plus the one-line calls of :data:`recipe.ibpo.upstream.HOOK_CALLS`; tests/unit/t
 checks both (the installed verl still has that text; our copy is it plus hook calls only). Every method's
 work lives in a hook of a subclass:
 
-==============================  ============================================================  ==========================
-hook                            where in verl's step                                          RayIBPOTrainer / RayCounterfactualTrainer
-==============================  ============================================================  ==========================
-``_before_generation``          before the main ``generate_sequences``                         start the step's state / --
-``_after_generation``           right after it, *before* ``sleep_replicas()`` (π_θ served)     correction pass / --
-``_extend_batch_before_balance`` after the batch is assembled, before ``_balance_batch``       joint rows, padding / --
-``_shape_rewards``              after ``token_level_rewards`` is set, before the advantage      r' = r + λΔ / --
-``_after_advantage``            after ``compute_advantage``, before the critic/actor update    token mask, probe / weights
-``_step_metrics``               before ``logger.log``                                          Thm. A.2, compute / --
-==============================  ============================================================  ==========================
+- ``_before_generation``: before the main ``generate_sequences`` (IBPO: starts the step's state);
+- ``_after_generation``: right after it, *before* ``sleep_replicas()`` while the replicas serve π_θ
+  (IBPO: the correction pass);
+- ``_extend_batch_before_balance``: the assembled batch, before ``_balance_batch`` reorders it (IBPO: joint
+  rows, padding to whole mini-batches);
+- ``_shape_rewards``: ``token_level_rewards`` is set, the advantage is not (IBPO: r' = r + λΔ);
+- ``_after_advantage``: advantages are set, before the critic/actor update (IBPO: token mask, metrics,
+  gradient probe; counterfactual weighting: the token weights);
+- ``_step_metrics``: before ``logger.log`` (IBPO: host-time share).
 
 The hooks are no-ops here, so this class *is* verl's trainer. ReMax's second (greedy) generation rows
-are in ``combined_gen_batch`` too; the recipe's trainers reject ReMax at start.
+are in ``combined_gen_batch`` too; ``RayIBPOTrainer`` rejects ReMax at start (``check_trainer_config``).
 """
 
 from __future__ import annotations
