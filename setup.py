@@ -31,7 +31,8 @@ setup(
     packages=find_packages(include=["ibpo", "ibpo.*", "counterfactual", "counterfactual.*", "analysis", "analysis.*",
                                     "verl_cpu", "verl_cpu.*", "recipe", "recipe.*", "reward_fns", "reward_fns.*",
                                     "data_prep", "data_prep.*"]),
-    package_data={"recipe.ibpo": ["*.sh", "REQUIRED_VERL.txt"], "recipe.ibpo.config": ["*.yaml"]},
+    package_data={"recipe.ibpo": ["*.sh", "REQUIRED_VERL.txt"], "recipe.ibpo.config": ["*.yaml"],
+                  "recipe.ibpo.upstream": ["*.txt"]},
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS,
     entry_points={

@@ -31,6 +31,8 @@ from ibpo.diagnostics import TheoremStats, theorem_stats
 from ibpo.pipeline import plan_corrections, shape_batch
 
 
+PAPER_GROUP_SIZE = 8  # G of IBPO in the paper (App. D); the GSPO baseline uses 64
+
 @dataclass(frozen=True)
 class World:
     """The task and the correction operator."""
@@ -247,12 +249,12 @@ class RegimeResult:
 
 
 def measure_regime(step_accuracy: float, world: World, config: IBPOConfig, num_problems: int, groups_per_problem: int,
-                   lam_grid: np.ndarray, seed: int) -> RegimeResult:
-    """Sample ``groups_per_problem`` groups of ``config.group_size`` for every problem at a fixed policy
+                   lam_grid: np.ndarray, seed: int, group_size: int = PAPER_GROUP_SIZE) -> RegimeResult:
+    """Sample ``groups_per_problem`` groups of ``group_size`` (G) for every problem at a fixed policy
     (every step right with probability ``step_accuracy``) and measure everything on the same samples."""
     rng = np.random.default_rng(seed)
     logits = logits_for_step_accuracy([step_accuracy] * num_problems, world)
-    G = config.group_size
+    G = int(group_size)
     layout = np.repeat(np.arange(num_problems), groups_per_problem)  # (problem, group) order
     batch = sample_and_shape(logits, layout, G, world, config, rng, step=seed)
     scores = score_functions(logits, batch.problems, batch.actions)
@@ -326,14 +328,14 @@ class TrainingResult:
 
 def train(label: str, world: World, config: IBPOConfig, shaping: bool, initial_accuracy: Sequence[float],
           prompts_per_step: int, learning_rate: float, threshold: float, max_steps: int, correction_cost: float,
-          seed: int) -> TrainingResult:
+          seed: int, group_size: int = PAPER_GROUP_SIZE) -> TrainingResult:
     """On-policy GSPO (ratio = 1, so the update is the group-normalised policy gradient) with or without the
     IBPO shaping, until the exact expected reward J(θ) reaches ``threshold``. Corrections are counted as
     ``correction_cost`` samples each (they are generated too; App. B)."""
     rng = np.random.default_rng(seed)
     logits = logits_for_step_accuracy(initial_accuracy, world)
     num_problems = logits.shape[0]
-    G = config.group_size
+    G = int(group_size)
     samples = 0.0
     for step in range(max_steps):
         if expected_reward(logits) >= threshold:

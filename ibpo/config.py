@@ -10,7 +10,8 @@ import dataclasses
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
-VARIANTS = ("binary", "ratio", "mask")
+from ibpo.variants import get_variant, variant_names
+
 ALPHA_MODES = ("fixed", "adaptive")
 CANDIDATE_VIEWS = ("full", "strip_thinking")
 LAMBDA_SCHEDULES = ("fixed", "theorem")
@@ -47,8 +48,9 @@ class IBPOConfigError(ValueError):
 class IBPOConfig:
     """All IBPO options, validated at construction.
 
-    Attributes mirror the ``ibpo:`` block of ``recipe/ibpo/config/ibpo_trainer.yaml``; see that file for
-    the documentation of each option and the paper section it comes from.
+    The defaults are also the ``ibpo:`` block of ``recipe/ibpo/config/ibpo_blocks.yaml``, which documents
+    each option and its paper section; tests/unit/test_config_defaults.py keeps the two equal key by key.
+    G (the group size) is not an option: it is ``actor_rollout_ref.rollout.n``.
     """
 
     enable: bool = True
@@ -65,7 +67,6 @@ class IBPOConfig:
     alpha: float = 0.6  # fixed rewrite threshold α (Eq. 18), Table 5 plateau 0.55-0.70
     alpha_mode: str = "fixed"  # fixed | adaptive (α = μ_d + 2σ_d over the batch, App. C.3)
     adaptive_min_samples: int = 8  # fewer successful corrections than this -> fall back to fixed α
-    group_size: int = 8  # G = rollout.n (App. D: IBPO G = 8)
     num_references: int = 1  # K - 1 references per wrong response (Eq. 4); 0 = self-correction (k = 1)
     corrections_per_target: int = 1  # corrections sampled per wrong response
     instruction: str = DEFAULT_INSTRUCTION
@@ -100,8 +101,8 @@ class IBPOConfig:
         def bad(name: str, allowed: str) -> IBPOConfigError:
             return IBPOConfigError(f"ibpo.{name}={getattr(self, name)!r} is out of range: must be {allowed}")
 
-        if self.variant not in VARIANTS:
-            raise bad("variant", f"one of {VARIANTS}")
+        if self.variant not in variant_names():
+            raise bad("variant", f"one of the registered variants {variant_names()} (ibpo/variants.py)")
         if self.alpha_mode not in ALPHA_MODES:
             raise bad("alpha_mode", f"one of {ALPHA_MODES}")
         if self.candidate_view not in CANDIDATE_VIEWS:
@@ -128,10 +129,8 @@ class IBPOConfig:
         if self.lam * self.max_delta >= 1.0:
             raise IBPOConfigError(
                 f"ibpo.lam * max Δ = {self.lam} * {self.max_delta} = {self.lam * self.max_delta} must be < 1 "
-                f"(Eq. 8: 0 <= λΔ < 1; max Δ is beta={self.beta} for variant '{self.variant}', 1 for 'ratio')"
+                f"(Eq. 8: 0 <= λΔ < 1; max Δ of variant '{self.variant}' with beta={self.beta}, ibpo/variants.py)"
             )
-        if self.group_size < 1:
-            raise bad("group_size", ">= 1 (G, the number of responses per prompt)")
         if self.num_references < 0:
             raise bad("num_references", ">= 0 (K - 1; 0 means self-correction without a reference)")
         if self.corrections_per_target < 1:
@@ -174,8 +173,8 @@ class IBPOConfig:
 
     @property
     def max_delta(self) -> float:
-        """Largest Δ the variant can produce: β for binary/mask, 1 for ratio (|U|/T <= 1)."""
-        return 1.0 if self.variant == "ratio" else self.beta
+        """Largest Δ the variant can produce (its registry entry): β for binary/mask, 1 for ratio (|U|/T <= 1)."""
+        return float(get_variant(self.variant).max_delta(self.beta))
 
     @classmethod
     def from_mapping(cls, options: Mapping[str, Any] | None) -> "IBPOConfig":
@@ -183,6 +182,9 @@ class IBPOConfig:
         options = dict(options or {})
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(options) - known)
+        if "group_size" in unknown:
+            raise IBPOConfigError("ibpo.group_size is not an option: G is actor_rollout_ref.rollout.n (the group "
+                                  "size verl samples); set that instead")
         if unknown:
             raise IBPOConfigError(f"unknown ibpo option(s) {unknown}; known options: {sorted(known)}")
         if "candidate_labels" in options and options["candidate_labels"] is not None:
@@ -194,4 +196,4 @@ class IBPOConfig:
         return dataclasses.replace(self, **changes)
 
 
-__all__ = ["IBPOConfig", "IBPOConfigError", "VARIANTS", "DEFAULT_INSTRUCTION"]
+__all__ = ["IBPOConfig", "IBPOConfigError", "DEFAULT_INSTRUCTION"]

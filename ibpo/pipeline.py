@@ -16,6 +16,7 @@ from ibpo.diagnostics import correction_stats
 from ibpo.prompts import Message, build_correction_messages, render_candidate
 from ibpo.references import select_references
 from ibpo.shaping import TargetShaping, aggregate_corrections, shape_targets
+from ibpo.variants import get_variant
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,7 @@ def shape_batch(
     )
     metrics["alpha"] = float(alpha)
     metrics["alpha_adaptive"] = float(adaptive)
-    if config.variant == "mask":
+    if get_variant(config.variant).masks_tokens:
         shaped_rows = [row for row in by_target if delta[row] > 0]
         metrics["mask_kept_fraction"] = (
             float(np.mean([masks[r].mean() if masks[r].size else 0.0 for r in shaped_rows])) if shaped_rows else 1.0)

@@ -13,6 +13,7 @@ import numpy as np
 
 from ibpo.alignment import Alignment, closest_reference_below
 from ibpo.config import IBPOConfig
+from ibpo.variants import get_variant
 
 
 def adaptive_alpha(distances: Sequence[float], fixed_alpha: float, min_samples: int = 8) -> tuple[float, bool]:
@@ -46,21 +47,18 @@ def shaping_delta(
     unmodified_ratio: float,
     beta: float,
 ) -> float:
-    """Δ for one response: β·1[r(y)=0 ∧ r(ŷ)=1 ∧ ¬rewrite] (Eq. 19, ``binary``/``mask``) or
-    |U|/T·1[...] (Eq. 16, ``ratio``)."""
+    """Δ for one response: the variant's Δ (registry ``ibpo.variants``: β for ``binary``/``mask``, Eq. 19;
+    |U|/T for ``ratio``, Eq. 16) times 1[r(y)=0 ∧ r(ŷ)=1 ∧ ¬rewrite]."""
     if not (target_wrong and correction_right and not rewrite):
+        get_variant(variant)  # an unknown name fails whatever the row
         return 0.0
-    if variant == "ratio":
-        return float(unmodified_ratio)
-    if variant in ("binary", "mask"):
-        return float(beta)
-    raise ValueError(f"unknown IBPO variant {variant!r}")
+    return float(get_variant(variant).delta(float(unmodified_ratio), float(beta)))
 
 
 def correction_token_mask(variant: str, shaped: bool, unmodified: np.ndarray) -> np.ndarray:
-    """Token mask m over the original response (Eq. 7/17): for ``mask`` on a shaped response
-    m_t = 1[t ∉ U]; every other response keeps m_t = 1."""
-    if variant == "mask" and shaped:
+    """Token mask m over the original response (Eq. 7/17): for a variant that masks tokens (``mask``), on a
+    shaped response m_t = 1[t ∉ U]; every other response keeps m_t = 1."""
+    if shaped and get_variant(variant).masks_tokens:
         return (~unmodified).astype(np.float32)
     return np.ones(unmodified.shape[0], dtype=np.float32)
 

@@ -37,7 +37,7 @@ def make_triple(rng: random.Random, length: int, vocab: int = 32000, spans: int 
     return y, y_hat, y_ref
 
 
-MASK_CONFIG = IBPOConfig(variant="mask", group_size=2)
+MASK_CONFIG = IBPOConfig(variant="mask")
 
 
 def ours_batch(triples) -> list[float]:

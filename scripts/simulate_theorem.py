@@ -193,14 +193,15 @@ def verdicts(results: list[RegimeResult], runs: list[TrainingResult], labels: li
 def run(args: argparse.Namespace) -> dict:
     world = World(num_steps=args.steps, num_choices=args.choices, repair_correct_ref=args.repair_correct_ref,
                   repair_wrong_ref=args.repair_wrong_ref, rewrite_prob=args.rewrite_prob)
-    config = IBPOConfig(lam=args.lam, beta=args.beta, group_size=args.group_size, seed=args.seed)
+    config = IBPOConfig(lam=args.lam, beta=args.beta, seed=args.seed)
     grid_max = (1.0 / args.beta) - 1e-9
     lam_grid = np.round(np.arange(0.0, grid_max, args.lam_step), 6)
     if not np.isclose(lam_grid, args.lam).any():
         lam_grid = np.unique(np.append(lam_grid, args.lam))
     grid_max = float(lam_grid[-1])
     t0 = time.perf_counter()
-    results = [measure_regime(p, world, config, args.problems, args.groups_per_problem, lam_grid, args.seed + i)
+    results = [measure_regime(p, world, config, args.problems, args.groups_per_problem, lam_grid, args.seed + i,
+                              group_size=args.group_size)
                for i, p in enumerate(args.regimes)]
     t1 = time.perf_counter()
     labels = [f"GSPO G={args.baseline_group_size}", f"GSPO G={args.group_size}", f"IBPO G={args.group_size}"]
@@ -210,10 +211,9 @@ def run(args: argparse.Namespace) -> dict:
         initial = np.linspace(lo, hi, args.problems)
         for label, G, shaping in ((labels[0], args.baseline_group_size, False), (labels[1], args.group_size, False),
                                   (labels[2], args.group_size, True)):
-            cfg = config.replace(group_size=G)
             for s in range(args.seeds):
-                runs.append(train(f"{setting} {label}", world, cfg, shaping, initial, args.prompts_per_step, args.lr,
-                                  args.threshold, args.max_steps, args.correction_cost, args.seed + s))
+                runs.append(train(f"{setting} {label}", world, config, shaping, initial, args.prompts_per_step, args.lr,
+                                  args.threshold, args.max_steps, args.correction_cost, args.seed + s, group_size=G))
     t2 = time.perf_counter()
     return {"results": results, "runs": runs, "labels": labels, "grid_max": grid_max,
             "seconds": {"variance": t1 - t0, "training": t2 - t1}}

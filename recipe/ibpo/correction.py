@@ -23,7 +23,7 @@ from verl.utils.model import compute_position_id_with_mask
 
 from ibpo.advantages import place_sequence_reward, shaped_rewards, signed_token_mask
 from ibpo.config import IBPOConfig
-from ibpo.pipeline import CorrectionRequest, ShapingOutcome, plan_corrections, shape_batch
+from ibpo.pipeline import CorrectionRequest, ShapingOutcome, plan_corrections
 
 # keys IBPO adds to the training batch
 DELTA_KEY = "ibpo_delta"
@@ -102,20 +102,15 @@ def plan(gen_batch: DataProto, gen_output: DataProto, decode: Callable[[list[int
     return requests, scores, ids, is_correct
 
 
-def finish(requests: list[CorrectionRequest], main_scores: torch.Tensor, main_ids: list[list[int]],
-           is_correct: list[bool], correction_output: DataProto | None, config: IBPOConfig) -> CorrectionPass:
-    """Score the generated corrections and compute Δ, φ, masks (``ibpo.pipeline.shape_batch``)."""
+def read_corrections(requests: list[CorrectionRequest], correction_output: DataProto | None
+                     ) -> tuple[torch.Tensor, list[list[int]]]:
+    """(verifier score, response tokens) of every generated correction; fails if a request got no answer."""
     if requests and (correction_output is None or len(correction_output) != len(requests)):
         got = None if correction_output is None else len(correction_output)
         raise RuntimeError(f"correction pass returned {got} rows for {len(requests)} requests")
-    if requests:
-        corr_scores = sequence_scores(correction_output)
-        corr_ids = response_token_ids(correction_output)
-    else:
-        corr_scores, corr_ids = torch.zeros(0), []
-    right = (corr_scores >= config.correct_threshold).tolist()
-    outcome = shape_batch(requests, corr_ids, right, main_ids, is_correct, config)
-    return CorrectionPass(requests, outcome, correction_output, corr_scores, main_scores)
+    if not requests:
+        return torch.zeros(0), []
+    return sequence_scores(correction_output), response_token_ids(correction_output)
 
 
 def attach_shaping(gen_output: DataProto, result: CorrectionPass) -> None:

@@ -1,14 +1,16 @@
-"""RayIBPOTrainer: verl's legacy ``RayPPOTrainer`` with the IBPO correction pass (paper Alg. 1, App. E.2).
+"""RayIBPOTrainer: the IBPO correction pass (paper Alg. 1, App. E.2) in the hooks of verl's trainer.
 
-``fit`` is verl 0.9.1's ``RayPPOTrainer.fit`` (verl/trainer/ppo/ray_trainer.py:1405-1823), profiling,
-checkpointing, validation, router-replay check and metrics included, with four insertions, each marked
-``# IBPO`` (plus the optional gradient probe and counterfactual weights, each behind its own option):
-  1. after the main ``generate_sequences`` and *before* ``sleep_replicas()`` (the replicas still hold π_θ):
-     the correction pass -- references, correction prompts through the same rollout manager, scoring by
-     the same reward function, alignment, rewrite filter, Δ and token masks;
-  2. after the batch is assembled: optional joint training rows (App. E.2 (C)) and no-op padding;
-  3. ``token_level_rewards = token_level_scores + λΔ`` (Eq. 15/27), then the ``ibpo`` estimator;
-  4. ``advantages ·= m_t`` (Eq. 7/17) before the actor update, and the IBPO metrics.
+The training loop is :class:`recipe.ibpo.trainer_base.HookedRayPPOTrainer` ``.fit``, verl 0.9.1's own
+``RayPPOTrainer.fit`` plus one-line hook calls. IBPO fills four of them:
+  1. ``_after_generation``: after the main ``generate_sequences`` and *before* ``sleep_replicas()`` (the
+     replicas still hold π_θ): the correction pass -- references, correction prompts through the same
+     rollout manager, scoring by the same reward function, alignment, rewrite filter, Δ and token masks
+     (:meth:`RayIBPOTrainer.ibpo_correction_pass`, the numbers from ``ibpo.pipeline``);
+  2. ``_extend_batch_before_balance``: optional joint training rows (App. E.2 (C)) and no-op padding;
+  3. ``_shape_rewards``: ``token_level_rewards = token_level_scores + λΔ`` (Eq. 15/27), then verl calls the
+     ``ibpo`` estimator;
+  4. ``_after_advantage``: ``advantages ·= m_t`` (Eq. 7/17) before the actor update, the IBPO metrics and
+     the optional gradient probe; ``_step_metrics``: FLOPs and seconds per phase, running totals.
 ``_update_actor`` is verl's with one change: the rows of an optimizer update come from this step's plan
 (``ibpo.joint_minibatch``, ``ibpo/minibatch.py``), so joint rows do not add optimizer updates by default.
 ReMax is not supported (it needs a second sampled generation of its own). Validation never runs the
@@ -19,54 +21,27 @@ from __future__ import annotations
 
 import json
 import os
-import uuid
-from pprint import pprint
+import time
 
 import numpy as np
 import torch
-from omegaconf import OmegaConf
-from tqdm import tqdm
 from verl import DataProto
 from verl.protocol import pad_dataproto_to_divisor, unpad_dataproto
 from verl.trainer.distillation.losses import is_distillation_enabled
-from verl.trainer.ppo.core_algos import AdvantageEstimator, agg_loss
-from verl.trainer.ppo.metric_utils import (
-    compute_data_metrics,
-    compute_throughout_metrics,
-    compute_timing_metrics,
-    compute_variance_proxy_metrics,
-)
-from verl.trainer.ppo.ray_trainer import (
-    RayPPOTrainer,
-    apply_kl_penalty,
-    compute_advantage,
-    compute_response_mask,
-    compute_spec_decode_metrics,
-)
-from verl.trainer.ppo.reward import extract_reward
-from verl.trainer.ppo.utils import Role
-from verl.utils.checkpoint.checkpoint_manager import should_save_ckpt_esi
-from verl.utils.debug import marked_timer
 from verl.utils import tensordict_utils as tu
-from verl.utils.metric import reduce_metrics
+from verl.utils.debug import marked_timer
 from verl.utils.py_functional import rename_dict
-from verl.utils.skip.skip_manager import SkipManager
 from verl.workers.utils.padding import left_right_2_no_padding
 
 from ibpo.compute import StepWork, phase_seconds, step_flops
 from ibpo.config import IBPOConfig
-from counterfactual.importance import CounterfactualConfig
 from ibpo.diagnostics import LambdaSchedule, theorem_stats, trained_advantage_variance
 from ibpo.minibatch import ActorMiniBatchPlan, actor_minibatch_plan, optimizer_updates_reported, row_multiple
+from ibpo.pipeline import shape_batch
+from ibpo.variants import get_variant
 from recipe.ibpo import correction as corr
-from counterfactual import batch as cf
-from recipe.ibpo.setup_checks import (
-    check_trainer_config,
-    counterfactual_config_from,
-    ibpo_config_from,
-    model_flop_shape,
-    model_max_positions,
-)
+from recipe.ibpo.setup_checks import check_trainer_config, ibpo_config_from, model_flop_shape, model_max_positions
+from recipe.ibpo.trainer_base import HookedRayPPOTrainer
 
 
 def generation_tokens(output: DataProto | None) -> tuple[float, float]:
@@ -77,30 +52,105 @@ def generation_tokens(output: DataProto | None) -> tuple[float, float]:
     return float(output.batch["attention_mask"].sum()) - generated, generated
 
 
-class RayIBPOTrainer(RayPPOTrainer):
-    """verl's PPO trainer with IBPO's counterfactual correction pass inserted into every training step."""
+class RayIBPOTrainer(HookedRayPPOTrainer):
+    """verl's PPO trainer with IBPO's counterfactual correction pass in every training step."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        model_path = self.config.actor_rollout_ref.model.path
+        self._init_ibpo_state(model_max_positions(model_path), model_flop_shape(model_path))
+
+    def _init_ibpo_state(self, max_positions: int | None, model_shape) -> None:
+        """The validated ``ibpo:`` block, the start checks, the λ schedule and the compute counter."""
         self.ibpo: IBPOConfig = ibpo_config_from(self.config)
-        self.counterfactual: CounterfactualConfig | None = counterfactual_config_from(self.config)
-        check_trainer_config(self.config, self.ibpo, self.tokenizer,
-                             model_max_positions(self.config.actor_rollout_ref.model.path))
+        check_trainer_config(self.config, self.ibpo, self.tokenizer, max_positions)
         self.lambda_schedule = LambdaSchedule(self.ibpo.lambda_schedule, self.ibpo.lam,
                                               self.ibpo.lambda_max_fraction, self.ibpo.lambda_max_momentum)
-        self.model_shape = model_flop_shape(self.config.actor_rollout_ref.model.path)
+        self.model_shape = model_shape  # ibpo.compute.ModelShape: what the FLOP count needs of the model
         self.compute_totals = {"total_tokens": 0.0, "total_flops": 0.0, "generated_tokens": 0.0}
         self.time_totals = {"cumulative_step_s": 0.0}
         self._actor_plan: ActorMiniBatchPlan | None = None  # this step's actor mini-batch layout
-        self._extra_forward_lengths: dict[str, list[int]] = {}  # this step's counterfactual / probe rows
+        self._extra_forward_lengths: dict[str, list[int]] = {}  # this step's gradient-probe rows
+        self._step_correction: corr.CorrectionPass | None = None  # this step's correction pass
+        self._step_lambda = self.ibpo.lam  # the λ this step shapes with
+        self._main_gen_started = 0.0
 
-    def init_workers(self):
-        super().init_workers()
-        from ibpo.verl_plugin import assert_registered
+    # ------------------------------------------------------------------ hooks of HookedRayPPOTrainer.fit
+    def _before_generation(self, gen_batch: DataProto, metrics: dict, timing_raw: dict) -> None:
+        self._step_correction = None
+        self._main_gen_started = time.perf_counter()
 
-        # verl swallows entry-point failures at DEBUG: fail here, loudly, if `ibpo` is missing.
-        if self.config.algorithm.adv_estimator == "ibpo":
-            assert_registered()
+    def _after_generation(self, gen_batch: DataProto, gen_output: DataProto, metrics: dict,
+                          timing_raw: dict) -> None:
+        """IBPO (1): the correction pass, while the replicas still serve π_θ; Δ and m become batch keys."""
+        timing_raw["ibpo_main_gen"] = time.perf_counter() - self._main_gen_started
+        metrics["ibpo/main_prompt_tokens"], metrics["ibpo/main_gen_tokens"] = generation_tokens(gen_output)
+        if self.ibpo.enable:
+            self._step_correction = self.ibpo_correction_pass(gen_batch, gen_output, metrics, timing_raw)
+            corr.attach_shaping(gen_output, self._step_correction)
+        else:  # the GSPO baseline through the same loop: Δ = 0, m = 1
+            corr.attach_no_shaping(gen_output)
+
+    def _extend_batch_before_balance(self, batch: DataProto, metrics: dict) -> DataProto:
+        """IBPO (2): joint training on the correction samples, then whole mini-batches (no-op padding)."""
+        result = self._step_correction
+        main_rows = len(batch)
+        if result is not None and self.ibpo.joint_training and result.requests:
+            batch = DataProto.concat([batch, corr.build_joint_rows(batch, result, self.ibpo)])
+        self._actor_plan = self._plan_actor_minibatches(main_rows, len(batch) - main_rows)
+        batch, _ = corr.pad_to_rows(batch, self._actor_plan.padded_rows)
+        return batch
+
+    def _shape_rewards(self, batch: DataProto, metrics: dict) -> None:
+        """IBPO (3): r' = r + λΔ on the last response token (Eq. 15/27), on top of any KL penalty."""
+        self._step_lambda = self.lambda_schedule.current()
+        shaped = corr.shaped_token_rewards(batch, self._step_lambda)
+        batch.batch["token_level_rewards"] = batch.batch["token_level_rewards"] + (
+            shaped - batch.batch["token_level_scores"])
+
+    def _after_advantage(self, batch: DataProto, metrics: dict, timing_raw: dict) -> None:
+        """IBPO (4): token mask after normalisation (Eq. 7/17; padding rows get 0), then the metrics."""
+        corr.apply_token_mask(batch, self.ibpo.mask_sign)
+        self._ibpo_step_metrics(batch, self._step_correction, self._step_lambda, metrics, timing_raw)
+        if self.ibpo.grad_probe_interval and self.global_steps % self.ibpo.grad_probe_interval == 0:
+            with marked_timer("ibpo_grad_probe", timing_raw, color="purple"):
+                self.probe_gradient_variance(batch, metrics)
+
+    def _step_metrics(self, batch: DataProto, metrics: dict, timing_raw: dict) -> None:
+        """End of step: FLOPs per phase (``ibpo.compute.step_flops``), measured seconds per phase, and the
+        running totals that curves against compute or time are drawn on (restored on resume)."""
+        rows = batch.batch["attention_mask"].sum(-1)
+        is_corr = batch.batch[corr.IS_CORRECTION_KEY] > 0
+        is_pad = batch.batch[corr.IS_PADDING_KEY] > 0
+        main = rows[~is_corr & ~is_pad].tolist()
+        result = self._step_correction
+        correction_out = None if result is None else result.correction_output
+        rollout_corr = self.config.algorithm.get("rollout_correction", None)
+        work = StepWork(
+            main_gen=main,
+            correction_gen=[] if correction_out is None else correction_out.batch["attention_mask"].sum(-1).tolist(),
+            train_main=main, train_joint=rows[is_corr].tolist(), train_padding=rows[is_pad].tolist(),
+            counterfactual_forward=[],  # counterfactual weighting runs in its own trainer
+            grad_probe=self._extra_forward_lengths.get("grad_probe", []),
+            ppo_epochs=int(self.config.actor_rollout_ref.actor.ppo_epochs),
+            gradient_checkpointing=bool(self.config.actor_rollout_ref.model.get("enable_gradient_checkpointing", False)),
+            old_log_prob_forward=not (rollout_corr and rollout_corr.get("bypass_mode", False)),
+            reference_forward=bool(self.use_reference_policy),
+        )
+        self._extra_forward_lengths = {}
+        flops = step_flops(work, self.model_shape)
+        generated = metrics.get("ibpo/main_gen_tokens", 0.0) + metrics.get("ibpo/correction_gen_tokens", 0.0)
+        prompt_tokens = metrics.get("ibpo/main_prompt_tokens", 0.0) + metrics.get("ibpo/correction_prompt_tokens", 0.0)
+        self.compute_totals["generated_tokens"] += generated
+        self.compute_totals["total_tokens"] += generated + prompt_tokens
+        self.compute_totals["total_flops"] += flops.total
+        metrics.update({f"ibpo/compute/{k}": v for k, v in self.compute_totals.items()})
+        metrics.update(flops.as_metrics())
+        metrics["ibpo/compute/step_flops"] = flops.total
+        metrics.update(phase_seconds(timing_raw))
+        self.time_totals["cumulative_step_s"] += timing_raw.get("step", 0.0)
+        metrics["ibpo/time/cumulative_step_s"] = self.time_totals["cumulative_step_s"]
+        metrics["ibpo/time/host_share"] = metrics["ibpo/time/host_s"] / max(timing_raw.get("step", 0.0), 1e-9)
 
     # ------------------------------------------------------------------ IBPO steps B-C
     def _decode(self, ids: list[int]) -> str:
@@ -125,8 +175,11 @@ class RayIBPOTrainer(RayPPOTrainer):
         if requests:
             with marked_timer("ibpo_gen", timing_raw, color="purple"):
                 correction_output = self._generate(corr.build_correction_gen_batch(gen_batch, requests))
-        with marked_timer("ibpo_shape", timing_raw):
-            result = corr.finish(requests, scores, ids, is_correct, correction_output, cfg)
+        with marked_timer("ibpo_shape", timing_raw):  # Δ, φ, masks: ibpo.pipeline.shape_batch (Eq. 14-19)
+            correction_scores, correction_ids = corr.read_corrections(requests, correction_output)
+            outcome = shape_batch(requests, correction_ids, (correction_scores >= cfg.correct_threshold).tolist(),
+                                  ids, is_correct, cfg)
+        result = corr.CorrectionPass(requests, outcome, correction_output, correction_scores, scores)
         metrics.update({f"ibpo/{k}": v for k, v in result.outcome.metrics.items()})
         metrics["ibpo/no_wrong_responses"] = float(not requests)
         metrics["ibpo/all_corrections_failed"] = float(bool(requests) and not result.correction_scores.ge(
@@ -139,7 +192,7 @@ class RayIBPOTrainer(RayPPOTrainer):
 
     def _ibpo_step_metrics(self, batch: DataProto, result: corr.CorrectionPass | None, lam: float,
                            metrics: dict, timing_raw: dict) -> None:
-        """Theorem A.2 statistics, λ schedule update and the compute counter."""
+        """Theorem A.2 statistics, λ schedule update, and the variance of the advantages trained on."""
         is_main = (batch.batch[corr.IS_CORRECTION_KEY] == 0) & (batch.batch[corr.IS_PADDING_KEY] == 0)
         main = batch.select_idxs(is_main.numpy())
         rewards = main.batch["token_level_scores"].sum(-1).double().numpy()
@@ -160,68 +213,13 @@ class RayIBPOTrainer(RayPPOTrainer):
         metrics["ibpo/num_joint_rows"] = float(is_corr.sum())
         metrics["ibpo/num_padding_rows"] = float(batch.batch[corr.IS_PADDING_KEY].sum())
         not_padding = batch.batch[corr.IS_PADDING_KEY] == 0
-        if self.ibpo.variant == "mask":  # measured on the training batch: evidence the mask reached it
+        if get_variant(self.ibpo.variant).masks_tokens:  # measured on the training batch: the mask reached it
             valid = batch.batch["response_mask"].bool() & not_padding.unsqueeze(-1)
             metrics["ibpo/batch_token_mask_mean"] = float(batch.batch[corr.TOKEN_MASK_KEY][valid].mean())
         # the advantages the actor trains on (normalised, masked), main and joint rows
         trained = batch.select_idxs(not_padding.numpy())
         metrics["ibpo/var_trained_adv_seq"], metrics["ibpo/var_trained_adv_token"] = trained_advantage_variance(
             trained.batch["advantages"].numpy(), trained.batch["response_mask"].numpy())
-
-    def _ibpo_cost_metrics(self, batch: DataProto, result: corr.CorrectionPass | None, metrics: dict,
-                           timing_raw: dict) -> None:
-        """End of step: FLOPs per phase (``ibpo.compute.step_flops``), measured seconds per phase, and the
-        running totals that curves against compute or time are drawn on (restored on resume)."""
-        rows = batch.batch["attention_mask"].sum(-1)
-        is_corr = batch.batch[corr.IS_CORRECTION_KEY] > 0
-        is_pad = batch.batch[corr.IS_PADDING_KEY] > 0
-        main = rows[~is_corr & ~is_pad].tolist()
-        correction_out = None if result is None else result.correction_output
-        rollout_corr = self.config.algorithm.get("rollout_correction", None)
-        work = StepWork(
-            main_gen=main,
-            correction_gen=[] if correction_out is None else correction_out.batch["attention_mask"].sum(-1).tolist(),
-            train_main=main, train_joint=rows[is_corr].tolist(), train_padding=rows[is_pad].tolist(),
-            counterfactual_forward=self._extra_forward_lengths.get("counterfactual", []),
-            grad_probe=self._extra_forward_lengths.get("grad_probe", []),
-            ppo_epochs=int(self.config.actor_rollout_ref.actor.ppo_epochs),
-            gradient_checkpointing=bool(self.config.actor_rollout_ref.model.get("enable_gradient_checkpointing", False)),
-            old_log_prob_forward=not (rollout_corr and rollout_corr.get("bypass_mode", False)),
-            reference_forward=bool(self.use_reference_policy),
-        )
-        self._extra_forward_lengths = {}
-        flops = step_flops(work, self.model_shape)
-        generated = metrics.get("ibpo/main_gen_tokens", 0.0) + metrics.get("ibpo/correction_gen_tokens", 0.0)
-        prompt_tokens = metrics.get("ibpo/main_prompt_tokens", 0.0) + metrics.get("ibpo/correction_prompt_tokens", 0.0)
-        self.compute_totals["generated_tokens"] += generated
-        self.compute_totals["total_tokens"] += generated + prompt_tokens
-        self.compute_totals["total_flops"] += flops.total
-        metrics.update({f"ibpo/compute/{k}": v for k, v in self.compute_totals.items()})
-        metrics.update(flops.as_metrics())
-        metrics["ibpo/compute/step_flops"] = flops.total
-        metrics.update(phase_seconds(timing_raw))
-        self.time_totals["cumulative_step_s"] += timing_raw.get("step", 0.0)
-        metrics["ibpo/time/cumulative_step_s"] = self.time_totals["cumulative_step_s"]
-        metrics["ibpo/time/host_share"] = metrics["ibpo/time/host_s"] / max(timing_raw.get("step", 0.0), 1e-9)
-
-    def apply_counterfactual_weights(self, batch: DataProto, metrics: dict, timing_raw: dict) -> None:
-        """Second method (ciw_paper.md): token weights from the answer log-prob drop when a reasoning span is
-        masked, multiplied into the advantages. Extra no-grad forward passes go through the actor's own
-        ``compute_log_prob``; groups whose rewards are all equal (zero advantage) are skipped."""
-        cfg = self.counterfactual
-        signal = cf.rows_with_signal(batch, key="token_level_scores")
-        plan = cf.plan_counterfactuals(batch, cfg, cf.make_decode_fn(self.tokenizer), signal)
-        log_probs = torch.empty(0, batch.batch["responses"].shape[1])
-        if plan.num_copies:
-            with marked_timer("counterfactual_forward", timing_raw, color="purple"):
-                masked = cf.build_masked_copies(batch, plan, self.tokenizer.pad_token_id)
-                self._extra_forward_lengths["counterfactual"] = masked.batch["attention_mask"].sum(-1).tolist()
-                log_probs = cf.compute_masked_log_probs(self.actor_rollout_wg, masked, self._log_prob_batch_divisor())
-        weights, cf_metrics = cf.counterfactual_token_weights(batch, plan, cfg, batch.batch["old_log_probs"], log_probs)
-        batch.batch["advantages"] = batch.batch["advantages"] * weights.to(batch.batch["advantages"].dtype)
-        metrics.update(cf_metrics)
-        metrics["counterfactual/forward_s"] = timing_raw.get("counterfactual_forward", 0.0)
-        metrics["counterfactual/extra_forward_rows"] = float(plan.num_copies)
 
     def probe_gradient_variance(self, batch: DataProto, metrics: dict) -> None:
         """Per-sample policy-gradient variance on the main rows under GSPO advantages (group-normalised raw
@@ -288,293 +286,6 @@ class RayIBPOTrainer(RayPPOTrainer):
         self.compute_totals.update(state["compute_totals"])
         self.time_totals.update(state.get("time_totals", {}))
         return result
-
-    # ------------------------------------------------------------------ training loop
-    def fit(self):  # noqa: C901 -- a copy of verl's fit with the IBPO blocks inserted
-        """verl 0.9.1 ``RayPPOTrainer.fit`` with the IBPO correction pass (see module docstring)."""
-        if self._dump_executor._shutdown:
-            self._init_dump_executor()
-        from verl.utils.tracking import Tracking
-
-        logger = Tracking(
-            project_name=self.config.trainer.project_name,
-            experiment_name=self.config.trainer.experiment_name,
-            default_backend=self.config.trainer.logger,
-            config=OmegaConf.to_container(self.config, resolve=True),
-        )
-        self.global_steps = 0
-        self._load_checkpoint()
-        self.checkpoint_manager.update_weights(self.global_steps)
-        current_epoch = self.global_steps // len(self.train_dataloader)
-        SkipManager.init(self.config)
-
-        if self.config.trainer.get("val_before_train", True):
-            val_metrics = self._validate()
-            assert val_metrics, f"{val_metrics=}"
-            pprint(f"Initial validation metrics: {val_metrics}")
-            logger.log(data=val_metrics, step=self.global_steps)
-            if self.config.trainer.get("val_only", False):
-                self._shutdown_dump_executor()
-                return
-
-        progress_bar = tqdm(total=self.total_training_steps, initial=self.global_steps, desc="Training Progress")
-        self.global_steps += 1
-        last_val_metrics = None
-        self.max_steps_duration = 0
-        SkipManager.set_step(self.global_steps)
-        rollout_n = self.config.actor_rollout_ref.rollout.n
-        profiler_steps = self.config.global_profiler.steps
-        prev_step_profile = False
-        curr_step_profile = self.global_steps in profiler_steps if profiler_steps is not None else False
-        next_step_profile = False
-
-        for epoch in range(current_epoch, self.config.trainer.total_epochs):
-            for batch_dict in self.train_dataloader:
-                if hasattr(self.actor_rollout_wg, "async_calls_finalize_fn_exec"):
-                    self.actor_rollout_wg.async_calls_finalize_fn_exec(blocking=False)
-                metrics: dict = {}
-                timing_raw: dict = {}
-                with marked_timer("start_profile", timing_raw):
-                    self._start_profiling(
-                        not prev_step_profile and curr_step_profile
-                        if self.config.global_profiler.profile_continuous_steps
-                        else curr_step_profile
-                    )
-                batch: DataProto = DataProto.from_single_dict(batch_dict)
-                batch.meta_info["temperature"] = self.config.actor_rollout_ref.rollout.temperature
-                batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch.batch))],
-                                                         dtype=object)
-                gen_batch = self._get_gen_batch(batch)
-                gen_batch.meta_info["global_steps"] = self.global_steps
-                gen_batch = gen_batch.repeat(repeat_times=rollout_n, interleave=True)
-                is_last_step = self.global_steps >= self.total_training_steps
-                ibpo_result = None
-                with marked_timer("step", timing_raw):
-                    with marked_timer("gen", timing_raw, color="red"):
-                        if curr_step_profile:
-                            self.llm_server_manager.start_profile()
-                        with marked_timer("ibpo_main_gen", timing_raw):
-                            gen_output = self.async_rollout_manager.generate_sequences(gen_batch)
-                        metrics["ibpo/main_prompt_tokens"], metrics["ibpo/main_gen_tokens"] = generation_tokens(
-                            gen_output)
-                        timing_raw.update(gen_output.meta_info["timing"])
-                        gen_output.meta_info.pop("timing", None)
-                        # IBPO (1): the correction pass, while the replicas still serve π_θ.
-                        if self.ibpo.enable:
-                            ibpo_result = self.ibpo_correction_pass(gen_batch, gen_output, metrics, timing_raw)
-                            corr.attach_shaping(gen_output, ibpo_result)
-                        else:  # the GSPO baseline through the same loop: Δ = 0, m = 1
-                            corr.attach_no_shaping(gen_output)
-                        self.checkpoint_manager.sleep_replicas()
-                        if curr_step_profile:
-                            self.llm_server_manager.stop_profile()
-                    del gen_batch
-                    batch = batch.repeat(repeat_times=rollout_n, interleave=True)
-                    batch = batch.union(gen_output)
-                    if "response_mask" not in batch.batch.keys():
-                        batch.batch["response_mask"] = compute_response_mask(batch)
-
-                    # IBPO (2): joint training on the correction samples, then whole mini-batches.
-                    main_rows = len(batch)
-                    if ibpo_result is not None and self.ibpo.joint_training and ibpo_result.requests:
-                        batch = DataProto.concat([batch, corr.build_joint_rows(batch, ibpo_result, self.ibpo)])
-                    self._actor_plan = self._plan_actor_minibatches(main_rows, len(batch) - main_rows)
-                    batch, _ = corr.pad_to_rows(batch, self._actor_plan.padded_rows)
-
-                    if self.config.trainer.balance_batch:
-                        self._balance_batch(batch, metrics=metrics)
-                    batch.meta_info["global_token_num"] = torch.sum(batch.batch["attention_mask"], dim=-1).tolist()
-                    images_seqlens_all = []
-                    for multi_modal_input in batch.non_tensor_batch["multi_modal_inputs"]:
-                        if "image_grid_thw" not in multi_modal_input.keys():
-                            continue
-                        images_seqlens_all.extend(multi_modal_input["images_seqlens"].tolist())
-                    batch.meta_info["images_seqlens"] = images_seqlens_all
-                    with marked_timer("reward", timing_raw, color="yellow"):
-                        if self.use_rm and "rm_scores" not in batch.batch.keys():
-                            batch = batch.union(self._compute_reward_colocate(batch))
-                        reward_tensor, reward_extra_infos_dict = extract_reward(batch)
-
-                    rollout_corr_config = self.config.algorithm.get("rollout_correction", None)
-                    bypass_recomputing_logprobs = rollout_corr_config and rollout_corr_config.get("bypass_mode", False)
-                    if bypass_recomputing_logprobs:
-                        from verl.trainer.ppo.rollout_corr_helper import apply_bypass_mode
-
-                        apply_bypass_mode(batch=batch, rollout_corr_config=rollout_corr_config,
-                                          policy_loss_config=self.config.actor_rollout_ref.actor.policy_loss)
-                    else:
-                        with marked_timer("old_log_prob", timing_raw, color="blue"):
-                            old_log_prob, old_log_prob_mfu = self._compute_old_log_prob(batch)
-                            actor_config = self.config.actor_rollout_ref.actor
-                            entropy_agg = agg_loss(loss_mat=old_log_prob.batch["entropys"],
-                                                   loss_mask=batch.batch["response_mask"],
-                                                   loss_agg_mode=actor_config.loss_agg_mode,
-                                                   loss_scale_factor=actor_config.loss_scale_factor)
-                            metrics.update({"actor/entropy": entropy_agg.detach().item(),
-                                            "perf/mfu/actor_infer": old_log_prob_mfu})
-                            old_log_prob.batch.pop("entropys")
-                            if "routed_experts" in batch.batch and "routed_experts" in old_log_prob.batch:
-                                raise ValueError(
-                                    "Detected conflicting router replay configuration: router_replay.mode='R2' and "
-                                    "enable_rollout_routing_replay=True cannot be enabled simultaneously. The "
-                                    "enable_rollout_routing_replay option is only used in R3 mode; it should not be "
-                                    "set when using R2 mode."
-                                )
-                            batch = batch.union(old_log_prob)
-                            if "rollout_log_probs" in batch.batch.keys():
-                                from verl.utils.debug.metrics import calculate_debug_metrics
-
-                                metrics.update(calculate_debug_metrics(batch))
-                    assert "old_log_probs" in batch.batch, f'"old_log_prob" not in {batch.batch.keys()=}'
-                    if self.use_reference_policy:
-                        with marked_timer(str(Role.RefPolicy), timing_raw, color="olive"):
-                            batch = batch.union(self._compute_ref_log_prob(batch))
-                    if self.use_critic:
-                        with marked_timer("values", timing_raw, color="cyan"):
-                            batch = batch.union(self._compute_values(batch))
-
-                    with marked_timer("adv", timing_raw, color="brown"):
-                        batch.batch["token_level_scores"] = reward_tensor
-                        if reward_extra_infos_dict:
-                            batch.non_tensor_batch.update({k: np.array(v) for k, v in reward_extra_infos_dict.items()})
-                        if self.config.algorithm.use_kl_in_reward:
-                            batch, kl_metrics = apply_kl_penalty(batch, kl_ctrl=self.kl_ctrl_in_reward,
-                                                                 kl_penalty=self.config.algorithm.kl_penalty)
-                            metrics.update(kl_metrics)
-                        else:
-                            batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
-                        # IBPO (3): r' = r + λΔ on the last response token (Eq. 15/27).
-                        lam = self.lambda_schedule.current()
-                        shaped = corr.shaped_token_rewards(batch, lam)
-                        batch.batch["token_level_rewards"] = batch.batch["token_level_rewards"] + (
-                            shaped - batch.batch["token_level_scores"])
-                        if (rollout_corr_config is not None and "rollout_log_probs" in batch.batch
-                                and not bypass_recomputing_logprobs):
-                            from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
-
-                            batch, is_metrics = compute_rollout_correction_and_add_to_batch(batch, rollout_corr_config)
-                            metrics.update(is_metrics)
-                        batch = compute_advantage(
-                            batch,
-                            adv_estimator=self.config.algorithm.adv_estimator,
-                            gamma=self.config.algorithm.gamma,
-                            lam=self.config.algorithm.lam,
-                            num_repeat=rollout_n,
-                            norm_adv_by_std_in_grpo=self.config.algorithm.get("norm_adv_by_std_in_grpo", True),
-                            config=self.config.algorithm,
-                        )
-                        # IBPO (4): token mask after normalisation (Eq. 7/17); padding rows get 0 here.
-                        corr.apply_token_mask(batch, self.ibpo.mask_sign)
-                        self._ibpo_step_metrics(batch, ibpo_result, lam, metrics, timing_raw)
-                    if self.ibpo.grad_probe_interval and self.global_steps % self.ibpo.grad_probe_interval == 0:
-                        with marked_timer("ibpo_grad_probe", timing_raw, color="purple"):
-                            self.probe_gradient_variance(batch, metrics)
-                    # Counterfactual importance weights (second method), on the normalised advantages.
-                    if self.counterfactual is not None:
-                        with marked_timer("counterfactual", timing_raw, color="purple"):
-                            self.apply_counterfactual_weights(batch, metrics, timing_raw)
-
-                    if self.use_critic:
-                        with marked_timer("update_critic", timing_raw, color="pink"):
-                            critic_output = self._update_critic(batch)
-                        metrics.update(reduce_metrics(critic_output.meta_info["metrics"]))
-
-                    if self.config.trainer.critic_warmup > self.global_steps:
-                        self.checkpoint_manager.update_weights(self.global_steps)
-                    else:
-                        with marked_timer("update_actor", timing_raw, color="red"):
-                            actor_output = self._update_actor(batch)
-                        # IBPO: optimizer updates the actor made, counted from its own output (one grad_norm each)
-                        metrics["actor/num_optimizer_updates"] = optimizer_updates_reported(
-                            actor_output.meta_info["metrics"])
-                        metrics["actor/mini_batch_rows"] = self._actor_plan.mini_batch_rows
-                        esi_close_to_expiration = should_save_ckpt_esi(
-                            max_steps_duration=self.max_steps_duration,
-                            redundant_time=self.config.trainer.esi_redundant_time,
-                        )
-                        if self.config.trainer.save_freq > 0 and (
-                            is_last_step or self.global_steps % self.config.trainer.save_freq == 0
-                            or esi_close_to_expiration
-                        ):
-                            if esi_close_to_expiration:
-                                print("Force saving checkpoint: ESI instance expiration approaching.")
-                            with marked_timer("save_checkpoint", timing_raw, color="green"):
-                                self._save_checkpoint()
-                        with marked_timer("update_weights", timing_raw, color="red"):
-                            self.checkpoint_manager.update_weights(self.global_steps)
-                        metrics.update(reduce_metrics(actor_output.meta_info["metrics"]))
-
-                    rollout_data_dir = self.config.trainer.get("rollout_data_dir", None)
-                    if rollout_data_dir:
-                        self._log_rollout_data(batch, reward_extra_infos_dict, timing_raw, rollout_data_dir)
-
-                if self.config.trainer.test_freq > 0 and (
-                    is_last_step or self.global_steps % self.config.trainer.test_freq == 0
-                ):
-                    with marked_timer("testing", timing_raw, color="green"):
-                        val_metrics: dict = self._validate()
-                        if is_last_step:
-                            last_val_metrics = val_metrics
-                    metrics.update(val_metrics)
-
-                with marked_timer("stop_profile", timing_raw):
-                    next_step_profile = (self.global_steps + 1 in profiler_steps
-                                         if profiler_steps is not None else False)
-                    run_finish_command = bool(curr_step_profile and profiler_steps
-                                              and (self.global_steps == max(profiler_steps) or is_last_step))
-                    self._stop_profiling(
-                        curr_step_profile and not next_step_profile
-                        if self.config.global_profiler.profile_continuous_steps
-                        else curr_step_profile,
-                        run_command=run_finish_command,
-                    )
-                    prev_step_profile = curr_step_profile
-                    curr_step_profile = next_step_profile
-                self.max_steps_duration = max(self.max_steps_duration, timing_raw["step"])
-                # IBPO: FLOPs and seconds per phase, running totals for curves against compute and time
-                self._ibpo_cost_metrics(batch, ibpo_result, metrics, timing_raw)
-                metrics.update({"training/global_step": self.global_steps, "training/epoch": epoch})
-                metrics.update(compute_data_metrics(batch=batch, use_critic=self.use_critic))
-                gdpo_reward_keys = self.config.algorithm.get("gdpo_reward_keys", None)
-                if gdpo_reward_keys and self.config.algorithm.adv_estimator in ("gdpo", AdvantageEstimator.GDPO):
-                    for key in gdpo_reward_keys:
-                        if key in batch.non_tensor_batch:
-                            vals = np.asarray(batch.non_tensor_batch[key], dtype=np.float32)
-                            metrics.update({f"gdpo/{key}/mean": float(np.mean(vals)),
-                                            f"gdpo/{key}/std": float(np.std(vals)),
-                                            f"gdpo/{key}/max": float(np.max(vals)),
-                                            f"gdpo/{key}/min": float(np.min(vals))})
-                metrics.update(compute_timing_metrics(batch=batch, timing_raw=timing_raw))
-                n_gpus = self.resource_pool_manager.get_n_gpus()
-                metrics.update(compute_throughout_metrics(batch=batch, timing_raw=timing_raw, n_gpus=n_gpus))
-                metrics.update(compute_variance_proxy_metrics(batch=batch,
-                                                              gradient_norm=metrics.get("actor/grad_norm", None)))
-                metrics.update(compute_spec_decode_metrics(
-                    batch.non_tensor_batch.get("spec_num_draft_tokens", None),
-                    batch.non_tensor_batch.get("spec_num_accepted_tokens", None),
-                    batch.non_tensor_batch.get("spec_num_verify_steps", None),
-                ))
-                logger.log(data=metrics, step=self.global_steps)
-                progress_bar.update(1)
-                self.global_steps += 1
-                SkipManager.set_step(self.global_steps)
-                if is_last_step:
-                    if hasattr(self.actor_rollout_wg, "async_calls_finalize_fn_exec"):
-                        self.actor_rollout_wg.async_calls_finalize_fn_exec(blocking=True)
-                    self._shutdown_dump_executor()
-                    pprint(f"Final validation metrics: {last_val_metrics}")
-                    progress_bar.close()
-                    return
-                if hasattr(self.train_dataset, "on_batch_end"):
-                    self.train_dataset.on_batch_end(batch=batch)
-        self._shutdown_dump_executor()
-
-    def _log_prob_batch_divisor(self) -> int:
-        """Rows a ``compute_log_prob`` call must be a multiple of: DP ranks × the per-GPU micro-batch
-        (verl's engine asserts it unless dynamic batch sizes are on)."""
-        rollout = self.config.actor_rollout_ref.rollout
-        micro = 1 if rollout.get("log_prob_use_dynamic_bsz", False) else int(rollout.log_prob_micro_batch_size_per_gpu or 1)
-        return int(self.actor_rollout_wg.world_size) * micro
 
     def _plan_actor_minibatches(self, main_rows: int, joint_rows: int) -> ActorMiniBatchPlan:
         """This step's actor mini-batch size and padded batch size (``ibpo.minibatch.actor_minibatch_plan``,
@@ -646,4 +357,7 @@ class RayIBPOTrainer(RayPPOTrainer):
         actor_output = tu.get(actor_output, "metrics")
         actor_output = rename_dict(actor_output, "actor/")
         actor_output["perf/mfu/actor"] = actor_output.pop("actor/mfu")
+        # IBPO: optimizer updates the actor made, counted from its own output (one grad_norm each)
+        actor_output["actor/num_optimizer_updates"] = optimizer_updates_reported(actor_output)
+        actor_output["actor/mini_batch_rows"] = self._actor_plan.mini_batch_rows
         return DataProto.from_single_dict(data={}, meta_info={"metrics": actor_output})

@@ -1,7 +1,8 @@
 """Entry point of the IBPO recipe: ``python -m recipe.ibpo.main_ibpo [hydra overrides]``.
 
 Mirrors verl 0.9.1's legacy ``main_ppo_v0.TaskRunner.run`` (the path the DAPO recipe uses) with the
-trainer swapped for :class:`RayIBPOTrainer`. ``TaskRunner`` itself is a Ray actor class and cannot be
+trainer swapped for the one the config's ``method`` names (``ibpo``: :class:`RayIBPOTrainer`,
+``counterfactual``: :class:`RayCounterfactualTrainer`; ``recipe.ibpo.setup_checks.METHODS``). ``TaskRunner`` itself is a Ray actor class and cannot be
 subclassed, so the runner subclasses ``BaseTaskRunner``.
 """
 
@@ -13,19 +14,6 @@ import socket
 import hydra
 import ray
 from omegaconf import OmegaConf
-
-def ibpo_prompt_length(enable: bool, max_prompt: int, max_response: int, num_references: int,
-                       max_candidate_tokens: int) -> int:
-    """Default ``rollout.prompt_length``: sized for correction prompts when IBPO is on, else the data's."""
-    from recipe.ibpo.setup_checks import correction_prompt_length
-
-    if not enable:
-        return int(max_prompt)
-    return correction_prompt_length(max_prompt, max_response, num_references, max_candidate_tokens)
-
-
-OmegaConf.register_new_resolver("ibpo_prompt_length", ibpo_prompt_length, replace=True)
-
 
 def _task_runner_base():
     from verl.trainer.main_ppo_v0 import BaseTaskRunner
@@ -56,7 +44,7 @@ class IBPOTaskRunner(_task_runner_base()):
         from verl.utils.dataset.rl_dataset import collate_fn
         from verl.workers.config import HFModelConfig
 
-        from recipe.ibpo.ibpo_ray_trainer import RayIBPOTrainer
+        from recipe.ibpo.setup_checks import trainer_class_for
 
         print(f"IBPOTaskRunner hostname: {socket.gethostname()}, PID: {os.getpid()}")
         OmegaConf.resolve(config)
@@ -77,7 +65,9 @@ class IBPOTaskRunner(_task_runner_base()):
                                           max_samples=config.data.get("train_max_samples", -1))
         val_dataset = create_rl_dataset(config.data.val_files, config.data, tokenizer, processor, is_train=False,
                                         max_samples=config.data.get("val_max_samples", -1))
-        trainer = RayIBPOTrainer(
+        trainer_cls = trainer_class_for(config)
+        print(f"IBPOTaskRunner: method={config.method} trainer={trainer_cls.__name__}")
+        trainer = trainer_cls(
             config=config,
             tokenizer=tokenizer,
             processor=processor,
@@ -98,11 +88,13 @@ def main(config) -> None:
     from verl.trainer.main_ppo import run_ppo
     from verl.utils.device import auto_set_device
 
-    from recipe.ibpo.setup_checks import ibpo_config_from
+    from recipe.ibpo.config import register_config_resolvers
+    from recipe.ibpo.setup_checks import method_of
 
+    register_config_resolvers()
     auto_set_device(config)
     OmegaConf.resolve(config)
-    ibpo_config_from(config)  # unknown or out-of-range ibpo options fail here, before Ray starts
+    method_of(config)  # an unknown method, unknown or out-of-range options fail here, before Ray starts
     run_ppo(config, task_runner_class=ray.remote(num_cpus=1)(IBPOTaskRunner))
 
 

@@ -21,30 +21,50 @@ class IBPOSetupError(ValueError):
 
 
 def ibpo_config_from(config: DictConfig) -> IBPOConfig:
-    """The validated ``ibpo:`` block; G comes from ``actor_rollout_ref.rollout.n``."""
+    """The validated ``ibpo:`` block (G is ``actor_rollout_ref.rollout.n``, not an ``ibpo`` option)."""
     block = config.get("ibpo")
     if block is None:
         raise IBPOSetupError("config has no `ibpo:` block; start from recipe/ibpo/config/ibpo_trainer.yaml")
-    options = OmegaConf.to_container(block, resolve=True)
-    n = int(config.actor_rollout_ref.rollout.n)
-    if options.get("group_size") not in (None, n):
-        raise IBPOSetupError(f"ibpo.group_size={options['group_size']} disagrees with actor_rollout_ref.rollout.n={n}; "
-                             "leave ibpo.group_size unset (it follows rollout.n)")
-    options["group_size"] = n
-    return IBPOConfig.from_mapping(options)
+    return IBPOConfig.from_mapping(OmegaConf.to_container(block, resolve=True))
 
 
-def counterfactual_config_from(config: DictConfig) -> CounterfactualConfig | None:
-    """The validated ``counterfactual:`` block, or ``None`` when the method is off (or the block absent)."""
+def counterfactual_config_from(config: DictConfig) -> CounterfactualConfig:
+    """The validated ``counterfactual:`` block of a ``method: counterfactual`` config."""
     block = config.get("counterfactual")
     if block is None:
-        return None
-    options = OmegaConf.to_container(block, resolve=True)
-    if not options.pop("enable", False):
-        return None
-    if config.get("ibpo") is not None and config.ibpo.get("enable", False):
-        raise IBPOSetupError("counterfactual.enable=True and ibpo.enable=True: pick one credit-assignment method")
-    return CounterfactualConfig.from_mapping(options)
+        raise IBPOSetupError("config has no `counterfactual:` block; start from "
+                             "recipe/ibpo/config/counterfactual_trainer.yaml")
+    return CounterfactualConfig.from_mapping(OmegaConf.to_container(block, resolve=True))
+
+
+# `method:` (top level of the config) -> the trainer class that runs it and the check of its option block.
+METHODS = {
+    "ibpo": ("recipe.ibpo.ibpo_ray_trainer", "RayIBPOTrainer", ibpo_config_from),
+    "counterfactual": ("recipe.ibpo.counterfactual_trainer", "RayCounterfactualTrainer", counterfactual_config_from),
+}
+
+
+def method_of(config: DictConfig) -> str:
+    """The config's ``method`` (``ibpo`` | ``counterfactual``), its option block validated; a bad value,
+    a missing block or the other method's block fails here, naming the key."""
+    method = config.get("method")
+    if method not in METHODS:
+        raise IBPOSetupError(f"method={method!r} must be one of {sorted(METHODS)} (top-level key of "
+                             "ibpo_trainer.yaml / counterfactual_trainer.yaml): it picks the trainer")
+    for other in METHODS:
+        if other != method and config.get(other) is not None:
+            raise IBPOSetupError(f"method={method} but the config has a `{other}:` block; one method per run "
+                                 f"(start from {other}_trainer.yaml for `{other}`)")
+    METHODS[method][2](config)
+    return method
+
+
+def trainer_class_for(config: DictConfig) -> type:
+    """The trainer class of the config's ``method`` (imported on demand)."""
+    import importlib
+
+    module, name, _ = METHODS[method_of(config)]
+    return getattr(importlib.import_module(module), name)
 
 
 def correction_prompt_length(max_prompt: int, max_response: int, num_references: int, max_candidate_tokens: int,

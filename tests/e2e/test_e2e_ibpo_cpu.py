@@ -138,8 +138,10 @@ def test_counterfactual_weighting_end_to_end(cpu_demo_assets, tmp_path_factory):
     metrics, log = _run(cpu_demo_assets, tmp_path_factory, "counterfactual", overrides, 2,
                         config_name="counterfactual_trainer")
     assert "'loss_mode': 'vanilla'" in log and "'clip_ratio_high': 0.28" in log
+    assert "method=counterfactual trainer=RayCounterfactualTrainer" in log
     for step, m in metrics.items():
-        assert "ibpo/num_corrections" not in m
+        # its own trainer: no IBPO state, no ibpo/ metric (no λ, no padding rows, no compute counter)
+        assert not [k for k in m if k.startswith("ibpo/")], (step, sorted(k for k in m if k.startswith("ibpo/")))
         assert m["counterfactual/weighted_responses"] >= 0
         if m["counterfactual/extra_forward_rows"] > 0:
             assert m["counterfactual/forward_s"] > 0 and m["counterfactual/weight_max"] >= 1.0

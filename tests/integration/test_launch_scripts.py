@@ -13,8 +13,8 @@ import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-import recipe.ibpo.main_ibpo  # noqa: F401  (registers the prompt-length resolver)
-from recipe.ibpo.setup_checks import counterfactual_config_from, ibpo_config_from
+from recipe.ibpo.config import register_config_resolvers
+from recipe.ibpo.setup_checks import ibpo_config_from, method_of, trainer_class_for
 
 RECIPE = Path(__file__).resolve().parents[2] / "recipe" / "ibpo"
 SCRIPTS = sorted(p.name for p in RECIPE.glob("run_*.sh"))
@@ -51,11 +51,17 @@ def test_script_overrides_compose_against_verl(script, tmp_path):
         config_name = "ibpo_trainer"
         if args and args[0].startswith("--config-name="):
             config_name = args.pop(0).split("=", 1)[1]
+        register_config_resolvers()
         with initialize_config_module(config_module="recipe.ibpo.config", version_base=None):
             cfg = compose(config_name=config_name, overrides=args)
         OmegaConf.resolve(cfg)
+        method = method_of(cfg)
+        assert trainer_class_for(cfg).__name__ == {"ibpo": "RayIBPOTrainer",
+                                                  "counterfactual": "RayCounterfactualTrainer"}[method]
+        if method == "counterfactual":
+            assert "ibpo" not in cfg, argv  # a counterfactual run builds no IBPO state
+            continue
         ibpo = ibpo_config_from(cfg)
-        counterfactual_config_from(cfg)
         if ibpo.enable:
             assert cfg.actor_rollout_ref.actor.policy_loss.loss_mode == "gspo"
             assert cfg.actor_rollout_ref.actor.loss_agg_mode == "seq-mean-token-mean"

@@ -2,13 +2,17 @@
 
 A stand-in rollout manager answers ``generate_sequences`` the way verl's agent loop does (left-padded
 prompts, right-padded responses, ``rm_scores`` on the last response token, input non-tensor keys not
-echoed). Everything else is the real code: ``RayIBPOTrainer.ibpo_correction_pass``, the DataProto glue,
-verl's ``DataProto`` ops and verl's ``compute_advantage`` dispatching to the registered ``ibpo``.
+echoed). Everything else is the real code: the hook methods ``RayIBPOTrainer`` fills in verl's ``fit``
+(``_before_generation``, ``_after_generation``, ``_extend_batch_before_balance``, ``_shape_rewards``,
+``_after_advantage``, ``_step_metrics``), called in ``fit``'s order between verl's own steps (the batch
+union, ``_balance_batch``, ``compute_advantage`` dispatching to the registered ``ibpo``).
 """
 
 from __future__ import annotations
 
 import copy
+
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -19,6 +23,7 @@ from verl.trainer.ppo.ray_trainer import compute_advantage
 
 import ibpo.verl_plugin  # noqa: F401  (registration; the entry point does this under `import verl` too)
 from ibpo.config import IBPOConfig
+from ibpo.compute import ModelShape
 from recipe.ibpo import correction as corr
 from recipe.ibpo.ibpo_ray_trainer import RayIBPOTrainer
 from recipe.ibpo.setup_checks import IBPOSetupError, check_trainer_config, ibpo_config_from
@@ -88,21 +93,27 @@ class FakeRolloutManager:
 def make_trainer(ibpo_options: dict, n: int = 4, mini_batch: int = 2) -> RayIBPOTrainer:
     trainer = RayIBPOTrainer.__new__(RayIBPOTrainer)  # no Ray: only what the IBPO step touches
     trainer.config = OmegaConf.create({
-        "actor_rollout_ref": {"rollout": {"n": n, "agent": {"num_workers": 2}, "prompt_length": 4096},
-                              "actor": {"ppo_mini_batch_size": mini_batch}},
+        "actor_rollout_ref": {"rollout": {"n": n, "agent": {"num_workers": 2}, "prompt_length": 4096,
+                                          "response_length": RESP_LEN, "max_model_len": None},
+                              "actor": {"ppo_mini_batch_size": mini_batch, "ppo_micro_batch_size_per_gpu": 1,
+                                        "ppo_epochs": 1},
+                              "model": {"enable_gradient_checkpointing": False}},
         "algorithm": {"adv_estimator": "ibpo"}, "ibpo": ibpo_options,
         "data": {"max_prompt_length": 64, "max_response_length": RESP_LEN},
         "reward": {"reward_model": {"enable": False}},
     })
-    trainer.ibpo = ibpo_config_from(trainer.config)
     trainer.tokenizer = FakeTokenizer()
+    trainer._init_ibpo_state(max_positions=None, model_shape=ModelShape(matmul_params=1000, num_layers=2,
+                                                                       attention_dim=8))
+    trainer.actor_rollout_wg = SimpleNamespace(world_size=2)  # 2 DP ranks, as balanced below
     trainer.async_rollout_manager = FakeRolloutManager()
+    trainer.use_reference_policy = False
     trainer.global_steps = 1
     return trainer
 
 
 def main_step(trainer: RayIBPOTrainer, responses: list[list[int]], n: int):
-    """The first half of RayIBPOTrainer.fit's step: batch, gen batch, generation, correction pass, union."""
+    """verl's fit up to the batch union, with the trainer's generation hooks around the main generation."""
     prompts = len(responses) // n
     batch = DataProto.from_dict(
         tensors={"dummy_tensor": torch.zeros(prompts, 1)},
@@ -116,12 +127,12 @@ def main_step(trainer: RayIBPOTrainer, responses: list[list[int]], n: int):
         },
     )
     gen_batch = trainer._get_gen_batch(batch).repeat(n, interleave=True)
-    gen_output = gen_output_for(responses, score)
     metrics, timing = {}, {}
-    result = trainer.ibpo_correction_pass(gen_batch, gen_output, metrics, timing)
-    corr.attach_shaping(gen_output, result)
+    trainer._before_generation(gen_batch, metrics, timing)
+    gen_output = gen_output_for(responses, score)  # the main generate_sequences
+    trainer._after_generation(gen_batch, gen_output, metrics, timing)
     full = batch.repeat(n, interleave=True).union(gen_output)
-    return full, result, metrics, gen_batch
+    return full, trainer._step_correction, metrics, gen_batch
 
 
 def test_correction_pass_places_delta_on_the_right_rows_after_reordering():
@@ -156,16 +167,15 @@ def test_correction_pass_places_delta_on_the_right_rows_after_reordering():
     assert mask[1].tolist() == [0, 0, 1, 1, 1, 1] and mask[6].tolist() == [0, 0, 1, 1, 1, 1]
     assert mask[0].tolist() == [1] * RESP_LEN and mask[2].tolist() == [1] * RESP_LEN
 
-    # joint training rows: same keys, correction tensors, grouped per prompt, then whole mini-batches
-    joint = corr.build_joint_rows(batch, result, trainer.ibpo)
-    assert set(joint.batch.keys()) == set(batch.batch.keys())
-    assert set(joint.non_tensor_batch.keys()) == set(batch.non_tensor_batch.keys())
+    # joint training rows: correction tensors, grouped per prompt, then whole mini-batches
+    padded = trainer._extend_batch_before_balance(batch, metrics)
+    joint = padded.select_idxs(padded.batch[corr.IS_CORRECTION_KEY].bool().numpy())
+    assert len(joint) == 7 and set(joint.non_tensor_batch.keys()) == set(batch.non_tensor_batch.keys())
     assert joint.batch["responses"][0, :3].tolist() == CORRECT  # ŷ of row 1
     assert len(set(joint.non_tensor_batch["uid"])) == 2
-    merged = DataProto.concat([batch, joint])
-    padded, pad = corr.pad_to_multiple(merged, 2 * n)  # verl's fixed mini-batch: ppo_mini_batch_size · n
-    assert len(padded) % 8 == 0 and pad == len(padded) - 15
-    assert padded.batch[corr.IS_PADDING_KEY].sum() == pad
+    pad = int(padded.batch[corr.IS_PADDING_KEY].sum())
+    # ibpo.joint_minibatch=grow: one optimizer update on all 15 rows, padded to whole micro-batches on 2 ranks
+    assert len(padded) == 16 and pad == 1 and trainer._actor_plan.mini_batch_rows == 16
     pad_rows = padded.batch[corr.IS_PADDING_KEY].bool()
     assert padded.batch["response_mask"][pad_rows].sum() == 0 and padded.batch["rm_scores"][pad_rows].sum() == 0
     assert (padded.batch["attention_mask"][pad_rows].sum(-1) == 2).all()  # one prompt + one response token
@@ -179,12 +189,18 @@ def test_correction_pass_places_delta_on_the_right_rows_after_reordering():
     assert balance_metrics  # it ran
     perm = padded.batch["test_row_id"]
     assert not torch.equal(perm, torch.arange(len(padded)))  # and did reorder
-    padded.batch["token_level_scores"] = padded.batch["rm_scores"]
-    padded.batch["token_level_rewards"] = corr.shaped_token_rewards(padded, lam=0.6)
+    padded.batch["token_level_scores"] = padded.batch["rm_scores"]  # verl's fit (no KL in the reward)
+    padded.batch["token_level_rewards"] = padded.batch["token_level_scores"]
+    trainer._shape_rewards(padded, metrics)
     out = compute_advantage(padded, adv_estimator="ibpo", gamma=1.0, lam=1.0, num_repeat=n,
                             config=OmegaConf.create({}))
     unmasked = out.batch["advantages"].clone()
-    corr.apply_token_mask(out, "literal")  # Eq. 17 as written
+    trainer._after_advantage(out, metrics, {})
+    trainer._step_metrics(out, metrics, {"step": 1.0})
+    assert metrics["ibpo/lambda"] == 0.6 and metrics["ibpo/num_joint_rows"] == 7
+    assert metrics["ibpo/num_padding_rows"] == pad
+    assert metrics["ibpo/cov_y_phi"] <= 1e-12  # Assumption A.1 on the main rows
+    assert 0 < metrics["ibpo/batch_token_mask_mean"] < 1  # the mask reached the training batch
     rows = {i: int(p) for i, p in enumerate(perm.tolist())}  # new position -> original row
     seq_reward = out.batch["token_level_rewards"].sum(-1)
     for new, old in rows.items():
@@ -193,18 +209,21 @@ def test_correction_pass_places_delta_on_the_right_rows_after_reordering():
             assert seq_reward[new].item() == pytest.approx(expected)
         if old >= 15:  # padding rows: zero advantage
             assert out.batch["advantages"][new].abs().sum() == 0
-    # literal mask: the shaped wrong rows keep their advantage only on the modified token, whatever its sign
     new_1 = [k for k, v in rows.items() if v == 1][0]  # group 0 has a right answer: Â < 0
     new_6 = [k for k, v in rows.items() if v == 6][0]  # group 1 is all wrong: the shaped row has Â > 0
     assert unmasked[new_1][0] < 0 and unmasked[new_6][0] > 0
-    for row in (new_1, new_6):
-        assert out.batch["advantages"][row][:2].abs().sum() == 0 and out.batch["advantages"][row][2] != 0
-    # the default, negative_only: the Â < 0 row is masked, the Â > 0 row keeps the whole positive update
-    out.batch["advantages"] = unmasked.clone()
-    corr.apply_token_mask(out, trainer.ibpo.mask_sign)
+    # the hook's default, negative_only: the Â < 0 row is masked, the Â > 0 row keeps the whole positive update
     assert trainer.ibpo.mask_sign == "negative_only"
     assert out.batch["advantages"][new_1][:2].abs().sum() == 0 and out.batch["advantages"][new_1][2] != 0
     assert torch.equal(out.batch["advantages"][new_6], unmasked[new_6])
+    # literal mask (Eq. 17 as written): the shaped wrong rows keep their advantage only on the modified
+    # token, whatever its sign
+    literal = out.batch["advantages"]
+    out.batch["advantages"] = unmasked.clone()
+    corr.apply_token_mask(out, "literal")
+    for row in (new_1, new_6):
+        assert out.batch["advantages"][row][:2].abs().sum() == 0 and out.batch["advantages"][row][2] != 0
+    out.batch["advantages"] = literal
     # group 0: advantages sum to 0 over the group (at one token per row)
     group0 = [k for k, v in rows.items() if v in (0, 2, 3)]
     assert all(out.batch["advantages"][k][0] != 0 for k in group0)
@@ -256,7 +275,7 @@ def test_start_checks_name_the_key():
                                                  "Set algorithm.adv_estimator=ibpo"):
             check_trainer_config(cfg, trainer.ibpo, FakeTokenizer())
     check_trainer_config(cfg, trainer.ibpo.replace(enable=False), FakeTokenizer())  # the baseline may use any
-    with pytest.raises(IBPOSetupError, match="disagrees with actor_rollout_ref.rollout.n"):
+    with pytest.raises(Exception, match="group_size is not an option"):
         ibpo_config_from(OmegaConf.create({"ibpo": {"group_size": 3}, "actor_rollout_ref": {"rollout": {"n": 4}}}))
     with pytest.raises(Exception, match="unknown ibpo option"):
         ibpo_config_from(OmegaConf.create({"ibpo": {"lamda": 3}, "actor_rollout_ref": {"rollout": {"n": 4}}}))
@@ -265,19 +284,22 @@ def test_start_checks_name_the_key():
 def test_config_yaml_composes_against_verl(tmp_path):
     from hydra import compose, initialize_config_module
 
-    import recipe.ibpo.main_ibpo  # noqa: F401  registers the prompt-length resolver
+    from recipe.ibpo.config import register_config_resolvers
+    from recipe.ibpo.setup_checks import trainer_class_for
 
+    register_config_resolvers()  # ${ibpo_prompt_length:...}, as main_ibpo.main does before resolving
     with initialize_config_module(config_module="recipe.ibpo.config", version_base=None):
         cfg = compose(config_name="ibpo_trainer",
                       overrides=["data.max_prompt_length=100", "data.max_response_length=50"])
     assert cfg.actor_rollout_ref.actor.policy_loss.loss_mode == "gspo"
     assert cfg.actor_rollout_ref.actor.loss_agg_mode == "seq-mean-token-mean"
     assert cfg.algorithm.adv_estimator == "ibpo"
+    assert trainer_class_for(cfg) is RayIBPOTrainer and "counterfactual" not in cfg
     assert cfg.actor_rollout_ref.rollout.prompt_length == 100 + 2 * 50 + 256
     with initialize_config_module(config_module="recipe.ibpo.config", version_base=None):
         off = compose(config_name="ibpo_trainer", overrides=["data.max_prompt_length=100", "ibpo.enable=False"])
     assert off.actor_rollout_ref.rollout.prompt_length == 100  # no correction prompts, no widening
-    assert IBPOConfig.from_mapping({**OmegaConf.to_container(cfg.ibpo), "group_size": 8}).variant == "binary"
+    assert IBPOConfig.from_mapping(OmegaConf.to_container(cfg.ibpo)).variant == "binary"
 
 
 def test_several_corrections_per_target_and_rewrite_penalty():

@@ -26,7 +26,6 @@ from ibpo.references import select_references, select_references_in_group
         ({"lam": 2.0, "beta": 0.5}, "lam \\* max Δ"),
         ({"variant": "ratio", "lam": 1.0}, "lam \\* max Δ"),
         ({"variant": "foo"}, "ibpo.variant='foo'.*one of"),
-        ({"group_size": 0}, "ibpo.group_size=0.*>= 1"),
         ({"alpha_mode": "auto"}, "ibpo.alpha_mode"),
         ({"candidate_view": "nothink"}, "ibpo.candidate_view"),
         ({"lambda_schedule": "cosine"}, "ibpo.lambda_schedule"),
@@ -49,6 +48,8 @@ def test_bad_options_fail_at_construction(options, message):
 def test_from_mapping_rejects_unknown_keys():
     with pytest.raises(IBPOConfigError, match="unknown ibpo option.*'lamda'"):
         IBPOConfig.from_mapping({"lamda": 0.5})
+    with pytest.raises(IBPOConfigError, match="group_size is not an option: G is actor_rollout_ref.rollout.n"):
+        IBPOConfig.from_mapping({"group_size": 8})
     cfg = IBPOConfig.from_mapping({"variant": "mask", "candidate_labels": ["A", "B", "C"], "num_references": 2})
     assert cfg.candidate_labels == ("A", "B", "C") and cfg.variant == "mask"
     # λβ < 1 is the bound for binary: λ = 1.9 with β = 0.5 is allowed

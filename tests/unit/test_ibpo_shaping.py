@@ -51,7 +51,7 @@ def test_delta_cases_eq14_16_19():
 def test_hand_worked_group_eq14_to_23():
     """G = 4, r = (1, 0, 0, 0). y_2's correction is right and local (Δ = β = 0.5), y_3's is a full rewrite,
     y_4's correction fails. λ = 0.6 → r' = (1, 0.3, 0, 0)."""
-    cfg = IBPOConfig(variant="binary", lam=0.6, beta=0.5, alpha=0.6, group_size=4)
+    cfg = IBPOConfig(variant="binary", lam=0.6, beta=0.5, alpha=0.6)
     y = {
         0: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10],  # correct
         1: [1, 2, 3, 4, 5, 6, 7, 8, 9, 11],  # wrong in the last token
@@ -90,7 +90,7 @@ def test_hand_worked_group_eq14_to_23():
 
 
 def test_mask_variant_masks_only_the_shaped_response():
-    cfg = IBPOConfig(variant="mask", lam=0.6, beta=0.5, group_size=3)
+    cfg = IBPOConfig(variant="mask", lam=0.6, beta=0.5)
     y = [[1, 2, 3, 4], [1, 2, 9, 4], [5, 6, 7, 8]]
     is_correct = [True, False, False]
     requests = plan_corrections([0, 0, 0], is_correct, [[{"role": "user", "content": "P"}]] * 3, y,
@@ -108,7 +108,7 @@ def test_mask_variant_masks_only_the_shaped_response():
 
 
 def test_ratio_variant_uses_unmodified_share():
-    cfg = IBPOConfig(variant="ratio", lam=0.5, group_size=2)
+    cfg = IBPOConfig(variant="ratio", lam=0.5)
     y = [[1, 2, 3, 4], [1, 2, 9, 9]]
     req = plan_corrections(["a", "a"], [True, False], [[{"role": "user", "content": "P"}]] * 2, y, str, cfg, 0)
     out = shape_batch(req, [[1, 2, 3, 9]], [True], y, [True, False], cfg)
@@ -116,7 +116,7 @@ def test_ratio_variant_uses_unmodified_share():
 
 
 def test_adaptive_threshold_in_batch_pipeline():
-    cfg = IBPOConfig(alpha_mode="adaptive", adaptive_min_samples=2, alpha=0.99, group_size=2)
+    cfg = IBPOConfig(alpha_mode="adaptive", adaptive_min_samples=2, alpha=0.99)
     a1 = align([1, 2, 3, 4], [1, 2, 3, 5])
     a2 = align([1, 2, 3, 4], [9, 9, 9, 9])
     results, alpha, adaptive = shape_targets([a1, a2], [True, True], [4, 4], [[1, 2, 3, 5], [9, 9, 9, 9]],
@@ -126,7 +126,7 @@ def test_adaptive_threshold_in_batch_pipeline():
 
 
 def test_corrections_per_target_aggregation():
-    cfg = IBPOConfig(variant="mask", corrections_per_target=2, group_size=2)
+    cfg = IBPOConfig(variant="mask", corrections_per_target=2)
     y = [[1, 2, 3, 4], [1, 2, 3, 9]]
     req = plan_corrections(["a", "a"], [True, False], [[{"role": "user", "content": "P"}]] * 2, y, str, cfg, 0)
     assert len(req) == 2 and req[0].messages == req[1].messages
@@ -138,7 +138,7 @@ def test_corrections_per_target_aggregation():
 
 
 def test_no_wrong_responses_and_all_failed():
-    cfg = IBPOConfig(group_size=2)
+    cfg = IBPOConfig()
     y = [[1, 2], [3, 4]]
     assert plan_corrections(["a", "a"], [True, True], [[{"role": "user", "content": "P"}]] * 2, y, str, cfg, 0) == []
     out = shape_batch([], [], [], y, [True, True], cfg)
@@ -166,7 +166,7 @@ def batches(draw):
 @given(batches())
 def test_invariants(batch):
     n_groups, group_size, variant, lam, is_correct, responses, rnd = batch
-    cfg = IBPOConfig(variant=variant, lam=lam, group_size=group_size)
+    cfg = IBPOConfig(variant=variant, lam=lam)
     gids = [g for g in range(n_groups) for _ in range(group_size)]
     req = plan_corrections(gids, is_correct, [[{"role": "user", "content": "P"}]] * len(gids), responses, str, cfg, 0)
     assert sorted(r.target_row for r in req) == [i for i, ok in enumerate(is_correct) if not ok]

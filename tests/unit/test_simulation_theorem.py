@@ -86,7 +86,7 @@ def test_variances_equal_dense_references():
 
 def test_pipeline_batch_and_advantages():
     world = World()
-    config = IBPOConfig(lam=0.6, group_size=8)
+    config = IBPOConfig(lam=0.6)
     rng = np.random.default_rng(4)
     logits = logits_for_step_accuracy([0.75] * 4, world)
     batch = sample_and_shape(logits, np.arange(4).repeat(6), 8, world, config, rng, step=0)

@@ -1,0 +1,49 @@
+"""RayCounterfactualTrainer: counterfactual importance weighting (ciw_paper.md) in the hooks of verl's trainer.
+
+The training loop is :class:`recipe.ibpo.trainer_base.HookedRayPPOTrainer` ``.fit`` (verl 0.9.1's own, plus
+one-line hook calls). This method fills one hook, ``_after_advantage``: token weights from the drop of the
+answer's log-probability when a reasoning span is masked, multiplied into the advantages. It builds no
+IBPO state, adds no batch rows and logs no ``ibpo/`` metric. Selected by ``method: counterfactual``
+(``recipe/ibpo/config/counterfactual_trainer.yaml``).
+"""
+
+from __future__ import annotations
+
+import torch
+from verl import DataProto
+from verl.utils.debug import marked_timer
+
+from counterfactual import batch as cf
+from counterfactual.importance import CounterfactualConfig
+from recipe.ibpo.setup_checks import counterfactual_config_from
+from recipe.ibpo.trainer_base import HookedRayPPOTrainer
+
+
+class RayCounterfactualTrainer(HookedRayPPOTrainer):
+    """verl's PPO trainer with counterfactual token weights on the normalised advantages."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.counterfactual: CounterfactualConfig = counterfactual_config_from(self.config)
+
+    def _after_advantage(self, batch: DataProto, metrics: dict, timing_raw: dict) -> None:
+        with marked_timer("counterfactual", timing_raw, color="purple"):
+            self.apply_counterfactual_weights(batch, metrics, timing_raw)
+
+    def apply_counterfactual_weights(self, batch: DataProto, metrics: dict, timing_raw: dict) -> None:
+        """Token weights from the answer log-prob drop when a reasoning span is masked, multiplied into the
+        advantages. Extra no-grad forward passes go through the actor's own ``compute_log_prob``; groups
+        whose rewards are all equal (zero advantage) are skipped."""
+        cfg = self.counterfactual
+        signal = cf.rows_with_signal(batch, key="token_level_scores")
+        plan = cf.plan_counterfactuals(batch, cfg, cf.make_decode_fn(self.tokenizer), signal)
+        log_probs = torch.empty(0, batch.batch["responses"].shape[1])
+        if plan.num_copies:
+            with marked_timer("counterfactual_forward", timing_raw, color="purple"):
+                masked = cf.build_masked_copies(batch, plan, self.tokenizer.pad_token_id)
+                log_probs = cf.compute_masked_log_probs(self.actor_rollout_wg, masked, self._log_prob_batch_divisor())
+        weights, cf_metrics = cf.counterfactual_token_weights(batch, plan, cfg, batch.batch["old_log_probs"], log_probs)
+        batch.batch["advantages"] = batch.batch["advantages"] * weights.to(batch.batch["advantages"].dtype)
+        metrics.update(cf_metrics)
+        metrics["counterfactual/forward_s"] = timing_raw.get("counterfactual_forward", 0.0)
+        metrics["counterfactual/extra_forward_rows"] = float(plan.num_copies)
