@@ -277,7 +277,9 @@ def main(argv: list[str] | None = None) -> int:
     result, metrics = run_cpu_training(assets, out, name, overrides, args.steps, args.timeout, device=device,
                                        progress=True)
     if result.returncode != 0:
-        print(result.log_tail(6000), file=sys.stderr)
+        log_text = result.log_tail(20000)
+        config_errors = [ln for ln in log_text.splitlines() if ln.startswith("[ibpo] configuration error")]
+        print("\n".join(config_errors) if config_errors else log_text[-6000:], file=sys.stderr)
         reason = "timed out" if result.timed_out else f"exited with {result.returncode}"
         print(f"[quickstart] FAILED: the run {reason} after {result.wall_s:.0f} s (log: {result.log_path})",
               file=sys.stderr)
