@@ -169,7 +169,7 @@ class RayIBPOTrainer(RayPPOTrainer):
         metrics["ibpo/time/host_s"] = timing_raw.get("ibpo_plan", 0.0) + timing_raw.get("ibpo_shape", 0.0)
 
     def apply_counterfactual_weights(self, batch: DataProto, metrics: dict, timing_raw: dict) -> None:
-        """Second method (ciw_paper.md): token weights from the answer log-prob drop when a reasoning span is
+        """Second method (docs/method_counterfactual.md): token weights from the answer log-prob drop when a reasoning span is
         masked, multiplied into the advantages. Extra no-grad forward passes go through the actor's own
         ``compute_log_prob``; groups whose rewards are all equal (zero advantage) are skipped."""
         cfg = self.counterfactual
