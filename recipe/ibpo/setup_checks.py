@@ -226,10 +226,32 @@ def score_first_row(config: DictConfig, reward_fn, train_file: str) -> float:
     return float(score)
 
 
+PROJECT_REWARD = ("pkg://reward_fns", "compute_score")
+
+
+def run_verifier_self_test(config: DictConfig, data_files_: list[str]) -> None:
+    """When the configured reward is the project's own (``pkg://reward_fns`` ``compute_score``), score its
+    built-in known-right and known-wrong samples for every data source of the run's files through it
+    (``reward_fns.self_test``): a verifier that cannot run (sandbox, broken install) fails here instead of
+    scoring every response 0."""
+    from reward_fns import VerifierSelfTestError, compute_score, self_test
+
+    block = config.reward.get("custom_reward_function") or {}
+    if (block.get("path"), block.get("name")) != PROJECT_REWARD:
+        return
+    kwargs = OmegaConf.to_container(block.get("reward_kwargs") or {}, resolve=True)
+    try:
+        self_test(data_sources_of(data_files_), compute_score, kwargs)
+    except VerifierSelfTestError as exc:
+        raise IBPOSetupError(f"{REWARD_PATH_KEY}=pkg://reward_fns: verifier self-test failed: "
+                             + " | ".join(str(exc).splitlines())) from exc
+
+
 def preflight(config: DictConfig) -> None:
     """Every check that needs no Ray worker, in the driver, in seconds: the ``ibpo:`` / ``counterfactual:``
     blocks, the data files, the model's tokenizer and context against the IBPO prompt budget
-    (:func:`check_trainer_config`), and the reward function (imported and run on one training row).
+    (:func:`check_trainer_config`), the reward function (imported and run on one training row) and, for the
+    project's own verifiers, their self-test (:func:`run_verifier_self_test`).
     Raises :class:`IBPOSetupError` (or ``ValueError`` from the option dataclasses) naming the option."""
     from verl.utils import hf_tokenizer
 
@@ -246,3 +268,4 @@ def preflight(config: DictConfig) -> None:
     check_trainer_config(config, ibpo, tokenizer, model_max_positions(model_path))
     reward_fn = load_reward_function(config)
     score_first_row(config, reward_fn, train_files[0])
+    run_verifier_self_test(config, train_files + data_files(config, "val_files"))

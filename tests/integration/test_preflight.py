@@ -95,3 +95,27 @@ def test_a_wrong_reward_name_stops_main_ibpo_before_ray_within_seconds(tiny_run,
     # CPU seconds, not wall: on a shared CI machine the wall time grows with the load (imports of torch and
     # verl dominate). On an idle machine the two agree (docs/gpu.md records a 16-core run).
     assert cpu < PREFLIGHT_BUDGET_S, f"pre-flight failure used {cpu:.1f} s of CPU ({wall:.1f} s wall)"
+
+
+def test_the_project_verifiers_self_test_runs_and_its_failure_is_named(tiny_run, monkeypatch):
+    import reward_fns
+
+    calls = []
+
+    def failing_self_test(data_sources, reward_fn=None, reward_kwargs=None, **_):
+        calls.append((list(data_sources), reward_fn, reward_kwargs))
+        raise reward_fns.VerifierSelfTestError("data_source 'ibpo/synthetic_arith', case math right: scored 0", [])
+
+    monkeypatch.setattr(reward_fns, "self_test", failing_self_test)
+    with pytest.raises(IBPOSetupError, match=r"reward\.custom_reward_function\.path=pkg://reward_fns: verifier self-test"):
+        preflight(composed(tiny_run))
+    assert calls and calls[0][0] == ["ibpo/synthetic_arith"] and calls[0][1] is reward_fns.compute_score
+
+
+def test_a_user_reward_function_skips_the_project_self_test(tiny_run, tmp_path, monkeypatch):
+    import reward_fns
+
+    monkeypatch.setattr(reward_fns, "self_test", lambda *a, **k: pytest.fail("self_test ran for a user function"))
+    own = tmp_path / "own_reward.py"
+    own.write_text("def score(data_source, solution_str, ground_truth, extra_info=None, **kw):\n    return 0.0\n")
+    preflight(composed(tiny_run, f"reward.custom_reward_function.path={own}", "reward.custom_reward_function.name=score"))
