@@ -219,8 +219,12 @@ def shown_path(path: Path) -> str:
 
 def next_commands(assets: dict, out: Path, name: str, hf_checkpoint: Path, label: str) -> list[str]:
     """The commands that evaluate the trained checkpoint against the warm-start model on the validation
-    set (same sampling, paired comparison) and plot the run's curves."""
+    set (same sampling, paired comparison) and plot the training curves of every quickstart run in ``out``."""
     val, sampling = shown_path(Path(assets["val"])), "--preset none --temperature 1.0 --max-new-tokens 16 --k 8"
+    # every quickstart run in this work directory on one figure, the GSPO baseline first when it exists
+    names = [n for n in ("gspo", "ibpo_binary", "ibpo_ratio", "ibpo_mask")
+             if n == name or (out / f"{n}_metrics.jsonl").exists()]
+    runs = " ".join(f"--run {n}={shown_path(out / (n + '_metrics.jsonl'))}" for n in names)
     evals = out / "eval"
     py = "python"
     return [
@@ -230,8 +234,8 @@ def next_commands(assets: dict, out: Path, name: str, hf_checkpoint: Path, label
         f"--label {label} --out {shown_path(evals / label)}",
         f"{py} scripts/evaluate.py compare {shown_path(evals / label / 'results.json')} "
         f"{shown_path(evals / 'warm_start' / 'results.json')} --out {shown_path(evals / (label + '_vs_warm_start.md'))}",
-        f"{py} scripts/plot_curves.py --run {label}={shown_path(out / (name + '_metrics.jsonl'))} --x step "
-        f"--threshold 0.5 --smooth 1 --out {shown_path(out / (name + '_curves.png'))}",
+        f"{py} scripts/plot_curves.py {runs} --x step --threshold 0.5 --smooth 1 "
+        f"--out {shown_path(out / 'curves.png')}",
     ]
 
 

@@ -69,3 +69,17 @@ def test_step_printer_prints_each_finished_step_once(tmp_path, capsys):
 
 def test_format_table_without_metrics_says_so():
     assert "no per-step metrics" in format_table(None)
+
+
+def test_next_commands_evaluate_both_models_and_plot_every_run_in_the_directory(tmp_path):
+    from recipe.ibpo.quickstart import next_commands
+
+    (tmp_path / "gspo_metrics.jsonl").write_text("")
+    assets = {"model": str(tmp_path / "assets/model_sft"), "val": str(tmp_path / "assets/data/val.parquet")}
+    ckpt = tmp_path / "checkpoints/global_step_3/actor/huggingface"
+    run_warm, run_ckpt, compare, plot = next_commands(assets, tmp_path, "ibpo_binary", ckpt, "ibpo_binary")
+    assert f"--model {assets['model']}" in run_warm and f"--model {ckpt}" in run_ckpt
+    assert run_warm.split("--model")[1].split("--label")[0].split(" ", 2)[2] == \
+        run_ckpt.split("--model")[1].split("--label")[0].split(" ", 2)[2]  # same data and sampling
+    assert compare.split()[3].endswith("ibpo_binary/results.json") and compare.split()[4].endswith("warm_start/results.json")
+    assert plot.index("--run gspo=") < plot.index("--run ibpo_binary=")
