@@ -354,10 +354,11 @@ def iter_converted(
     """Apply ``convert`` to every raw row, counting reads. A :class:`PrepError` stops the run, or with
     ``skip_invalid`` is counted as ``invalid <field>: <message>`` and the row dropped. ``convert`` returns
     ``None`` for rows it deliberately leaves out (it records the reason itself). A progress bar named
-    ``label`` counts the rows on stderr (large files take minutes)."""
+    ``label`` counts the rows on stderr when it is a terminal (large files take minutes)."""
     from tqdm import tqdm
 
-    for raw in tqdm(rows, desc=label, unit=" rows", file=sys.stderr, mininterval=2.0):
+    # On a terminal only (disable=None), and cleared when done: the summary and any error stay one clean line.
+    for raw in tqdm(rows, desc=label, unit=" rows", file=sys.stderr, mininterval=2.0, disable=None, leave=False):
         summary.rows_read += 1
         try:
             result = convert(raw)
