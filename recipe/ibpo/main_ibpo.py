@@ -107,7 +107,7 @@ def run_preflight(config) -> None:
         print(f"[ibpo] configuration error: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
     print(f"[ibpo] pre-flight checks passed in {time.perf_counter() - start:.1f} s (options, data files, tokenizer "
-          f"and prompt budget, reward function on one training row); starting Ray", flush=True)
+          f"and prompt budget, reward function on one training row, verifier self-test); starting Ray", flush=True)
 
 
 @hydra.main(config_path="config", config_name="ibpo_trainer", version_base=None)

@@ -13,7 +13,8 @@ some wrong, then runs ``python -m recipe.ibpo.main_ibpo`` (CPU platform and ``hf
 runs, a line per finished training step is printed (read from verl's file logger, which is always added
 to ``trainer.logger``). At the end it saves a Hugging Face checkpoint of the trained policy, prints the
 per-step IBPO metrics table and the commands that evaluate the checkpoint against the warm-start model
-and plot the curves. Extra Hydra overrides can follow ``--``.
+and plot the curves. Each run writes ``<out>/<run>.log``, ``<out>/<run>_metrics.jsonl`` and
+``<out>/checkpoints/<run>/`` (``<run>`` = ``ibpo_<variant>`` or ``gspo``), replacing its own earlier ones. Extra Hydra overrides can follow ``--``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -97,8 +99,9 @@ def with_file_logger(overrides: list[str]) -> tuple[list[str], str | None]:
 
 
 def checkpoint_overrides(steps: int) -> list[str]:
-    """Save verl's checkpoint, including a Hugging Face copy of the policy, after the last step."""
-    return [f"trainer.save_freq={steps}",
+    """Save verl's checkpoint, including a Hugging Face copy of the policy, after the last step; always start
+    from the warm-start model (never resume an earlier quickstart run)."""
+    return [f"trainer.save_freq={steps}", "trainer.resume_mode=disable",
             "actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]"]
 
 
@@ -163,13 +166,14 @@ class StepPrinter:
 
 def run_cpu_training(assets: dict, out_dir: Path, name: str, overrides: list[str], steps: int,
                      timeout_s: float, extra_env: dict | None = None, config_name: str | None = None,
-                     device: str = "cpu", progress: bool = False):
+                     device: str = "cpu", progress: bool = False, checkpoint_dir: Path | None = None):
     """Run ``recipe.ibpo.main_ibpo`` with the demo assets; returns (RunResult, metrics by step or None).
 
     ``device="cpu"`` uses the CPU platform and ``hf`` rollout; ``device="cuda"`` one GPU and vLLM
     (:func:`gpu_overrides`). The run is bounded by ``timeout_s`` (whole process tree killed), logs to
     ``out_dir/<name>.log`` and writes verl's file-logger metrics to ``out_dir/<name>_metrics.jsonl``;
-    ``progress`` prints a line per finished step while it runs (:class:`StepPrinter`).
+    ``progress`` prints a line per finished step while it runs (:class:`StepPrinter`). Checkpoints go to
+    ``checkpoint_dir`` (default ``out_dir/checkpoints``; verl resumes from the latest one found there).
     """
     if device not in ("cpu", "cuda"):
         raise ValueError(f"device={device!r} must be 'cpu' or 'cuda'")
@@ -188,7 +192,7 @@ def run_cpu_training(assets: dict, out_dir: Path, name: str, overrides: list[str
             env.pop(key, None)
     else:
         env = process_env(os.environ, {**cpu_env(metrics_path=metrics_path), **(extra_env or {})})
-    cmd += [*base, f"trainer.default_local_dir={out_dir / 'checkpoints'}", *overrides]
+    cmd += [*base, f"trainer.default_local_dir={checkpoint_dir or out_dir / 'checkpoints'}", *overrides]
     printer = StepPrinter(metrics_path, log_path, steps) if progress else None
     result = run_with_timeout(cmd, env, timeout_s=timeout_s, log_path=log_path, cwd=out_dir, on_tick=printer)
     metrics = read_metrics_jsonl(metrics_path) if result.returncode == 0 and metrics_path.exists() else None
@@ -278,8 +282,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[quickstart] {logger_note}", flush=True)
     overrides = [*ibpo_overrides(args.variant, not args.no_joint_training, args.baseline),
                  *checkpoint_overrides(args.steps), *extra]
+    checkpoint_dir = out / "checkpoints" / name
+    shutil.rmtree(checkpoint_dir, ignore_errors=True)  # this run's own earlier output; a fresh run replaces it
     result, metrics = run_cpu_training(assets, out, name, overrides, args.steps, args.timeout, device=device,
-                                       progress=True)
+                                       progress=True, checkpoint_dir=checkpoint_dir)
     if result.returncode != 0:
         log_text = result.log_tail(20000)
         config_errors = [ln for ln in log_text.splitlines() if ln.startswith("[ibpo] configuration error")]
@@ -292,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[quickstart] done in {result.wall_s:.0f} s; peak RSS summed over the run's processes "
           f"(driver, Ray, workers; sampled every second): {result.peak_tree_rss_bytes / 2**30:.1f} GiB; "
           f"metrics: {shown_path(out / (name + '_metrics.jsonl'))}")
-    hf_checkpoint = latest_hf_checkpoint(out / "checkpoints")
+    hf_checkpoint = latest_hf_checkpoint(checkpoint_dir)
     if hf_checkpoint is None:
         print("[quickstart] no Hugging Face checkpoint was saved (trainer.save_freq or "
               "actor_rollout_ref.actor.checkpoint.save_contents overridden?)")

@@ -40,7 +40,7 @@ def test_gpu_quickstart_trains_and_saves_a_loadable_checkpoint(tmp_path, capsys)
     assert sorted(s for s in metrics if s > 0) == [1, 2]
     assert all(metrics[s]["actor/grad_norm"] > 0 for s in (1, 2))
     assert all(metrics[s]["ibpo/num_corrections"] == metrics[s]["ibpo/num_wrong"] for s in (1, 2))
-    checkpoint = latest_hf_checkpoint(tmp_path / "checkpoints")
+    checkpoint = latest_hf_checkpoint(tmp_path / "checkpoints" / "ibpo_binary")
     assert checkpoint is not None and checkpoint.parent.parent.name == "global_step_2"
     AutoModelForCausalLM.from_pretrained(checkpoint)
     assert "scripts/evaluate.py run --model" in out and "scripts/plot_curves.py" in out
