@@ -1,8 +1,8 @@
-"""Counterfactual importance weighting as pure functions (``papers/ciw_paper.md``).
+"""Counterfactual importance weighting as pure functions (``docs/method_counterfactual.md``).
 
 Khandoga, Yuan, Sankarapu, "Beyond Uniform Credit: Causal Credit Assignment for Policy Optimization"
 (arXiv 2602.09331). Only the abstract of the paper was available; the method details are those restated
-in ``ciw_paper.md`` ("Method details as publicly described"), whose bullets are cited below as
+in ``docs/method_counterfactual.md`` ("Pipeline for one sampled response"), whose steps are cited below as
 "[§segmentation]", "[§masking]", "[§importance]", "[§token importance]", "[§token weights]" and
 "[§controls]". The pipeline for one sampled response y with its own answer a ⊂ y:
 
@@ -75,7 +75,7 @@ class CounterfactualConfigError(ValueError):
 class CounterfactualConfig:
     """All options of counterfactual importance weighting, validated at construction.
 
-    Defaults are the values reported in ``ciw_paper.md`` [§segmentation, §token importance,
+    Defaults are the values reported in ``docs/method_counterfactual.md`` [§segmentation, §token importance,
     §token weights]; ``gradient_conservation`` is ON by default (see the module docstring).
     """
 

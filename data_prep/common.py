@@ -349,11 +349,16 @@ def iter_converted(
     convert: Callable[[RawRow], dict | None],
     summary: PrepSummary,
     skip_invalid: bool,
+    label: str = "rows",
 ) -> Iterator[dict]:
     """Apply ``convert`` to every raw row, counting reads. A :class:`PrepError` stops the run, or with
     ``skip_invalid`` is counted as ``invalid <field>: <message>`` and the row dropped. ``convert`` returns
-    ``None`` for rows it deliberately leaves out (it records the reason itself)."""
-    for raw in rows:
+    ``None`` for rows it deliberately leaves out (it records the reason itself). A progress bar named
+    ``label`` counts the rows on stderr when it is a terminal (large files take minutes)."""
+    from tqdm import tqdm
+
+    # On a terminal only (disable=None), and cleared when done: the summary and any error stay one clean line.
+    for raw in tqdm(rows, desc=label, unit=" rows", file=sys.stderr, mininterval=2.0, disable=None, leave=False):
         summary.rows_read += 1
         try:
             result = convert(raw)
@@ -371,9 +376,10 @@ def convert_rows(
     convert: Callable[[RawRow], dict | None],
     summary: PrepSummary,
     skip_invalid: bool,
+    label: str = "rows",
 ) -> list[dict]:
     """:func:`iter_converted` as a list."""
-    return list(iter_converted(rows, convert, summary, skip_invalid))
+    return list(iter_converted(rows, convert, summary, skip_invalid, label))
 
 
 def convert_files(input_path: str | Path, paths: Iterable[Path], convert, summary, skip_invalid: bool) -> list[dict]:
@@ -381,7 +387,7 @@ def convert_files(input_path: str | Path, paths: Iterable[Path], convert, summar
     error naming ``input_path``."""
     rows: list[dict] = []
     for path in paths:
-        rows += convert_rows(iter_rows(path), convert, summary, skip_invalid)
+        rows += convert_rows(iter_rows(path), convert, summary, skip_invalid, label=path.name)
     if not rows:
         raise PrepError(str(input_path), None, "no rows prepared")
     return rows

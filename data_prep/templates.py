@@ -1,4 +1,4 @@
-"""Prompt templates, verbatim from their sources (data_and_verifiers_spec.md section 3.2 / 3.3.2).
+"""Prompt templates, verbatim from their sources (``data_prep/README.md``, "Prompts").
 
 Math sets (AIME, HMMT, DAPO-Math, GSM8K) share one pair of templates so that training and evaluation
 prompts look alike: ``boxed`` (default; the answer goes in ``\\boxed{}``) and ``dapo`` (the

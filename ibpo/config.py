@@ -1,4 +1,4 @@
-"""One validated configuration object for every IBPO option (``ibpo_spec.md``; paper App. C, D, E).
+"""One validated configuration object for every IBPO option (``docs/method_ibpo.md``; paper App. C, D, E).
 
 Every bad value fails at construction with a message naming the option and its allowed range, so a
 mistyped YAML key or an out-of-range hyper-parameter stops a run before any GPU time is spent.

@@ -20,7 +20,7 @@ def adaptive_alpha(distances: Sequence[float], fixed_alpha: float, min_samples: 
     """Adaptive rewrite threshold α = μ_d + 2σ_d over a batch's d(y, ŷ) (App. C.3, "Adaptive Threshold").
 
     σ is the population standard deviation. With fewer than ``min_samples`` distances the batch
-    statistics are too noisy, so the fixed α is returned (**Decision** in ``ibpo_spec.md``). Returns
+    statistics are too noisy, so the fixed α is returned (**Decision** in ``docs/method_ibpo.md``). Returns
     ``(alpha, used_adaptive)``.
     """
     values = np.asarray(list(distances), dtype=np.float64)

@@ -218,8 +218,12 @@ class HFGenerate:
             return_dict_in_generate=True,
             output_logits=True,
         )
+        from tqdm import tqdm
+
         device = next(self.model.parameters()).device
-        for chunk_no, lo in enumerate(range(0, len(flat), self.batch_size)):
+        chunks = tqdm(list(enumerate(range(0, len(flat), self.batch_size))), desc=f"generating ({len(flat)} samples)",
+                      unit="batch", file=sys.stderr, mininterval=2.0)
+        for chunk_no, lo in chunks:
             chunk = flat[lo:lo + self.batch_size]
             input_ids, attention_mask = left_pad([p for _, p in chunk], self.pad_id)
             torch.manual_seed(seed * 1_000_003 + chunk_no)
@@ -244,6 +248,12 @@ class VLLMGenerate:
     name = "vllm"
 
     def __init__(self, model_path: str, max_model_len: int | None, tensor_parallel_size: int) -> None:
+        import importlib.util
+
+        if importlib.util.find_spec("flashinfer") is None:
+            # vLLM 0.24's sampler otherwise imports flashinfer and the engine dies at start-up where it is not
+            # installed (verl's vllm extra does not install it); docs/gpu.md.
+            os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
         from vllm import LLM
 
         kwargs: dict[str, Any] = {"model": model_path, "tensor_parallel_size": tensor_parallel_size}
@@ -482,6 +492,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         for source, problems in problems_by_source.items():
             per_seed: dict[str, list[np.ndarray]] = {}
             for seed in args.seeds:
+                print(f"[evaluate] {source}: {len(problems)} problems x k={args.k}, seed {seed}, backend "
+                      f"{generator.name} ({time.perf_counter() - t0:.0f} s so far)", file=sys.stderr, flush=True)
                 for method, values in evaluate_seed(problems, generator, sampling, args.k, seed, args, compute_score,
                                                     log).items():
                     per_seed.setdefault(method, []).append(values)

@@ -8,7 +8,7 @@ environment and overrides::
     cmd = [sys.executable, "-m", "verl.trainer.main_ppo", *cpu_overrides(model, train, val), *algorithm_overrides]
     result = run_with_timeout(cmd, env, timeout_s=600, log_path=...)
 
-Why each setting exists is recorded in ``/work/shared/design/verl_on_cpu_notes.md`` (the row ids below).
+Why each setting exists is recorded in ``docs/verl_on_cpu.md`` (the row ids below).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 PLUGIN_MODULE = "verl_cpu.plugin"
 RUN_MARKER_ENV = "IBPO_CPU_RUN_ID"  # inherited by every process of a run; used to find and stop them all
@@ -153,8 +153,11 @@ class RunResult:
     log_path: Path
     timed_out: bool
     wall_s: float
-    peak_tree_rss_bytes: int  # peak summed RSS of the run's processes (shared pages counted twice)
-    peak_sys_used_delta_bytes: int  # peak rise of MemTotal - MemAvailable over the run
+    # Peak over the samples of the RSS summed over the run's own processes (the driver, Ray's daemons and
+    # workers, found by the run marker): pages shared between processes count once per process.
+    peak_tree_rss_bytes: int
+    # Peak rise of the whole machine's MemTotal - MemAvailable over the run (includes other programs).
+    peak_sys_used_delta_bytes: int
     leftover_pids: list[int]  # run processes still alive after the driver exited (then killed)
 
     def log_tail(self, chars: int = 4000) -> str:
@@ -220,13 +223,15 @@ def run_with_timeout(
     grace_s: float = 10.0,
     sample_every_s: float = 1.0,
     settle_s: float = 5.0,
+    on_tick: Optional[Callable[[float], None]] = None,
 ) -> RunResult:
     """Run ``cmd`` in its own process group with stdout+stderr to ``log_path``; kill everything on timeout.
 
     Every process of the run (the driver, Ray's daemons and workers, even after they are reparented)
     is identified by a unique ``IBPO_CPU_RUN_ID`` environment marker and stopped by pid: on timeout,
     and after a normal exit for any process still alive ``settle_s`` later (Ray's daemons and workers
-    normally follow the driver down within a few seconds). Peak memory is sampled meanwhile.
+    normally follow the driver down within a few seconds). Peak memory is sampled meanwhile, and
+    ``on_tick(elapsed_s)`` (e.g. a progress printer) is called after every sample and once after the exit.
     """
     import psutil
 
@@ -257,6 +262,8 @@ def run_with_timeout(
                     pass
             peak_rss = max(peak_rss, rss)
             peak_sys = max(peak_sys, _sys_used_bytes() - sys_base)
+            if on_tick is not None:
+                on_tick(time.monotonic() - start)
             if time.monotonic() - start > timeout_s:
                 timed_out = True
                 try:
@@ -271,6 +278,8 @@ def run_with_timeout(
                     driver.wait()
                 break
     wall = time.monotonic() - start
+    if on_tick is not None:
+        on_tick(wall)
     deadline = time.monotonic() + (0.0 if timed_out else settle_s)
     leftovers = _run_processes(marker)
     while leftovers and time.monotonic() < deadline:

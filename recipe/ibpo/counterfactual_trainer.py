@@ -1,4 +1,4 @@
-"""RayCounterfactualTrainer: counterfactual importance weighting (ciw_paper.md) in the hooks of verl's trainer.
+"""RayCounterfactualTrainer: counterfactual importance weighting (docs/method_counterfactual.md) in the hooks of verl's trainer.
 
 The training loop is :class:`recipe.ibpo.trainer_base.HookedRayPPOTrainer` ``.fit`` (verl 0.9.1's own, plus
 one-line hook calls). This method fills one hook, ``_after_advantage``: token weights from the drop of the

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
+import time
 
 import hydra
 import ray
@@ -83,18 +85,32 @@ class IBPOTaskRunner(_task_runner_base()):
         trainer.fit()
 
 
+def run_preflight(config) -> None:
+    """:func:`recipe.ibpo.setup_checks.preflight` in the driver, before Ray starts: a configuration mistake
+    exits (status 2) within seconds with one line naming the option instead of a worker traceback."""
+    from recipe.ibpo.setup_checks import IBPOSetupError, preflight
+
+    start = time.perf_counter()
+    try:
+        preflight(config)
+    except (IBPOSetupError, ValueError) as exc:
+        print(f"[ibpo] configuration error: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
+    print(f"[ibpo] pre-flight checks passed in {time.perf_counter() - start:.1f} s (options, data files, tokenizer "
+          f"and prompt budget, reward function on one training row, verifier self-test); starting Ray", flush=True)
+
+
 @hydra.main(config_path="config", config_name="ibpo_trainer", version_base=None)
 def main(config) -> None:
     from verl.trainer.main_ppo import run_ppo
     from verl.utils.device import auto_set_device
 
     from recipe.ibpo.config import register_config_resolvers
-    from recipe.ibpo.setup_checks import method_of
 
     register_config_resolvers()
     auto_set_device(config)
     OmegaConf.resolve(config)
-    method_of(config)  # an unknown method, unknown or out-of-range options fail here, before Ray starts
+    run_preflight(config)  # method, options, data, tokenizer, reward function: fails here, before Ray starts
     run_ppo(config, task_runner_class=ray.remote(num_cpus=1)(IBPOTaskRunner))
 
 

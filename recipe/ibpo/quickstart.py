@@ -1,20 +1,29 @@
-"""The README's main job: a few IBPO + GSPO steps through verl's real trainer on CPU with a tiny local model.
+"""The README's main job: a few IBPO + GSPO steps through verl's real trainer with a tiny local model.
 
-    python -m recipe.ibpo.quickstart                       # IBPO binary + joint training, 3 steps
+    python -m recipe.ibpo.quickstart                       # IBPO binary + joint training, 3 steps, CPU
     python -m recipe.ibpo.quickstart --variant mask --steps 2
     python -m recipe.ibpo.quickstart --baseline            # the GSPO baseline through the same loop
+    python -m recipe.ibpo.quickstart --gpu                 # one CUDA GPU, vLLM rollout
+    python -m recipe.ibpo.quickstart -- 'trainer.logger=[console,tensorboard]'   # extra Hydra overrides
 
 It builds (once, cached in ``--out``) a tiny Qwen2-style model and tokenizer, warm-starts it on the
 synthetic arithmetic task (``recipe/ibpo/synthetic_task.py``) so it answers some problems right and
-some wrong, then runs ``python -m recipe.ibpo.main_ibpo`` with the CPU platform and ``hf`` rollout, bounded
-by ``--timeout`` (the whole process tree is killed on expiry), and prints the IBPO metrics of every step.
-Extra Hydra overrides can follow ``--``.
+some wrong, then runs ``python -m recipe.ibpo.main_ibpo`` (CPU platform and ``hf`` rollout, or with
+``--gpu`` CUDA and vLLM), bounded by ``--timeout`` (the whole process tree is killed on expiry). While it
+runs, a line per finished training step is printed (read from verl's file logger, which is always added
+to ``trainer.logger``). At the end it saves a Hugging Face checkpoint of the trained policy, prints the
+per-step IBPO metrics table and the commands that evaluate the checkpoint against the warm-start model
+and plot the curves. Each run writes ``<out>/<run>.log``, ``<out>/<run>_metrics.jsonl`` and
+``<out>/checkpoints/<run>/`` (``<run>`` = ``ibpo_<variant>`` or ``gspo``), replacing its own earlier ones. Extra Hydra overrides can follow ``--``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -54,31 +63,148 @@ def ibpo_overrides(variant: str, joint_training: bool, baseline: bool) -> list[s
                   f"trainer.experiment_name=ibpo_{variant}_cpu"]
 
 
+# Settings of the CPU runtime that a CUDA run must not have (they select verl_cpu's platform).
+CPU_ONLY_ENV = ("VERL_PLATFORM", "VERL_ENGINE_DEVICE", "VERL_USE_EXTERNAL_MODULES")
+GPU_MEMORY_UTILIZATION = 0.3  # the tiny model needs little; leaves the GPU to the FSDP actor
+HEARTBEAT_S = 30.0  # a "still running" line when no step finished for this long
+LOGGER_OVERRIDE = re.compile(r"^\+{0,2}trainer\.logger=(.*)$")
+
+
+def gpu_overrides(cpu_args: list[str]) -> list[str]:
+    """The CPU demo's Hydra overrides turned into a one-GPU run: vLLM rollout, ``trainer.device=cuda``,
+    Ray's real GPU count (no declared fake GPUs), a small vLLM memory share."""
+    swap = {"actor_rollout_ref.rollout.name=hf": "actor_rollout_ref.rollout.name=vllm",
+            "trainer.device=cpu": "trainer.device=cuda"}
+    out = [swap.get(arg, arg) for arg in cpu_args if not arg.startswith("++ray_kwargs.ray_init.num_gpus=")]
+    return out + [f"actor_rollout_ref.rollout.gpu_memory_utilization={GPU_MEMORY_UTILIZATION}"]
+
+
+def gpu_env(metrics_path: Path) -> dict[str, str]:
+    """``cpu_env`` without the variables that select the CPU platform."""
+    return {k: v for k, v in cpu_env(metrics_path=metrics_path).items() if k not in CPU_ONLY_ENV}
+
+
+def with_file_logger(overrides: list[str]) -> tuple[list[str], str | None]:
+    """``overrides`` with ``file`` added to a ``trainer.logger=...`` override that lacks it (the progress lines
+    and the table read verl's file logger); returns the new list and a note when one was changed."""
+    out, note = [], None
+    for arg in overrides:
+        match = LOGGER_OVERRIDE.match(arg)
+        if match:
+            names = [n.strip().strip("'\"") for n in match.group(1).strip().strip("[]").split(",") if n.strip()]
+            if "file" not in names:
+                prefix = arg[: arg.index("trainer.logger=")]
+                arg = f"{prefix}trainer.logger=[{','.join([*names, 'file'])}]"
+                note = f"trainer.logger={match.group(1)} + file (the quickstart reads verl's file logger)"
+        out.append(arg)
+    return out, note
+
+
+def checkpoint_overrides(steps: int) -> list[str]:
+    """Save verl's checkpoint, including a Hugging Face copy of the policy, after the last step; always start
+    from the warm-start model (never resume an earlier quickstart run)."""
+    return [f"trainer.save_freq={steps}", "trainer.resume_mode=disable",
+            "actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]"]
+
+
+def latest_hf_checkpoint(checkpoint_dir: Path) -> Path | None:
+    """``<dir>/global_step_<N>/actor/huggingface`` of the highest N holding model weights, else ``None``."""
+    found = []
+    for path in checkpoint_dir.glob("global_step_*/actor/huggingface"):
+        step = path.parent.parent.name.removeprefix("global_step_")
+        if step.isdigit() and (list(path.glob("*.safetensors")) or list(path.glob("*.bin"))):
+            found.append((int(step), path))
+    return max(found)[1] if found else None
+
+
+class StepPrinter:
+    """Prints a line for every training step that appears in verl's file-logger JSON lines while the run
+    goes, and a heartbeat (the log's last line) when none appeared for ``HEARTBEAT_S``."""
+
+    def __init__(self, metrics_path: Path, log_path: Path, total_steps: int, heartbeat_s: float = HEARTBEAT_S):
+        self.metrics_path, self.log_path, self.total = metrics_path, log_path, total_steps
+        self.heartbeat_s = heartbeat_s
+        self.offset, self.partial, self.last_print = 0, "", 0.0
+
+    def __call__(self, elapsed_s: float) -> None:
+        for record in self._new_records():
+            step = int(record.get("step", 0))
+            data = record.get("data", {})
+            if step > 0 and "timing_s/step" in data:
+                cells = [f"{title} {fmt.format(data[key])}" for key, title, fmt in TABLE if key in data]
+                print(f"[quickstart] step {step}/{self.total} ({elapsed_s:.0f} s): " + ", ".join(cells), flush=True)
+                self.last_print = elapsed_s
+        if elapsed_s - self.last_print >= self.heartbeat_s:
+            print(f"[quickstart] {elapsed_s:.0f} s, running; log: {self._last_log_line()}", flush=True)
+            self.last_print = elapsed_s
+
+    def _new_records(self) -> list[dict]:
+        if not self.metrics_path.exists():
+            return []
+        with open(self.metrics_path, encoding="utf-8") as handle:
+            handle.seek(self.offset)
+            text = handle.read()
+            self.offset = handle.tell()
+        lines = (self.partial + text).split("\n")
+        self.partial = lines.pop()  # an unfinished last line waits for the next call
+        records = []
+        for line in lines:
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+        return records
+
+    def _last_log_line(self, width: int = 110) -> str:
+        try:
+            with open(self.log_path, "rb") as handle:
+                handle.seek(max(0, self.log_path.stat().st_size - 4096))
+                tail = handle.read().decode(errors="replace")
+        except OSError:
+            return "(no output yet)"
+        lines = [ln.strip() for ln in re.split(r"[\r\n]", tail) if ln.strip()]
+        return (lines[-1][:width] if lines else "(no output yet)")
+
+
 def run_cpu_training(assets: dict, out_dir: Path, name: str, overrides: list[str], steps: int,
-                     timeout_s: float, extra_env: dict | None = None, config_name: str | None = None):
-    """Run ``recipe.ibpo.main_ibpo`` on CPU with the demo assets; returns (RunResult, metrics by step or None).
+                     timeout_s: float, extra_env: dict | None = None, config_name: str | None = None,
+                     device: str = "cpu", progress: bool = False, checkpoint_dir: Path | None = None):
+    """Run ``recipe.ibpo.main_ibpo`` with the demo assets; returns (RunResult, metrics by step or None).
 
-    The run is bounded by ``timeout_s`` (whole process tree killed), logs to ``out_dir/<name>.log`` and
-    writes verl's file-logger metrics to ``out_dir/<name>_metrics.jsonl``.
+    ``device="cpu"`` uses the CPU platform and ``hf`` rollout; ``device="cuda"`` one GPU and vLLM
+    (:func:`gpu_overrides`). The run is bounded by ``timeout_s`` (whole process tree killed), logs to
+    ``out_dir/<name>.log`` and writes verl's file-logger metrics to ``out_dir/<name>_metrics.jsonl``;
+    ``progress`` prints a line per finished step while it runs (:class:`StepPrinter`). Checkpoints go to
+    ``checkpoint_dir`` (default ``out_dir/checkpoints``; verl resumes from the latest one found there).
     """
-    import os
-
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device={device!r} must be 'cpu' or 'cuda'")
     out_dir.mkdir(parents=True, exist_ok=True)
     metrics_path = out_dir / f"{name}_metrics.jsonl"
+    log_path = out_dir / f"{name}.log"
     metrics_path.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "recipe.ibpo.main_ibpo"]
     if config_name:
         cmd.append(f"--config-name={config_name}")
-    cmd += [*cpu_overrides(assets["model"], assets["train"], assets["val"], total_training_steps=steps),
-            f"trainer.default_local_dir={out_dir / 'checkpoints'}", *overrides]
-    env = process_env(os.environ, {**cpu_env(metrics_path=metrics_path), **(extra_env or {})})
-    result = run_with_timeout(cmd, env, timeout_s=timeout_s, log_path=out_dir / f"{name}.log", cwd=out_dir)
+    base = cpu_overrides(assets["model"], assets["train"], assets["val"], total_training_steps=steps)
+    if device == "cuda":
+        base = gpu_overrides(base)
+        env = {**os.environ, **gpu_env(metrics_path), **(extra_env or {})}
+        for key in CPU_ONLY_ENV:
+            env.pop(key, None)
+    else:
+        env = process_env(os.environ, {**cpu_env(metrics_path=metrics_path), **(extra_env or {})})
+    cmd += [*base, f"trainer.default_local_dir={checkpoint_dir or out_dir / 'checkpoints'}", *overrides]
+    printer = StepPrinter(metrics_path, log_path, steps) if progress else None
+    result = run_with_timeout(cmd, env, timeout_s=timeout_s, log_path=log_path, cwd=out_dir, on_tick=printer)
     metrics = read_metrics_jsonl(metrics_path) if result.returncode == 0 and metrics_path.exists() else None
     return result, metrics
 
 
-def format_table(metrics_by_step: dict[int, dict[str, float]]) -> str:
-    """The per-step IBPO metrics as a Markdown table."""
+def format_table(metrics_by_step: dict[int, dict[str, float]] | None) -> str:
+    """The per-step IBPO metrics as a Markdown table (a note when there are none)."""
+    if not metrics_by_step:
+        return "(no per-step metrics: verl's file logger wrote nothing)"
     head = "| step | " + " | ".join(title for _, title, _ in TABLE) + " |"
     rule = "|---:|" + "---:|" * len(TABLE)
     rows = []
@@ -89,6 +215,36 @@ def format_table(metrics_by_step: dict[int, dict[str, float]]) -> str:
     return "\n".join([head, rule, *rows])
 
 
+def shown_path(path: Path) -> str:
+    """``path`` relative to the working directory when it lies below it (shorter commands to copy)."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def next_commands(assets: dict, out: Path, name: str, hf_checkpoint: Path, label: str) -> list[str]:
+    """The commands that evaluate the trained checkpoint against the warm-start model on the validation
+    set (same sampling, paired comparison) and plot the training curves of every quickstart run in ``out``."""
+    val, sampling = shown_path(Path(assets["val"])), "--preset none --temperature 1.0 --max-new-tokens 16 --k 8"
+    # every quickstart run in this work directory on one figure, the GSPO baseline first when it exists
+    names = [n for n in ("gspo", "ibpo_binary", "ibpo_ratio", "ibpo_mask")
+             if n == name or (out / f"{n}_metrics.jsonl").exists()]
+    runs = " ".join(f"--run {n}={shown_path(out / (n + '_metrics.jsonl'))}" for n in names)
+    evals = out / "eval"
+    py = "python"
+    return [
+        f"{py} scripts/evaluate.py run --model {shown_path(Path(assets['model']))} --data {val} {sampling} "
+        f"--label warm_start --out {shown_path(evals / 'warm_start')}",
+        f"{py} scripts/evaluate.py run --model {shown_path(hf_checkpoint)} --data {val} {sampling} "
+        f"--label {label} --out {shown_path(evals / label)}",
+        f"{py} scripts/evaluate.py compare {shown_path(evals / label / 'results.json')} "
+        f"{shown_path(evals / 'warm_start' / 'results.json')} --out {shown_path(evals / (label + '_vs_warm_start.md'))}",
+        f"{py} scripts/plot_curves.py {runs} --x step --threshold 0.5 --smooth 1 "
+        f"--out {shown_path(out / 'curves.png')}",
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="outputs/quickstart", help="work directory (assets are cached here)")
@@ -96,37 +252,63 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variant", choices=variant_names(), default="binary")
     parser.add_argument("--no-joint-training", action="store_true", help="shaping only (Table 3 ablation)")
     parser.add_argument("--baseline", action="store_true", help="GSPO without IBPO (ibpo.enable=False)")
-    parser.add_argument("--timeout", type=float, default=600.0, help="seconds before the run is killed")
+    parser.add_argument("--gpu", action="store_true", help="one CUDA GPU with the vLLM rollout (needs verl's vllm)")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds before the run is killed")
     parser.add_argument("--rebuild", action="store_true", help="rebuild the tiny model and data")
     args, extra = parser.parse_known_args(argv)
     extra = [x for x in extra if x != "--"]
+    unknown = [x for x in extra if x.startswith("-")]
+    if unknown:
+        parser.error(f"unknown option(s) {' '.join(unknown)} (Hydra overrides go after --, as key=value)")
+    extra, logger_note = with_file_logger(extra)
 
-    from recipe.ibpo.synthetic_task import build_cpu_demo_assets
+    from recipe.ibpo.synthetic_task import SFT_STEPS, build_cpu_demo_assets
 
     out = Path(args.out).resolve()
     stamp = out / "assets.json"
     if args.rebuild or not stamp.exists():
-        print(f"[quickstart] building the tiny model, tokenizer and synthetic task in {out} ...", flush=True)
+        print(f"[quickstart] building the tiny model, tokenizer and synthetic task in {out}; warm start: "
+              f"{SFT_STEPS} SFT steps on CPU ...", flush=True)
         assets = build_cpu_demo_assets(out / "assets")
         stamp.parent.mkdir(parents=True, exist_ok=True)
         stamp.write_text(json.dumps(assets))
     assets = json.loads(stamp.read_text())
 
     name = "gspo" if args.baseline else f"ibpo_{args.variant}"
-    print(f"[quickstart] running python -m recipe.ibpo.main_ibpo on CPU ({args.steps} steps, log: {out / (name + '.log')})",
-          flush=True)
-    result, metrics = run_cpu_training(assets, out, name,
-                                       [*ibpo_overrides(args.variant, not args.no_joint_training, args.baseline), *extra],
-                                       args.steps, args.timeout)
+    device = "cuda" if args.gpu else "cpu"
+    log_path = out / f"{name}.log"
+    where = "one GPU, vLLM rollout" if args.gpu else "CPU, hf rollout"
+    print(f"[quickstart] running python -m recipe.ibpo.main_ibpo on {where} ({args.steps} steps; Ray and worker "
+          f"start-up first, about a minute; full log: {log_path})", flush=True)
+    if logger_note:
+        print(f"[quickstart] {logger_note}", flush=True)
+    overrides = [*ibpo_overrides(args.variant, not args.no_joint_training, args.baseline),
+                 *checkpoint_overrides(args.steps), *extra]
+    checkpoint_dir = out / "checkpoints" / name
+    shutil.rmtree(checkpoint_dir, ignore_errors=True)  # this run's own earlier output; a fresh run replaces it
+    result, metrics = run_cpu_training(assets, out, name, overrides, args.steps, args.timeout, device=device,
+                                       progress=True, checkpoint_dir=checkpoint_dir)
     if result.returncode != 0:
-        print(result.log_tail(6000), file=sys.stderr)
+        log_text = result.log_tail(20000)
+        config_errors = [ln for ln in log_text.splitlines() if ln.startswith("[ibpo] configuration error")]
+        print("\n".join(config_errors) if config_errors else log_text[-6000:], file=sys.stderr)
         reason = "timed out" if result.timed_out else f"exited with {result.returncode}"
         print(f"[quickstart] FAILED: the run {reason} after {result.wall_s:.0f} s (log: {result.log_path})",
               file=sys.stderr)
         return 1
     print(format_table(metrics))
-    print(f"[quickstart] done in {result.wall_s:.0f} s; peak memory of the run {result.peak_sys_used_delta_bytes / 2**30:.1f} GiB; "
-          f"metrics: {out / (name + '_metrics.jsonl')}")
+    print(f"[quickstart] done in {result.wall_s:.0f} s; peak RSS summed over the run's processes "
+          f"(driver, Ray, workers; sampled every second): {result.peak_tree_rss_bytes / 2**30:.1f} GiB; "
+          f"metrics: {shown_path(out / (name + '_metrics.jsonl'))}")
+    hf_checkpoint = latest_hf_checkpoint(checkpoint_dir)
+    if hf_checkpoint is None:
+        print("[quickstart] no Hugging Face checkpoint was saved (trainer.save_freq or "
+              "actor_rollout_ref.actor.checkpoint.save_contents overridden?)")
+        return 0
+    print(f"[quickstart] Hugging Face checkpoint of the trained policy: {shown_path(hf_checkpoint)}")
+    print("[quickstart] next: evaluate it against the warm-start model on the validation set, then plot:")
+    for command in next_commands(assets, out, name, hf_checkpoint, name):
+        print("  " + command)
     return 0
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Counterfactual importance weighting (ciw_paper.md) on a DAPO objective (token-mean, clip-higher 0.28),
+# Counterfactual importance weighting (docs/method_counterfactual.md) on a DAPO objective (token-mean, clip-higher 0.28),
 # GSM8K-style data, and its three controls. MODE=counterfactual|inverted|random|vanilla (default: all four,
 # one run each). Prepare the data first: python -m data_prep.gsm8k --input RAW --output $DATA_DIR/gsm8k_train.parquet
 set -xeuo pipefail

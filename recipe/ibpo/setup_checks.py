@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from omegaconf import DictConfig, OmegaConf
 
 from ibpo.compute import ModelShape
@@ -157,3 +159,149 @@ def model_flop_shape(model_path: str) -> ModelShape:
     head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
     return ModelShape(matmul_params=matrices if tied else matrices - int(embedding.numel()),
                       num_layers=int(text.num_hidden_layers), attention_dim=heads * int(head_dim))
+
+
+
+# ---------------------------------------------------------------------------------------------
+# Pre-flight: everything that can be checked in the driver, before Ray and the workers start
+# ---------------------------------------------------------------------------------------------
+
+REWARD_PATH_KEY = "reward.custom_reward_function.path"
+REWARD_NAME_KEY = "reward.custom_reward_function.name"
+
+
+def data_files(config: DictConfig, key: str) -> list[str]:
+    """``data.train_files`` / ``data.val_files`` (``key`` = ``train_files`` / ``val_files``) as a list of paths,
+    each checked to exist."""
+    value = config.data.get(key)
+    files = [value] if isinstance(value, str) else list(value or [])
+    if not files:
+        raise IBPOSetupError(f"data.{key} is empty")
+    for path in files:
+        if not Path(path).expanduser().is_file():
+            raise IBPOSetupError(f"data.{key}: {path} does not exist (build it with data_prep, see the README's Data)")
+    return [str(Path(p).expanduser()) for p in files]
+
+
+def first_row(path: str) -> dict:
+    """Row 0 of a verl parquet file (``data_source``, ``reward_model.ground_truth``, ``extra_info``)."""
+    import pyarrow.parquet as pq
+
+    table = pq.ParquetFile(path).read_row_group(0)
+    if table.num_rows == 0:
+        raise IBPOSetupError(f"{path} has no rows")
+    row = table.slice(0, 1).to_pylist()[0]
+    for field_name in ("data_source", "reward_model"):
+        if field_name not in row:
+            raise IBPOSetupError(f"{path}, row 0: no field {field_name!r} (not a verl RL parquet file)")
+    if not isinstance(row["reward_model"], dict) or "ground_truth" not in row["reward_model"]:
+        raise IBPOSetupError(f"{path}, row 0: field reward_model has no ground_truth")
+    return row
+
+
+def data_sources_of(paths: list[str]) -> list[str]:
+    """The distinct ``data_source`` values of verl parquet files, in order of appearance."""
+    import pyarrow.parquet as pq
+
+    seen: dict[str, None] = {}
+    for path in paths:
+        for value in pq.read_table(path, columns=["data_source"]).column("data_source").to_pylist():
+            seen.setdefault(str(value), None)
+    return list(seen)
+
+
+def load_reward_function(config: DictConfig):
+    """The reward function verl's reward loop will call, loaded the way verl loads it
+    (``verl.trainer.ppo.reward.get_custom_reward_fn``: ``reward_kwargs`` bound), or verl's
+    ``default_compute_score`` when no custom function is configured. A wrong path or name raises
+    :class:`IBPOSetupError` naming the option."""
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+    from verl.utils.reward_score import default_compute_score
+
+    block = config.reward.get("custom_reward_function") or {}
+    path, name = block.get("path"), block.get("name")
+    if not path:
+        return default_compute_score
+    if not name:
+        raise IBPOSetupError(f"{REWARD_PATH_KEY}={path} is set but {REWARD_NAME_KEY} is empty")
+    try:
+        fn = get_custom_reward_fn(config)
+    except (ImportError, FileNotFoundError) as exc:
+        raise IBPOSetupError(f"{REWARD_PATH_KEY}={path}: cannot import it ({type(exc).__name__}: {exc}); use "
+                             "pkg://<module> for an installed module or a file path that exists") from exc
+    except AttributeError as exc:
+        raise IBPOSetupError(f"{REWARD_NAME_KEY}={name}: {path} has no function of that name ({exc})") from exc
+    except RuntimeError as exc:  # verl's wrapper around an exception raised while executing a file module
+        raise IBPOSetupError(f"{REWARD_PATH_KEY}={path}: importing it failed ({exc.__cause__ or exc})") from exc
+    return fn
+
+
+def score_first_row(config: DictConfig, reward_fn, train_file: str) -> float:
+    """Score an empty response to row 0 of ``train_file`` with ``reward_fn`` the way verl's reward loop calls it
+    (keywords ``data_source``, ``solution_str``, ``ground_truth``, ``extra_info``); the result must be a number
+    or a dict with a numeric ``score``. Returns the score."""
+    import asyncio
+    import inspect
+
+    row = first_row(train_file)
+    where = (f"{REWARD_PATH_KEY}={config.reward.custom_reward_function.get('path')} "
+             f"{REWARD_NAME_KEY}={config.reward.custom_reward_function.get('name')} on {train_file}, row 0 "
+             f"(data_source={row['data_source']!r})")
+    kwargs = dict(data_source=row["data_source"], solution_str="", ground_truth=row["reward_model"]["ground_truth"],
+                  extra_info=dict(row.get("extra_info") or {}))
+    try:
+        result = reward_fn(**kwargs)
+        if inspect.isawaitable(result):
+            result = asyncio.run(result)
+    except Exception as exc:  # noqa: BLE001 - any failure of the user's function is reported with its option
+        raise IBPOSetupError(f"{where}: the reward function raised {type(exc).__name__}: {exc}") from exc
+    score = result.get("score") if isinstance(result, dict) else result
+    if isinstance(score, bool) or not isinstance(score, (int, float)):
+        raise IBPOSetupError(f"{where}: returned {result!r:.200}; verl needs a number or a dict with a numeric "
+                             "'score'")
+    return float(score)
+
+
+PROJECT_REWARD = ("pkg://reward_fns", "compute_score")
+
+
+def run_verifier_self_test(config: DictConfig, data_files_: list[str]) -> None:
+    """When the configured reward is the project's own (``pkg://reward_fns`` ``compute_score``), score its
+    built-in known-right and known-wrong samples for every data source of the run's files through it
+    (``reward_fns.self_test``): a verifier that cannot run (sandbox, broken install) fails here instead of
+    scoring every response 0."""
+    from reward_fns import VerifierSelfTestError, compute_score, self_test
+
+    block = config.reward.get("custom_reward_function") or {}
+    if (block.get("path"), block.get("name")) != PROJECT_REWARD:
+        return
+    kwargs = dict(block.get("reward_kwargs") or {})  # as verl binds them (get_custom_reward_fn)
+    try:
+        self_test(data_sources_of(data_files_), compute_score, kwargs)
+    except VerifierSelfTestError as exc:
+        raise IBPOSetupError(f"{REWARD_PATH_KEY}=pkg://reward_fns: verifier self-test failed: "
+                             + " | ".join(str(exc).splitlines())) from exc
+
+
+def preflight(config: DictConfig) -> None:
+    """Every check that needs no Ray worker, in the driver, in seconds: ``method`` and its option block
+    (``ibpo:`` / ``counterfactual:``), the data files, the model's tokenizer and context against the IBPO prompt budget
+    (:func:`check_trainer_config`), the reward function (imported and run on one training row) and, for the
+    project's own verifiers, their self-test (:func:`run_verifier_self_test`).
+    Raises :class:`IBPOSetupError` (or ``ValueError`` from the option dataclasses) naming the option."""
+    from verl.utils import hf_tokenizer
+
+    method = method_of(config)  # validates the method's option block, rejects the other method's
+    train_files = data_files(config, "train_files")
+    data_files(config, "val_files")
+    model_path = str(config.actor_rollout_ref.model.path)
+    if model_path.startswith(("/", "~", ".")) and not Path(model_path).expanduser().is_dir():
+        raise IBPOSetupError(f"actor_rollout_ref.model.path={model_path} is not a directory")
+    model = config.actor_rollout_ref.model
+    tokenizer = hf_tokenizer(model.get("tokenizer_path") or model_path,
+                             trust_remote_code=model.get("trust_remote_code", False))
+    if method == "ibpo":
+        check_trainer_config(config, ibpo_config_from(config), tokenizer, model_max_positions(model_path))
+    reward_fn = load_reward_function(config)
+    score_first_row(config, reward_fn, train_files[0])
+    run_verifier_self_test(config, train_files + data_files(config, "val_files"))

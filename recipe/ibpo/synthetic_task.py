@@ -152,14 +152,15 @@ def sft_warm_start(
     max_operand: int = MAX_OPERAND,
     num_problems: int = 2000,
     correction_fraction: float = 0.25,
+    log_every: int = 50,
 ) -> dict[str, float]:
     """Fine-tune the model in ``model_dir`` on synthetic solutions and save it (with tokenizer) to ``out_dir``.
 
     A ``correction_fraction`` of the examples are IBPO correction prompts (a wrong candidate and a
     reference) answered with the locally repaired solution, so the tiny model can also perform the
     compare-and-correct step the trainer asks of it (a real reasoning model brings that ability along).
-    Problems are drawn from a seed disjoint from the RL train/val seeds. Returns the first and last
-    training losses and the wall time.
+    Problems are drawn from a seed disjoint from the RL train/val seeds. Prints a progress line every
+    ``log_every`` steps (0 = silent). Returns the first and last training losses and the wall time.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -179,13 +180,17 @@ def sft_warm_start(
     rng = random.Random(seed)
     model.train()
     start, losses = time.perf_counter(), []
-    for _ in range(steps):
+    for step in range(1, steps + 1):
         batch = _collate(rng.sample(examples, batch_size), tokenizer.pad_token_id)
         loss = model(**batch).loss
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
         losses.append(float(loss.detach()))
+        if log_every and (step % log_every == 0 or step == steps):
+            recent = losses[-log_every:]
+            print(f"[warm start] SFT step {step}/{steps}: loss {sum(recent) / len(recent):.3f} "
+                  f"(mean of the last {len(recent)}), {time.perf_counter() - start:.0f} s", flush=True)
     model.eval()
     out = Path(out_dir)
     model.save_pretrained(out)

@@ -38,7 +38,8 @@ def test_every_script_is_covered():
     assert {"run_ibpo_qwen3_32b.sh", "run_gspo_g64_qwen3_32b.sh", "run_ibpo_ratio_qwen3_32b.sh",
             "run_ibpo_mask_qwen3_32b.sh", "run_ibpo_qwen3_next_80b.sh", "run_ablation_k1_selfcorrect.sh",
             "run_ablation_shaping_only.sh", "run_sweep_lambda.sh", "run_sweep_alpha.sh",
-            "run_counterfactual_gsm8k.sh", "run_counterfactual_math.sh"} <= set(SCRIPTS)
+            "run_counterfactual_gsm8k.sh", "run_counterfactual_math.sh", "run_ibpo_qwen3_1p7b_1gpu.sh",
+            "run_gspo_qwen3_1p7b_1gpu.sh"} <= set(SCRIPTS)
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -86,3 +87,20 @@ def test_sweeps_and_baseline_set_what_they_say(tmp_path):
     assert "ibpo.joint_training=True" in main  # the paper's IBPO trains on its corrections too (App. E.2)
     (shaping,) = recorded_invocations("run_ablation_shaping_only.sh", tmp_path / "s")
     assert "ibpo.joint_training=False" in shaping
+
+
+def test_one_gpu_scripts_fit_one_gpu_and_save_a_hf_checkpoint(tmp_path):
+    for script, ibpo_on in (("run_ibpo_qwen3_1p7b_1gpu.sh", True), ("run_gspo_qwen3_1p7b_1gpu.sh", False)):
+        (argv,) = recorded_invocations(script, tmp_path / script)
+        with initialize_config_module(config_module="recipe.ibpo.config", version_base=None):
+            cfg = compose(config_name="ibpo_trainer", overrides=argv[2:])
+        OmegaConf.resolve(cfg)
+        assert cfg.trainer.n_gpus_per_node == 1 and cfg.trainer.nnodes == 1
+        assert cfg.actor_rollout_ref.rollout.tensor_model_parallel_size == 1
+        assert cfg.actor_rollout_ref.rollout.name == "vllm"
+        assert "hf_model" in cfg.actor_rollout_ref.actor.checkpoint.save_contents
+        assert cfg.data.train_files[0].endswith("dapo_math_17k.parquet")
+        assert [Path(f).name for f in cfg.data.val_files] == ["aime25.parquet"]
+        assert ibpo_config_from(cfg).enable is ibpo_on
+        rollout = cfg.actor_rollout_ref.rollout
+        assert rollout.prompt_length + rollout.response_length <= rollout.max_model_len
