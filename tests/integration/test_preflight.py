@@ -14,7 +14,7 @@ import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-import recipe.ibpo.main_ibpo  # noqa: F401  (registers the prompt-length resolver)
+from recipe.ibpo.config import register_config_resolvers
 from recipe.ibpo.setup_checks import IBPOSetupError, preflight
 from verl_cpu.launch import cpu_env, cpu_overrides, process_env
 
@@ -39,6 +39,7 @@ def overrides_for(tiny_run, *extra: str) -> list[str]:
 
 
 def composed(tiny_run, *extra: str):
+    register_config_resolvers()  # ${ibpo_prompt_length:...}, as main_ibpo.main does before resolving
     with initialize_config_module(config_module="recipe.ibpo.config", version_base=None):
         cfg = compose(config_name="ibpo_trainer", overrides=overrides_for(tiny_run, *extra))
     OmegaConf.resolve(cfg)
