@@ -76,8 +76,9 @@ class RayIBPOTrainer(RayPPOTrainer):
         super().__init__(*args, **kwargs)
         self.ibpo: IBPOConfig = ibpo_config_from(self.config)
         self.counterfactual: CounterfactualConfig | None = counterfactual_config_from(self.config)
-        check_trainer_config(self.config, self.ibpo, self.tokenizer,
-                             model_max_positions(self.config.actor_rollout_ref.model.path))
+        # the checked config, with max_candidate_tokens = 0 resolved to the budget derived from the context
+        self.ibpo = check_trainer_config(self.config, self.ibpo, self.tokenizer,
+                                         model_max_positions(self.config.actor_rollout_ref.model.path))
         self.lambda_schedule = LambdaSchedule(self.ibpo.lambda_schedule, self.ibpo.lam,
                                               self.ibpo.lambda_max_fraction, self.ibpo.lambda_max_momentum)
         self.num_model_params = count_model_params(self.config.actor_rollout_ref.model.path)
@@ -95,6 +96,9 @@ class RayIBPOTrainer(RayPPOTrainer):
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
+    def _encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
     def _generate(self, gen_batch: DataProto) -> DataProto:
         """Generate on driver-built prompts with the main rollout manager (padded to the agent workers)."""
         num_workers = self.config.actor_rollout_ref.rollout.agent.num_workers
@@ -109,7 +113,7 @@ class RayIBPOTrainer(RayPPOTrainer):
         cfg = self.ibpo
         with marked_timer("ibpo_plan", timing_raw):
             requests, scores, ids, is_correct = corr.plan(gen_batch, gen_output, self._decode, cfg,
-                                                          self.global_steps)
+                                                          self.global_steps, self._encode)
         correction_output = None
         if requests:
             with marked_timer("ibpo_gen", timing_raw, color="purple"):
@@ -124,6 +128,7 @@ class RayIBPOTrainer(RayPPOTrainer):
         prompt_tokens, generated_tokens = generation_tokens(correction_output)
         metrics["ibpo/correction_prompt_tokens"] = prompt_tokens
         metrics["ibpo/correction_gen_tokens"] = generated_tokens
+        metrics.update(corr.prefix_cache_metrics(correction_output))
         return result
 
     def _ibpo_step_metrics(self, batch: DataProto, result: corr.CorrectionPass | None, lam: float,

@@ -258,7 +258,7 @@ def test_config_yaml_composes_against_verl(tmp_path):
     assert cfg.actor_rollout_ref.actor.policy_loss.loss_mode == "gspo"
     assert cfg.actor_rollout_ref.actor.loss_agg_mode == "seq-mean-token-mean"
     assert cfg.algorithm.adv_estimator == "ibpo"
-    assert cfg.actor_rollout_ref.rollout.prompt_length == 100 + 2 * 50 + 256
+    assert cfg.actor_rollout_ref.rollout.prompt_length == 100 + 256 + 2 * (50 + 16)  # + truncation marker
     with initialize_config_module(config_module="recipe.ibpo.config", version_base=None):
         off = compose(config_name="ibpo_trainer", overrides=["data.max_prompt_length=100", "ibpo.enable=False"])
     assert off.actor_rollout_ref.rollout.prompt_length == 100  # no correction prompts, no widening
