@@ -159,6 +159,10 @@ def check_trainer_config(config: DictConfig, ibpo: IBPOConfig, tokenizer,
     rollout = config.actor_rollout_ref.rollout
     have = int(rollout.prompt_length)
     context = rollout.get("max_model_len") or max_positions
+    template = correction_template_tokens(ibpo, tokenizer)
+    # first what the context allows (a derived budget that cannot fit names ibpo.max_candidate_tokens)
+    correction_budget(config.data.max_prompt_length, config.data.max_response_length, ibpo.num_references,
+                      ibpo.max_candidate_tokens, template, context)
     response_length = int(rollout.get("response_length") or config.data.max_response_length)
     total = have + response_length
     if context is not None and total > int(context):
@@ -166,10 +170,10 @@ def check_trainer_config(config: DictConfig, ibpo: IBPOConfig, tokenizer,
             f"actor_rollout_ref.rollout.prompt_length={have} + response_length={response_length} = {total} "
             f"exceeds the model context {context} (rollout.max_model_len, else max_position_embeddings): the "
             f"rollout would silently shorten long corrections, which then score wrong. Lower "
-            f"ibpo.max_candidate_tokens (each candidate is middle-truncated to it; 0 derives it from the context) "
-            f"or the response length, or extend the context (rope scaling)."
+            f"rollout.prompt_length (ibpo.max_candidate_tokens = 0 derives the candidates' budget from what is "
+            f"left; an explicit ibpo.max_candidate_tokens must fit it), or the response length, or extend the "
+            f"context (rope scaling)."
         )
-    template = correction_template_tokens(ibpo, tokenizer)
     k = 1 + ibpo.num_references
     shown = (ibpo.max_candidate_tokens if ibpo.max_candidate_tokens > 0
              else min(MIN_DERIVED_CANDIDATE_TOKENS, int(config.data.max_response_length)))
