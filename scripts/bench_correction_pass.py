@@ -99,9 +99,12 @@ def build_phases(tokenizer, num_prompts: int, group_size: int, num_correct: int,
     return phases
 
 
-def run_phase(llm, phase: Phase, length: int, seed: int) -> dict:
-    """Time the phase's generation (forced to ``length`` tokens) and, separately, its prefill alone."""
-    from vllm import SamplingParams
+def run_phase(llm, phase: Phase, length: int, seed: int, sampling_params_cls=None) -> dict:
+    """Time the phase's generation (forced to ``length`` tokens) and, separately, its prefill alone
+    (``sampling_params_cls``: vLLM's ``SamplingParams`` unless given, e.g. by a test)."""
+    if sampling_params_cls is None:
+        from vllm import SamplingParams as sampling_params_cls
+    SamplingParams = sampling_params_cls
 
     def inputs(tag: str):
         return [{"prompt_token_ids": ids, **({"cache_salt": f"{tag}-{i}"} if phase.unique_salt else {})}

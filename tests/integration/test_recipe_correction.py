@@ -279,3 +279,24 @@ def test_several_corrections_per_target_and_rewrite_penalty():
     joint = corr.build_joint_rows(batch, result, trainer.ibpo)
     assert len(set(joint.non_tensor_batch["uid"])) == 1
     assert joint.batch["rm_scores"].sum(-1).tolist() == pytest.approx([0.75, 0.75])  # r(ŷ) = 1 minus 0.25
+
+
+def test_correction_prefix_cache_metrics():
+    """The proxy share is logged every step; the rollout's cached count only where every row reports it."""
+    trainer = make_trainer({"variant": "binary"}, n=4)
+    _, _, metrics, _ = main_step(trainer, [CORRECT, [7, 7, 9], [1, 2, 8], [5, 5]], 4)
+    assert 0.0 <= metrics["ibpo/correction/prompt_tokens_in_shared_prefix_frac"] <= 1.0
+    assert "ibpo/correction/prompt_tokens_cached_frac" not in metrics  # the fake rollout reports none
+
+    # left-padded prompts [pad, 1, 2, 3] and [1, 2, 4, 5]: the second shares 2 of its 4 tokens
+    prompts = torch.tensor([[0, 1, 2, 3], [1, 2, 4, 5]])
+    attention = torch.tensor([[0, 1, 1, 1, 1], [1, 1, 1, 1, 1]])
+    out = DataProto.from_dict(tensors={"prompts": prompts, "attention_mask": attention},
+                              non_tensors={"num_cached_tokens": np.array([0, 2], dtype=object)})
+    assert corr.prompt_token_ids(out) == [[1, 2, 3], [1, 2, 4, 5]]
+    got = corr.prefix_cache_metrics(out)
+    assert got["ibpo/correction/prompt_tokens_in_shared_prefix_frac"] == pytest.approx(2 / 7)
+    assert got["ibpo/correction/prompt_tokens_cached_frac"] == pytest.approx(2 / 7)
+    out.non_tensor_batch["num_cached_tokens"] = np.array([0, None], dtype=object)
+    assert "ibpo/correction/prompt_tokens_cached_frac" not in corr.prefix_cache_metrics(out)
+    assert corr.prefix_cache_metrics(None) == {}
