@@ -36,16 +36,20 @@ def shared_prefix_lengths(prompts: Sequence[Sequence[int]], block_size: int = 1)
     """
     if block_size < 1:
         raise ValueError(f"block_size must be >= 1, got {block_size}")
-    earlier: list[tuple[int, ...]] = []
+    # big-endian fixed-width bytes sort like the token sequences, and compare with memcmp
+    earlier: list[bytes] = []
     out = []
     for prompt in prompts:
-        key = tuple(int(t) for t in prompt)
+        ids = np.asarray(prompt, dtype=np.int64)
+        if ids.size and (ids.min() < 0 or ids.max() >= 2**32):
+            raise ValueError("token ids must lie in [0, 2**32)")
+        key = ids.astype(">u4").tobytes()
         pos = bisect.bisect_left(earlier, key)
         best = 0
         for j in (pos - 1, pos):
             if 0 <= j < len(earlier):
-                best = max(best, common_prefix_length(key, earlier[j]))
-        best = min(best, max(len(key) - 1, 0))
+                best = max(best, common_prefix_length(ids, np.frombuffer(earlier[j], dtype=">u4")))
+        best = min(best, max(len(ids) - 1, 0))
         out.append(best - best % block_size)
         earlier.insert(pos, key)
     return out

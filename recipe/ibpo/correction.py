@@ -126,7 +126,8 @@ def prefix_cache_metrics(output: DataProto | None) -> dict[str, float]:
     """
     if output is None or len(output) == 0:
         return {}
-    prompts = prompt_token_ids(output)
+    ids, mask = output.batch["prompts"], output.batch["attention_mask"][:, : output.batch["prompts"].shape[1]].bool()
+    prompts = [ids[i][mask[i]].numpy() for i in range(ids.shape[0])]  # arrays: no Python lists at 32k tokens
     total = float(sum(len(p) for p in prompts))
     metrics = {"ibpo/correction/prompt_tokens_in_shared_prefix_frac":
                float(sum(shared_prefix_lengths(prompts))) / total if total else 0.0}
