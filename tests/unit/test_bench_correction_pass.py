@@ -99,3 +99,14 @@ def test_run_phase_resets_the_cache_forces_lengths_and_reads_cached_tokens():
     assert row["cached_frac"] == pytest.approx(20 / 100) and row["generated_tokens"] == 64
     table = bench.format_table([row, {**row, "phase": "y", "time_s": 2 * row["time_s"] + 1e-9}])
     assert "| x | 2 | 50 | 20.0% |" in table and table.count("\n") == 3
+
+
+def test_cpu_proxy_script_table():
+    proxy = _load("bench_correction_prompts")
+    rows = proxy.run(2, 8, 2, 96, seed=0, layouts=["target_first", "reference_first+per_group"])
+    assert [r["requests"] for r in rows] == [16, 12, 12]
+    assert rows[2]["distinct_refs"] == 1.0 and rows[1]["distinct_refs"] >= 1.0
+    assert rows[2]["shared_token_frac"] > rows[1]["shared_token_frac"]
+    assert rows[2]["shared_block_frac"] <= rows[2]["shared_token_frac"]
+    table = proxy.format_table(rows)
+    assert table.splitlines()[3].startswith("| corrections, target_first | 12 |")
