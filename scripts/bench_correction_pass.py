@@ -185,7 +185,13 @@ def main(argv=None) -> int:
         for length, phases in phases_by_length.items():
             rows = []
             for phase in phases:
-                rows.append(run_phase(llm, phase, length, args.seed))
+                try:
+                    rows.append(run_phase(llm, phase, length, args.seed))
+                except Exception as exc:  # one phase (e.g. a vLLM without cache_salt) must not lose the others
+                    print(f"  L={length}: {phase.name}: FAILED ({type(exc).__name__}: {exc})", flush=True)
+                    if not rows:
+                        raise
+                    continue
                 print(f"  L={length}: {rows[-1]['phase']}: {rows[-1]['time_s']:.1f} s", flush=True)
             results[length] = rows
             print(f"\nL = {length}\n{format_table(rows)}\n", flush=True)
