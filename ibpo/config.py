@@ -14,6 +14,9 @@ from ibpo.variants import get_variant, variant_names
 
 ALPHA_MODES = ("fixed", "adaptive")
 CANDIDATE_VIEWS = ("full", "strip_thinking")
+# target_first: x~ = (x; y_i; y_ref), the paper's order (Eq. 13/28). reference_first: (x; y_ref; y_i), so the
+# corrections of one prompt that share a reference share the prefix problem + reference (docs/correction_pass.md).
+CANDIDATE_ORDERS = ("target_first", "reference_first")
 LAMBDA_SCHEDULES = ("fixed", "theorem")
 # Where IBPO-mask's token mask applies, by the sign of the row's normalised advantage Â (see `mask_sign`).
 MASK_SIGNS = ("negative_only", "complement_when_positive", "literal")
@@ -74,9 +77,13 @@ class IBPOConfig:
     format_reminder: str = DEFAULT_FORMAT_REMINDER
     template: str = DEFAULT_TEMPLATE
     candidate_labels: tuple[str, ...] = ("Solution 1", "Solution 2")
-    shuffle_candidates: bool = False
+    shuffle_candidates: bool = False  # rejected with candidate_order=reference_first (it would undo the layout)
+    candidate_order: str = "target_first"  # target_first (paper, Eq. 13/28) | reference_first (prefix-cache layout)
+    reference_per_group: bool = False  # one reference draw per group, shared by its wrong responses (each still uniform)
     candidate_view: str = "full"  # full | strip_thinking (drop text up to </think>)
-    max_candidate_tokens: int = 0  # 0 = no truncation; else middle-truncate each candidate to this many tokens
+    # each candidate is middle-truncated to this many tokens *of its re-tokenised text*; 0 = derived at start
+    # from the model context and the response length (recipe/ibpo/setup_checks.py: correction_budget)
+    max_candidate_tokens: int = 0
     correct_threshold: float = 0.5  # a response with reward >= this is "correct" (rewards are {0, 1})
     joint_training: bool = False  # App. E.2 (C): train on correction samples too
     # joint rows' groups for the advantage: per_prompt (all corrections of prompt x form one group) |
@@ -105,6 +112,12 @@ class IBPOConfig:
             raise bad("variant", f"one of the registered variants {variant_names()} (ibpo/variants.py)")
         if self.alpha_mode not in ALPHA_MODES:
             raise bad("alpha_mode", f"one of {ALPHA_MODES}")
+        if self.candidate_order not in CANDIDATE_ORDERS:
+            raise bad("candidate_order", f"one of {CANDIDATE_ORDERS}")
+        if self.candidate_order == "reference_first" and self.shuffle_candidates:
+            raise IBPOConfigError(
+                "ibpo.shuffle_candidates=True with ibpo.candidate_order='reference_first': shuffling puts the target "
+                "first in half the prompts and undoes the shared problem + reference prefix; pick one")
         if self.candidate_view not in CANDIDATE_VIEWS:
             raise bad("candidate_view", f"one of {CANDIDATE_VIEWS}")
         if self.lambda_schedule not in LAMBDA_SCHEDULES:
@@ -138,7 +151,7 @@ class IBPOConfig:
         if self.adaptive_min_samples < 2:
             raise bad("adaptive_min_samples", ">= 2")
         if self.max_candidate_tokens < 0:
-            raise bad("max_candidate_tokens", ">= 0 (0 disables truncation)")
+            raise bad("max_candidate_tokens", ">= 0 (0 derives the budget from the model context at start)")
         if not 0.0 < self.correct_threshold <= 1.0:
             raise bad("correct_threshold", "in (0, 1]")
         if self.rewrite_penalty < 0.0:
@@ -196,4 +209,4 @@ class IBPOConfig:
         return dataclasses.replace(self, **changes)
 
 
-__all__ = ["IBPOConfig", "IBPOConfigError", "DEFAULT_INSTRUCTION"]
+__all__ = ["IBPOConfig", "IBPOConfigError", "CANDIDATE_ORDERS", "DEFAULT_INSTRUCTION"]

@@ -50,19 +50,22 @@ def plan_corrections(
     decode: Callable[[list[int]], str],
     config: IBPOConfig,
     step: int,
+    encode: Callable[[str], list[int]] | None = None,
 ) -> list[CorrectionRequest]:
     """References (Alg. 1 lines 14-19) and correction prompts (Eq. 28) for every wrong response,
-    ``corrections_per_target`` requests each (consecutive, same target)."""
+    ``corrections_per_target`` requests each (consecutive, same target). ``encode`` (the run's tokenizer)
+    makes the candidate budget count re-tokenised tokens (:func:`ibpo.prompts.render_candidate`)."""
     n = len(group_ids)
     if not (len(is_correct) == len(prompt_messages) == len(response_ids) == n):
         raise ValueError("group_ids, is_correct, prompt_messages and response_ids must have equal lengths")
-    references = select_references(group_ids, is_correct, config.num_references, config.seed, step)
+    references = select_references(group_ids, is_correct, config.num_references, config.seed, step,
+                                   per_group=config.reference_per_group)
     rng = np.random.default_rng([int(config.seed), int(step), 1])
     rendered: dict[int, str] = {}
 
     def text(row: int) -> str:
         if row not in rendered:
-            rendered[row] = render_candidate(response_ids[row], decode, config)
+            rendered[row] = render_candidate(response_ids[row], decode, config, encode)
         return rendered[row]
 
     requests = []

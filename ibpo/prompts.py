@@ -1,9 +1,13 @@
 """Correction prompt x~ = (x; y_i; y_ref) as chat messages (paper Eq. 13/28, App. C.1 template).
 
-The candidates are shown under neutral labels ("Solution 1", "Solution 2"), target first unless
-``shuffle_candidates``; a thinking model's candidates can be shown without their thinking block
-(``candidate_view=strip_thinking``); a candidate over the token budget is cut from the middle with a
-visible marker, never silently.
+The candidates are shown under neutral labels ("Solution 1", "Solution 2"), target first
+(``candidate_order=target_first``, the paper's order) or the references first (``reference_first``: the
+corrections of a prompt that share a reference then share the prefix problem + reference, which vLLM's
+prefix cache reuses; docs/correction_pass.md), or in random order with ``shuffle_candidates``; a thinking
+model's candidates can be shown without their thinking block (``candidate_view=strip_thinking``); a
+candidate over the token budget is cut from the middle with a visible marker, never silently. The budget
+counts tokens of the candidate *as it will be re-tokenised* in the correction prompt, not of the
+generated ids: decoded text can re-tokenise longer (1.55x for a random-token response).
 """
 
 from __future__ import annotations
@@ -62,13 +66,26 @@ def thinking_end_index(token_ids: Sequence[int], decode: Callable[[list[int]], s
     return hi
 
 
-def render_candidate(token_ids: Sequence[int], decode: Callable[[list[int]], str], config: IBPOConfig) -> str:
+def render_candidate(token_ids: Sequence[int], decode: Callable[[list[int]], str], config: IBPOConfig,
+                     encode: Callable[[str], list[int]] | None = None) -> str:
     """Text of one candidate as shown in the correction prompt: the view first (``strip_thinking`` drops
     everything up to the last ``</think>``), then middle truncation of what is shown, with a marker, so
-    the token budget is spent on the visible text and a thinking block can never leak through the cut."""
+    the token budget is spent on the visible text and a thinking block can never leak through the cut.
+
+    With ``encode`` (the run's tokenizer, no special tokens) the shown text is re-tokenised and the cut is
+    made on those ids, so the candidate takes at most ``max_candidate_tokens`` tokens of the correction
+    prompt however differently its text re-tokenises. Without it the cut is made on the generated ids (for
+    callers with no tokenizer, e.g. the simulation). ``max_candidate_tokens = 0`` keeps everything: the
+    trainer replaces 0 by the budget it derives at start (``recipe/ibpo/setup_checks.correction_budget``).
+    """
     ids = list(token_ids)
     if config.candidate_view == "strip_thinking":
         ids = ids[thinking_end_index(ids, decode):]
+    if encode is not None:
+        text = decode(ids)
+        if config.max_candidate_tokens <= 0:
+            return text.strip()
+        ids = list(encode(text))
     head, tail, omitted = truncate_middle(ids, config.max_candidate_tokens)
     text = decode(head)
     if omitted:
@@ -93,10 +110,14 @@ def build_correction_messages(
 ) -> list[Message]:
     """Chat messages of x~ = (x; y; y_ref): system messages of x kept, one user turn with the template.
 
-    With no reference (``num_references = 0``) the prompt shows the target alone under the first label
-    and uses ``config.self_instruction``.
+    ``candidate_order = reference_first`` shows the references before the target, (x; y_ref; y), under the
+    same neutral labels. With no reference (``num_references = 0``) the prompt shows the target alone under
+    the first label and uses ``config.self_instruction``.
     """
-    candidates = [target_text, *reference_texts]
+    if config.candidate_order == "reference_first":
+        candidates = [*reference_texts, target_text]
+    else:
+        candidates = [target_text, *reference_texts]
     if config.shuffle_candidates and len(candidates) > 1:
         if rng is None:
             raise ValueError("shuffle_candidates=True needs an rng")

@@ -388,7 +388,9 @@ def compare_and_correct(problems: list[Problem], prompts: list[list[int]], compl
     response_ids = [c.token_ids for row in completions for c in row]
     messages = [problems[p].messages for p in group_ids]
     decode = lambda ids: generator.tokenizer.decode(list(ids), skip_special_tokens=True)  # noqa: E731
-    requests = plan_corrections(group_ids, [False] * len(group_ids), messages, response_ids, decode, config, step=0)
+    encode = lambda text: generator.tokenizer.encode(text, add_special_tokens=False)  # noqa: E731
+    requests = plan_corrections(group_ids, [False] * len(group_ids), messages, response_ids, decode, config, step=0,
+                                encode=encode)
     if len(requests) != len(group_ids):
         raise RuntimeError(f"expected one correction request per sample, got {len(requests)} for {len(group_ids)}")
     correction_prompts = [encode_messages(generator.tokenizer, r.messages, template_kwargs) for r in requests]

@@ -24,6 +24,7 @@ from verl.utils.model import compute_position_id_with_mask
 from ibpo.advantages import place_sequence_reward, shaped_rewards, signed_token_mask
 from ibpo.config import IBPOConfig
 from ibpo.pipeline import CorrectionRequest, ShapingOutcome, plan_corrections
+from ibpo.prefix_sharing import shared_prefix_lengths
 
 # keys IBPO adds to the training batch
 DELTA_KEY = "ibpo_delta"
@@ -89,8 +90,10 @@ class CorrectionPass:
 
 
 def plan(gen_batch: DataProto, gen_output: DataProto, decode: Callable[[list[int]], str], config: IBPOConfig,
-         step: int) -> tuple[list[CorrectionRequest], torch.Tensor, list[list[int]], list[bool]]:
-    """Score the main rows and plan one correction request per wrong response (× corrections_per_target)."""
+         step: int, encode: Callable[[str], list[int]] | None = None
+         ) -> tuple[list[CorrectionRequest], torch.Tensor, list[list[int]], list[bool]]:
+    """Score the main rows and plan one correction request per wrong response (× corrections_per_target);
+    ``encode`` makes the candidate budget count re-tokenised tokens."""
     if len(gen_batch) != len(gen_output):
         raise ValueError(f"generation input has {len(gen_batch)} rows but output {len(gen_output)}")
     scores = sequence_scores(gen_output)
@@ -98,8 +101,40 @@ def plan(gen_batch: DataProto, gen_output: DataProto, decode: Callable[[list[int
     ids = response_token_ids(gen_output)
     prompts = [messages_of(p) for p in gen_batch.non_tensor_batch["raw_prompt"]]
     requests = plan_corrections(list(gen_batch.non_tensor_batch["uid"]), is_correct, prompts, ids, decode,
-                                config, step)
+                                config, step, encode)
     return requests, scores, ids, is_correct
+
+
+def prompt_token_ids(output: DataProto) -> list[list[int]]:
+    """The prompt tokens of every row of a generation output (``prompts`` is left-padded; the first
+    ``prompts.shape[1]`` columns of ``attention_mask`` mark its real tokens)."""
+    prompts = output.batch["prompts"]
+    mask = output.batch["attention_mask"][:, : prompts.shape[1]].bool()
+    return [prompts[i][mask[i]].tolist() for i in range(prompts.shape[0])]
+
+
+def prefix_cache_metrics(output: DataProto | None) -> dict[str, float]:
+    """How much of the correction prompts a prefix cache can reuse (docs/correction_pass.md).
+
+    ``ibpo/correction/prompt_tokens_in_shared_prefix_frac``: CPU proxy, the share of correction prompt
+    tokens lying in a prefix shared with an earlier correction prompt of the step (token level, unbounded
+    cache, batch order; :func:`ibpo.prefix_sharing.shared_prefix_lengths`). It counts no reuse from the
+    main generation and ignores eviction and scheduling, so it is what the layout makes reusable, not what
+    was reused. ``ibpo/correction/prompt_tokens_cached_frac``: what the rollout reports it actually served
+    from its prefix cache (verl 0.9.1's vLLM server puts vLLM's ``num_cached_tokens`` into the output's
+    ``num_cached_tokens`` field); logged only when every row reports it (the CPU ``hf`` rollout does not).
+    """
+    if output is None or len(output) == 0:
+        return {}
+    ids, mask = output.batch["prompts"], output.batch["attention_mask"][:, : output.batch["prompts"].shape[1]].bool()
+    prompts = [ids[i][mask[i]].numpy() for i in range(ids.shape[0])]  # arrays: no Python lists at 32k tokens
+    total = float(sum(len(p) for p in prompts))
+    metrics = {"ibpo/correction/prompt_tokens_in_shared_prefix_frac":
+               float(sum(shared_prefix_lengths(prompts))) / total if total else 0.0}
+    cached = output.non_tensor_batch.get("num_cached_tokens")
+    if cached is not None and total and all(c is not None for c in cached):
+        metrics["ibpo/correction/prompt_tokens_cached_frac"] = float(sum(int(c) for c in cached)) / total
+    return metrics
 
 
 def read_corrections(requests: list[CorrectionRequest], correction_output: DataProto | None

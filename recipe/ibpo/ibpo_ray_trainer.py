@@ -63,7 +63,8 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
     def _init_ibpo_state(self, max_positions: int | None, model_shape) -> None:
         """The validated ``ibpo:`` block, the start checks, the λ schedule and the compute counter."""
         self.ibpo: IBPOConfig = ibpo_config_from(self.config)
-        check_trainer_config(self.config, self.ibpo, self.tokenizer, max_positions)
+        # the checked config, with max_candidate_tokens = 0 resolved to the budget derived from the context
+        self.ibpo = check_trainer_config(self.config, self.ibpo, self.tokenizer, max_positions)
         self.lambda_schedule = LambdaSchedule(self.ibpo.lambda_schedule, self.ibpo.lam,
                                               self.ibpo.lambda_max_fraction, self.ibpo.lambda_max_momentum)
         self.model_shape = model_shape  # ibpo.compute.ModelShape: what the FLOP count needs of the model
@@ -156,6 +157,9 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
+    def _encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
     def _generate(self, gen_batch: DataProto) -> DataProto:
         """Generate on driver-built prompts with the main rollout manager (padded to the agent workers)."""
         num_workers = self.config.actor_rollout_ref.rollout.agent.num_workers
@@ -170,7 +174,7 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
         cfg = self.ibpo
         with marked_timer("ibpo_plan", timing_raw):
             requests, scores, ids, is_correct = corr.plan(gen_batch, gen_output, self._decode, cfg,
-                                                          self.global_steps)
+                                                          self.global_steps, self._encode)
         correction_output = None
         if requests:
             with marked_timer("ibpo_gen", timing_raw, color="purple"):
@@ -188,6 +192,7 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
         prompt_tokens, generated_tokens = generation_tokens(correction_output)
         metrics["ibpo/correction_prompt_tokens"] = prompt_tokens
         metrics["ibpo/correction_gen_tokens"] = generated_tokens
+        metrics.update(corr.prefix_cache_metrics(correction_output))
         return result
 
     def _ibpo_step_metrics(self, batch: DataProto, result: corr.CorrectionPass | None, lam: float,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -69,27 +70,97 @@ def trainer_class_for(config: DictConfig) -> type:
     return getattr(importlib.import_module(module), name)
 
 
+# Tokens the truncation marker "[... n tokens omitted ...]" and its newlines can take.
+TRUNCATION_MARKER_TOKENS = 16
+# A derived candidate budget below this shows too little of a solution to compare: the start check fails.
+MIN_DERIVED_CANDIDATE_TOKENS = 64
+
+
+@dataclass(frozen=True)
+class CorrectionBudget:
+    """Token budgets of the correction pass (docs/correction_pass.md, "Bounded cost").
+
+    ``max_tokens``: what a correction may generate, the main generation's ``max_response_length`` (a
+    correction writes a whole solution, and verl's rollout serves it with ``rollout.response_length``);
+    ``candidate_tokens``: each candidate's budget in tokens of its re-tokenised text;
+    ``prompt_tokens``: the longest correction prompt, x + (1 + K-1) candidates (+ marker) + template.
+    """
+
+    max_tokens: int
+    candidate_tokens: int
+    prompt_tokens: int
+    derived: bool  # True when candidate_tokens was derived (ibpo.max_candidate_tokens = 0)
+
+
+def correction_budget(max_prompt: int, max_response: int, num_references: int, max_candidate_tokens: int,
+                      template_tokens: int = CORRECTION_TEMPLATE_TOKENS, context: int | None = None,
+                      prompt_length: int | None = None) -> CorrectionBudget:
+    """The correction pass's budgets; raises :class:`IBPOSetupError` naming the option when they cannot fit.
+
+    An explicit ``max_candidate_tokens > 0`` is used as is. ``0`` derives the budget: the room a correction
+    prompt has, ``min(context - max_response, prompt_length)`` (either may be unknown), minus x and the
+    template, split over the 1 + K-1 candidates less the marker, capped at ``max_response`` (a candidate
+    is a response: more room would only widen the padded prompt tensors). With neither bound known it is
+    ``max_response`` (a candidate re-tokenising longer is still cut to it).
+    """
+    max_prompt, max_response, k = int(max_prompt), int(max_response), 1 + int(num_references)
+    fixed = int(max_prompt) + int(template_tokens)
+    rooms = [r for r in (None if context is None else int(context) - max_response,
+                         None if prompt_length is None else int(prompt_length)) if r is not None]
+    derived = int(max_candidate_tokens) <= 0
+    if not derived:
+        candidate = int(max_candidate_tokens)
+    elif not rooms:
+        candidate = max_response
+    else:
+        candidate = min(max_response, (min(rooms) - fixed) // k - TRUNCATION_MARKER_TOKENS)
+        if candidate < min(MIN_DERIVED_CANDIDATE_TOKENS, max_response):
+            raise IBPOSetupError(
+                f"ibpo.max_candidate_tokens=0 derives each candidate's budget from the room of a correction prompt, "
+                f"min(context {context} - data.max_response_length {max_response}, rollout.prompt_length "
+                f"{prompt_length}) - data.max_prompt_length {max_prompt} - template {template_tokens} over "
+                f"{k} candidates - marker = {candidate} tokens < {min(MIN_DERIVED_CANDIDATE_TOKENS, max_response)}: the "
+                f"context cannot "
+                f"fit a correction prompt. Extend the context (rollout.max_model_len / rope scaling), raise "
+                f"rollout.prompt_length, or lower data.max_response_length / data.max_prompt_length")
+    prompt_tokens = fixed + k * (candidate + TRUNCATION_MARKER_TOKENS)
+    budget = CorrectionBudget(max_response, candidate, prompt_tokens, derived)
+    if not derived and rooms and prompt_tokens > min(rooms):
+        raise IBPOSetupError(
+            f"ibpo.max_candidate_tokens={candidate} does not fit: a correction prompt can need {prompt_tokens} tokens "
+            f"(data.max_prompt_length {max_prompt} + {k} candidates of {candidate} + marker + template "
+            f"{template_tokens}) but has room for {min(rooms)} (min(context {context} - data.max_response_length "
+            f"{max_response}, rollout.prompt_length {prompt_length})). Lower ibpo.max_candidate_tokens or set it "
+            f"to 0 to derive it from the context")
+    return budget
+
+
 def correction_prompt_length(max_prompt: int, max_response: int, num_references: int, max_candidate_tokens: int,
-                             template_tokens: int = CORRECTION_TEMPLATE_TOKENS) -> int:
-    """Tokens a correction prompt x~ can need: x + (1 + K-1) candidates (each ``max_candidate_tokens`` plus
-    the truncation marker when truncated, else a whole response) + the template's own text."""
-    per_candidate = int(max_candidate_tokens) + 16 if int(max_candidate_tokens) > 0 else int(max_response)
-    return int(max_prompt) + (1 + int(num_references)) * per_candidate + int(template_tokens)
+                             template_tokens: int = CORRECTION_TEMPLATE_TOKENS, context: int | None = None) -> int:
+    """Tokens a correction prompt x~ can need (:func:`correction_budget`); the config-time default of
+    ``rollout.prompt_length``. Where the budgets cannot fit it falls back to the unbounded size so the
+    config still composes and the start check reports the problem by name."""
+    try:
+        return correction_budget(max_prompt, max_response, num_references, max_candidate_tokens,
+                                 template_tokens, context).prompt_tokens
+    except IBPOSetupError:
+        return correction_budget(max_prompt, max_response, num_references, max_candidate_tokens,
+                                 template_tokens).prompt_tokens
 
 
-def correction_prompt_budget(config: DictConfig, ibpo: IBPOConfig, tokenizer) -> int:
-    """:func:`correction_prompt_length` with the template's text measured by the run's tokenizer."""
+def correction_template_tokens(ibpo: IBPOConfig, tokenizer) -> int:
+    """Tokens of the correction template's own text (empty problem and candidates), by the run's tokenizer,
+    plus the chat template's scaffolding allowance."""
     scaffold = build_correction_messages([{"role": "user", "content": ""}], "", [""] * ibpo.num_references, ibpo)
-    template_tokens = len(tokenizer.encode(scaffold[-1]["content"], add_special_tokens=False))
-    return correction_prompt_length(config.data.max_prompt_length, config.data.max_response_length,
-                                    ibpo.num_references, ibpo.max_candidate_tokens,
-                                    template_tokens + CHAT_TEMPLATE_SLACK_TOKENS)
+    return len(tokenizer.encode(scaffold[-1]["content"], add_special_tokens=False)) + CHAT_TEMPLATE_SLACK_TOKENS
 
 
-def check_trainer_config(config: DictConfig, ibpo: IBPOConfig, tokenizer, max_positions: int | None = None) -> None:
-    """Fail early on settings that would make IBPO silently wrong. ``max_positions`` is the model's
-    context length (``max_position_embeddings``), used when ``rollout.max_model_len`` is unset, as verl's
-    vLLM server does."""
+def check_trainer_config(config: DictConfig, ibpo: IBPOConfig, tokenizer,
+                         max_positions: int | None = None) -> IBPOConfig:
+    """Fail early on settings that would make IBPO silently wrong; return ``ibpo`` with the candidate budget
+    resolved (``max_candidate_tokens = 0`` replaced by the budget derived from the context and
+    ``rollout.prompt_length``, :func:`correction_budget`). ``max_positions`` is the model's context length
+    (``max_position_embeddings``), used when ``rollout.max_model_len`` is unset, as verl's vLLM server does."""
     algo = config.algorithm
     if algo.adv_estimator in ("remax",):
         raise IBPOSetupError("algorithm.adv_estimator=remax is not supported by the IBPO trainer")
@@ -108,26 +179,41 @@ def check_trainer_config(config: DictConfig, ibpo: IBPOConfig, tokenizer, max_po
     if ibpo.enable and int(config.actor_rollout_ref.rollout.n) < 2 and ibpo.num_references > 0:
         raise IBPOSetupError("actor_rollout_ref.rollout.n must be >= 2 for reference-based correction "
                              "(or set ibpo.num_references=0 for self-correction)")
-    if ibpo.enable:
-        need = correction_prompt_budget(config, ibpo, tokenizer)
-        have = int(config.actor_rollout_ref.rollout.prompt_length)
-        if have < need:
-            raise IBPOSetupError(
-                f"actor_rollout_ref.rollout.prompt_length={have} is too small for correction prompts: they can need "
-                f"{need} tokens (data.max_prompt_length + {1 + ibpo.num_references} candidates of "
-                f"{ibpo.max_candidate_tokens or config.data.max_response_length} tokens + template). verl would "
-                f"left-truncate them with only a warning. Raise rollout.prompt_length or set ibpo.max_candidate_tokens."
-            )
-        context = config.actor_rollout_ref.rollout.get("max_model_len") or max_positions
-        total = have + int(config.actor_rollout_ref.rollout.response_length)
-        if context is not None and total > int(context):
-            raise IBPOSetupError(
-                f"actor_rollout_ref.rollout.prompt_length={have} + response_length="
-                f"{config.actor_rollout_ref.rollout.response_length} = {total} exceeds the model context {context} "
-                f"(rollout.max_model_len, else max_position_embeddings): the rollout would silently shorten long "
-                f"corrections, which then score wrong. Lower ibpo.max_candidate_tokens (each candidate is "
-                f"middle-truncated to it) or the response length, or extend the context (rope scaling)."
-            )
+    if not ibpo.enable:
+        return ibpo
+    rollout = config.actor_rollout_ref.rollout
+    have = int(rollout.prompt_length)
+    context = rollout.get("max_model_len") or max_positions
+    template = correction_template_tokens(ibpo, tokenizer)
+    # first what the context allows (a derived budget that cannot fit names ibpo.max_candidate_tokens)
+    correction_budget(config.data.max_prompt_length, config.data.max_response_length, ibpo.num_references,
+                      ibpo.max_candidate_tokens, template, context)
+    response_length = int(rollout.get("response_length") or config.data.max_response_length)
+    total = have + response_length
+    if context is not None and total > int(context):
+        raise IBPOSetupError(
+            f"actor_rollout_ref.rollout.prompt_length={have} + response_length={response_length} = {total} "
+            f"exceeds the model context {context} (rollout.max_model_len, else max_position_embeddings): the "
+            f"rollout would silently shorten long corrections, which then score wrong. Lower "
+            f"rollout.prompt_length (ibpo.max_candidate_tokens = 0 derives the candidates' budget from what is "
+            f"left; an explicit ibpo.max_candidate_tokens must fit it), or the response length, or extend the "
+            f"context (rope scaling)."
+        )
+    k = 1 + ibpo.num_references
+    shown = (ibpo.max_candidate_tokens if ibpo.max_candidate_tokens > 0
+             else min(MIN_DERIVED_CANDIDATE_TOKENS, int(config.data.max_response_length)))
+    need = int(config.data.max_prompt_length) + template + k * (shown + TRUNCATION_MARKER_TOKENS)
+    if have < need:
+        raise IBPOSetupError(
+            f"actor_rollout_ref.rollout.prompt_length={have} is too small for correction prompts: they need "
+            f"{need} tokens (data.max_prompt_length + {k} candidates of "
+            f"{'ibpo.max_candidate_tokens=' if ibpo.max_candidate_tokens > 0 else 'at least '}{shown} tokens + marker "
+            f"+ template {template}). verl would left-truncate them with only a warning. Raise rollout.prompt_length "
+            f"or lower ibpo.max_candidate_tokens."
+        )
+    budget = correction_budget(config.data.max_prompt_length, config.data.max_response_length, ibpo.num_references,
+                               ibpo.max_candidate_tokens, template, context, have)
+    return ibpo.replace(max_candidate_tokens=budget.candidate_tokens)
 
 
 def model_max_positions(model_path: str) -> int | None:

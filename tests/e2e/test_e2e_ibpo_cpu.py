@@ -61,6 +61,9 @@ def test_ibpo_corrections_are_generated_scored_and_shape_rewards(ibpo_joint):
         assert m["ibpo/num_corrections"] == m["ibpo/num_wrong"], step
         if m["ibpo/num_corrections"]:
             assert m["ibpo/correction_gen_tokens"] > 0 and m["ibpo/time/correction_gen_s"] > 0, step
+            # the prefix-cache proxy is logged; the hf rollout reports no cached-token count
+            assert 0 <= m["ibpo/correction/prompt_tokens_in_shared_prefix_frac"] < 1, step
+            assert "ibpo/correction/prompt_tokens_cached_frac" not in m, step
         # Δ > 0 exactly when some correction succeeded without being a rewrite; binary Δ = β = 0.5
         succeeded = m["ibpo/correction_success_rate"] > 0 and m["ibpo/rewrite_rate"] < 1
         assert (m["ibpo/shaped_fraction"] > 0) == succeeded, step

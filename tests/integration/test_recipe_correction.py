@@ -295,7 +295,7 @@ def test_config_yaml_composes_against_verl(tmp_path):
     assert cfg.actor_rollout_ref.actor.loss_agg_mode == "seq-mean-token-mean"
     assert cfg.algorithm.adv_estimator == "ibpo"
     assert trainer_class_for(cfg) is RayIBPOTrainer and "counterfactual" not in cfg
-    assert cfg.actor_rollout_ref.rollout.prompt_length == 100 + 2 * 50 + 256
+    assert cfg.actor_rollout_ref.rollout.prompt_length == 100 + 256 + 2 * (50 + 16)  # + truncation marker
     with initialize_config_module(config_module="recipe.ibpo.config", version_base=None):
         off = compose(config_name="ibpo_trainer", overrides=["data.max_prompt_length=100", "ibpo.enable=False"])
     assert off.actor_rollout_ref.rollout.prompt_length == 100  # no correction prompts, no widening
@@ -359,3 +359,23 @@ def test_correction_uids_stay_apart_from_main_uids():
     assert torch.equal(merged[len(batch):], advantages(copy.deepcopy(joint)))
     # the corrections of prompt 0 succeed and fail: a real group signal of their own
     assert merged[len(batch):].abs().sum() > 0
+
+def test_correction_prefix_cache_metrics():
+    """The proxy share is logged every step; the rollout's cached count only where every row reports it."""
+    trainer = make_trainer({"variant": "binary"}, n=4)
+    _, _, metrics, _ = main_step(trainer, [CORRECT, [7, 7, 9], [1, 2, 8], [5, 5]], 4)
+    assert 0.0 <= metrics["ibpo/correction/prompt_tokens_in_shared_prefix_frac"] <= 1.0
+    assert "ibpo/correction/prompt_tokens_cached_frac" not in metrics  # the fake rollout reports none
+
+    # left-padded prompts [pad, 1, 2, 3] and [1, 2, 4, 5]: the second shares 2 of its 4 tokens
+    prompts = torch.tensor([[0, 1, 2, 3], [1, 2, 4, 5]])
+    attention = torch.tensor([[0, 1, 1, 1, 1], [1, 1, 1, 1, 1]])
+    out = DataProto.from_dict(tensors={"prompts": prompts, "attention_mask": attention},
+                              non_tensors={"num_cached_tokens": np.array([0, 2], dtype=object)})
+    assert corr.prompt_token_ids(out) == [[1, 2, 3], [1, 2, 4, 5]]
+    got = corr.prefix_cache_metrics(out)
+    assert got["ibpo/correction/prompt_tokens_in_shared_prefix_frac"] == pytest.approx(2 / 7)
+    assert got["ibpo/correction/prompt_tokens_cached_frac"] == pytest.approx(2 / 7)
+    out.non_tensor_batch["num_cached_tokens"] = np.array([0, None], dtype=object)
+    assert "ibpo/correction/prompt_tokens_cached_frac" not in corr.prefix_cache_metrics(out)
+    assert corr.prefix_cache_metrics(None) == {}
