@@ -56,7 +56,7 @@ def _group_prompts(tokenizer, order: str):
     texts = ["7 is the answer since 3 + 4 = 7", "1 + 1 = 9 so 9", "2 * 4 = 6 hence 6"]
     ids = [_encode(tokenizer)(t) for t in texts]
     problem = [{"role": "user", "content": "What is 3 + 4? Put the answer in \\boxed{}."}]
-    config = IBPOConfig(group_size=3, candidate_order=order, reference_per_group=True, max_candidate_tokens=512)
+    config = IBPOConfig(candidate_order=order, reference_per_group=True, max_candidate_tokens=512)
     requests = plan_corrections([0, 0, 0], [True, False, False], [problem] * 3, ids, _decode(tokenizer), config,
                                 step=0, encode=_encode(tokenizer))
     prompts = [chat_prompt_ids(tokenizer, r.messages) for r in requests]
