@@ -145,6 +145,7 @@ def main() -> None:
     parser.add_argument("--measure", action="store_true", help="report sampled and greedy accuracy on val")
     args = parser.parse_args()
     assets = build_toy_assets(args.out, sft_steps=args.sft_steps, seed=args.seed)
+    (Path(args.out) / "assets.json").write_text(json.dumps(assets, indent=1))  # read by scripts/compare_methods.py
     print(json.dumps(assets, indent=1))
     if args.measure:
         print(json.dumps(measure(assets["model"], assets["val"])))
