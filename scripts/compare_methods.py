@@ -153,7 +153,7 @@ def summarize(runs: dict[str, list[list[plot_curves.Record]]], methods: list[Met
     """Per method: eval at step 0, final and best eval (CI over seeds), compute to the threshold on the seed
     mean (CI), optimizer updates, summed wall time per phase (mean over seeds)."""
     out = {}
-    thresholds, _ = plot_curves.threshold_table(runs, methods[0].name, REWARD_KEY, COMPUTE_KEY, args.threshold,
+    _, thresholds = plot_curves.threshold_table(runs, methods[0].name, REWARD_KEY, COMPUTE_KEY, args.threshold,
                                                 args.smooth)
     for method in methods:
         seeds = runs.get(method.name, [])

@@ -283,7 +283,8 @@ def plot(runs: dict[str, list[list[Record]]], reward_key: str, eval_keys: list[s
         ax.set_xlabel(x_label or ("training compute" + (f" ({x_key})" if x_key != "step" else " (step)")))
         ax.set_ylabel("accuracy" if match else "reward")
         ax.grid(alpha=0.3)
-        ax.legend()
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend()
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=120)
