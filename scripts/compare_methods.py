@@ -106,7 +106,10 @@ def run_one(assets: dict, out: Path, method: Method, seed: int, args: argparse.N
            f"trainer.default_local_dir={out / 'checkpoints' / name}",
            "trainer.val_before_train=True", f"trainer.test_freq={args.test_freq}",
            *run_overrides(method, seed, args.n, args.lr)]
-    env = process_env(os.environ, cpu_env(metrics_path=metrics_path))
+    # One torch/OpenMP thread per process: on a small shared machine extra threads mostly wait for a core.
+    threads = str(args.threads)
+    env = process_env(os.environ, {**cpu_env(metrics_path=metrics_path), "OMP_NUM_THREADS": threads,
+                                   "MKL_NUM_THREADS": threads})
     print(f"[compare] {name}: G={group}, {args.steps} steps ...", flush=True)
     result = run_with_timeout(cmd, env, timeout_s=args.timeout, log_path=out / f"{name}.log", cwd=out)
     status = "ok" if result.returncode == 0 else ("timed out" if result.timed_out else f"exit {result.returncode}")
@@ -235,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--test-freq", type=int, default=10, help="greedy eval on the val set every N steps (and at 0)")
     p.add_argument("--threshold", type=float, default=0.5, help="training-reward threshold for compute-to-threshold")
     p.add_argument("--smooth", type=int, default=5, help="trailing window (steps) of the training reward")
+    p.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of every process of a run")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds before one run is killed")
     p.add_argument("--report-only", action="store_true", help="only summarise the runs already under --out")
     args = p.parse_args(argv)
