@@ -105,6 +105,9 @@ def run_one(assets: dict, out: Path, method: Method, seed: int, args: argparse.N
                           max_response_length=args.max_response_length),
            f"trainer.default_local_dir={out / 'checkpoints' / name}",
            "trainer.val_before_train=True", f"trainer.test_freq={args.test_freq}",
+           # fp32 actor compute: FSDP's default bf16 parameters run the update ~10x slower on CPUs without
+           # bf16 matrix instructions, and the hf rollout samples in fp32 anyway
+           "++actor_rollout_ref.actor.fsdp_config.mixed_precision={param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}",
            *run_overrides(method, seed, args.n, args.lr)]
     # One torch/OpenMP thread per process: on a small shared machine extra threads mostly wait for a core.
     threads = str(args.threads)

@@ -24,7 +24,7 @@ from toy_task.rows import read_rows, write_task_parquets
 
 HIDDEN_SIZE = 96
 NUM_LAYERS = 2
-SFT_STEPS = 400
+SFT_STEPS = 1000
 SFT_SEED_OFFSET = 1000  # SFT problems come from a seed disjoint from the RL train (seed) / val (seed + 1) ones
 MAX_RESPONSE_TOKENS = 96
 
