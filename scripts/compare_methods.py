@@ -262,7 +262,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[compare] building the toy assets in {assets_dir} ...", flush=True)
             stamp.parent.mkdir(parents=True, exist_ok=True)
             stamp.write_text(json.dumps(build_toy_assets(assets_dir), indent=1))
-        assets = json.loads(stamp.read_text())
+        # paths relative to the directory the assets were built from (runs start in --out)
+        assets = {k: str(Path(v).resolve()) if isinstance(v, str) else v for k, v in json.loads(stamp.read_text()).items()}
         start = time.monotonic()
         for seed in args.seeds:
             for method in methods:

@@ -123,7 +123,7 @@ def build_toy_assets(out_dir: str | Path, sft_steps: int = SFT_STEPS, n_train: i
     SFT losses."""
     from verl_cpu.tiny_assets import build_tiny_model, build_tiny_tokenizer
 
-    out = Path(out_dir)
+    out = Path(out_dir).resolve()  # absolute paths in the returned dict: runs start in other directories
     tokenizer = build_tiny_tokenizer(out / "tokenizer", seed=seed, corpus=tokenizer_corpus(seed),
                                      individual_digits=True)
     build_tiny_model(out / "model_init", tokenizer, hidden_size=hidden_size, num_layers=num_layers, seed=seed)
