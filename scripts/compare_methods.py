@@ -73,7 +73,7 @@ class Method:
 METHODS = [Method("GSPO G=n", True, 1), Method("IBPO G=n", False, 1), Method("GSPO G=4n", True, 4)]
 
 
-def run_overrides(method: Method, seed: int, n: int, lr: float) -> list[str]:
+def run_overrides(method: Method, seed: int, n: int, lr: float, warmup_steps: int = 0) -> list[str]:
     """The method's part of the command line (quickstart's override builder) plus the seeds and the learning
     rate; the CPU part comes from ``verl_cpu.launch.cpu_overrides``."""
     from recipe.ibpo.quickstart import ibpo_overrides
@@ -81,6 +81,9 @@ def run_overrides(method: Method, seed: int, n: int, lr: float) -> list[str]:
     return [
         *ibpo_overrides(method.variant, joint_training=False, baseline=method.baseline),
         f"actor_rollout_ref.actor.optim.lr={lr}",
+        # linear warmup: Adam's first steps are sign-like (every weight moves by ~lr), which a noisy policy
+        # gradient at lr 1e-3 turned into a collapse of the tiny policy within 3 steps
+        f"actor_rollout_ref.actor.optim.lr_warmup_steps={warmup_steps}",
         f"data.seed={seed}",
         f"actor_rollout_ref.rollout.seed={seed}",
         f"ibpo.seed={seed}",
@@ -108,7 +111,7 @@ def run_one(assets: dict, out: Path, method: Method, seed: int, args: argparse.N
            # fp32 actor compute: FSDP's default bf16 parameters run the update ~10x slower on CPUs without
            # bf16 matrix instructions, and the hf rollout samples in fp32 anyway
            "++actor_rollout_ref.actor.fsdp_config.mixed_precision={param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}",
-           *run_overrides(method, seed, args.n, args.lr)]
+           *run_overrides(method, seed, args.n, args.lr, args.warmup_steps)]
     # One torch/OpenMP thread per process: on a small shared machine extra threads mostly wait for a core.
     threads = str(args.threads)
     env = process_env(os.environ, {**cpu_env(metrics_path=metrics_path), "OMP_NUM_THREADS": threads,
@@ -236,7 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--n", type=int, default=4, help="group size n of GSPO G=n and IBPO G=n (GSPO G=4n: 4n)")
     p.add_argument("--batch-size", type=int, default=8, help="prompts per step (one optimizer update per step)")
-    p.add_argument("--lr", type=float, default=1e-4)
+    p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--warmup-steps", type=int, default=5, help="linear learning-rate warmup (steps)")
     p.add_argument("--max-response-length", type=int, default=96)
     p.add_argument("--test-freq", type=int, default=10, help="greedy eval on the val set every N steps (and at 0)")
     p.add_argument("--threshold", type=float, default=0.5, help="training-reward threshold for compute-to-threshold")
