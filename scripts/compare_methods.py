@@ -184,6 +184,7 @@ def summarize(runs: dict[str, list[list[plot_curves.Record]]], methods: list[Met
                   for title, key in PHASES}
         out[method.name] = {
             "seeds": len(seeds), "G": group,
+            "steps": [max((r.step for r in recs if REWARD_KEY in r.data), default=0) for recs in seeds],
             "eval_step0": ci_over_seeds(initial), "final_eval": ci_over_seeds(final), "best_eval": ci_over_seeds(best),
             "final_train_reward": ci_over_seeds([float(plot_curves.series(r, REWARD_KEY, "step")[1][-args.smooth:].mean())
                                                  for r in seeds]),
@@ -206,10 +207,10 @@ def _ci(c: dict, fmt: str = "{:.3f}") -> str:
 def format_tables(summary: dict, args: argparse.Namespace) -> str:
     """Two Markdown tables: accuracy and compute, then wall time per phase."""
     base = next(iter(summary))
-    lines = [f"| method | seeds | eval at step 0 | final eval [95% CI] | best eval [95% CI] | final train reward "
+    lines = [f"| method | seeds | steps | eval at step 0 | final eval [95% CI] | best eval [95% CI] | final train reward "
              f"(last {args.smooth}) | FLOPs to train reward ≥ {args.threshold} (seed mean) [95% CI] | vs {base} "
              f"| total FLOPs | optimizer updates |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, s in summary.items():
         t = s["threshold"]
         reach = f"{t['compute']:.3g}" if math.isfinite(t["compute"]) else "not reached"
@@ -219,7 +220,8 @@ def format_tables(summary: dict, args: argparse.Namespace) -> str:
             reach += f" [CI n/a: reached in {t['reached_share']:.0%} of resamples]"
         rel = f"{t['relative']:.2f}" if math.isfinite(t.get("relative", float("nan"))) else "-"
         updates = sorted(set(s["optimizer_updates"]))
-        lines.append(f"| {name} | {s['seeds']} | {_ci(s['eval_step0'])} | {_ci(s['final_eval'])} | "
+        steps = "/".join(map(str, sorted(set(s["steps"]))))
+        lines.append(f"| {name} | {s['seeds']} | {steps} | {_ci(s['eval_step0'])} | {_ci(s['final_eval'])} | "
                      f"{_ci(s['best_eval'])} | {_ci(s['final_train_reward'])} | {reach} | {rel} | "
                      f"{s['total_flops']:.3g} | {'/'.join(map(str, updates))} |")
     lines += ["", "| method | " + " | ".join(f"{title} s" for title, _ in PHASES) + " |",

@@ -61,5 +61,5 @@ def test_report_only_table(tmp_path, monkeypatch):
     assert big["optimizer_updates"] == [10, 10]  # G = 16: 128 rows, mini-batch 8·16
     assert gspo["wall_s_by_phase"]["step"] == pytest.approx(20.0)
     table = (tmp_path / "table.md").read_text()
-    assert "| GSPO G=4n | 2 |" in table and "not reached" in table
+    assert "| GSPO G=4n | 2 | 10 |" in table and "not reached" in table
     assert (tmp_path / "curves.png").stat().st_size > 10_000
