@@ -25,6 +25,7 @@ KNOWN_DATA_SOURCES: dict[str, str] = {
     "math_dapo": "math",
     "openai/gsm8k": "math",
     "ibpo/synthetic_arith": "math",
+    "ibpo/toy_addition": "math",
     "livecodebench_v6": "code",
     "livecodebench_train": "code",
 }

@@ -4,6 +4,12 @@ and the compute each run needs to reach a training-reward threshold, normalised 
 
     python scripts/plot_curves.py --run GSPO=logs/gspo.jsonl --run IBPO=logs/ibpo.jsonl \
         --baseline GSPO --threshold 0.75 --out figures/fig2.png --table figures/table2.md
+    python scripts/plot_curves.py --run GSPO=s0/gspo.jsonl --run GSPO=s1/gspo.jsonl \
+        --run IBPO=s0/ibpo.jsonl --run IBPO=s1/ibpo.jsonl --x step --out fig.png   # seeds of one method
+
+A label given several times names the seeds of one method: the method gets one colour, its seeds thin
+lines, their mean a thick line and a band of the 95% bootstrap CI of the mean over seeds (seeds
+resampled with replacement; curves first interpolated onto a common x grid).
 
 Logs: verl's ``file`` logger (``trainer.logger=['console','file']``; one JSON object per line,
 ``{"step": int, "data": {metric: value}}``, at ``$VERL_FILE_LOGGER_PATH`` or
@@ -19,8 +25,11 @@ rows, so it is not comparable between IBPO and the baseline) and
 every ``--eval-key`` (default: all ``val-core/<data source>/acc/mean@N`` keys found in the logs).
 
 Threshold (**Decision**): the training reward is smoothed by a trailing moving average of ``--smooth``
-logged points (a single lucky batch should not count), and the compute at which the smoothed curve first
-reaches the threshold is interpolated linearly between the two logged points around the crossing.
+logged points, defined only once a full window exists (a single lucky first batch must not count as
+reaching it), and the compute at which the smoothed curve first reaches the threshold is interpolated
+linearly between the two logged points around the crossing. With several seeds the crossing is taken on
+the mean of the seeds' smoothed curves (on the common grid), with a bootstrap CI over seeds. Without
+``--threshold`` no threshold line is drawn and no table is written.
 """
 
 from __future__ import annotations
@@ -35,6 +44,8 @@ from pathlib import Path
 from typing import Iterable
 
 import numpy as np
+
+from analysis.evaluation_stats import draw_bootstrap_indices
 
 DEFAULT_X = "ibpo/compute/total_flops"
 DEFAULT_REWARD = "ibpo/raw_score_mean"
@@ -111,58 +122,134 @@ def series(records: Iterable[Record], y_key: str, x_key: str) -> tuple[np.ndarra
 
 
 def trailing_mean(values: np.ndarray, window: int) -> np.ndarray:
-    """Mean of the last ``window`` values at every position (fewer at the start)."""
+    """Mean of the last ``window`` values at every position; ``nan`` before the first full window."""
     if window < 1:
         raise ValueError(f"--smooth={window} must be >= 1")
-    csum = np.concatenate([[0.0], np.cumsum(values, dtype=np.float64)])
-    idx = np.arange(1, len(values) + 1)
-    lo = np.maximum(0, idx - window)
-    return (csum[idx] - csum[lo]) / (idx - lo)
+    values = np.asarray(values, dtype=np.float64)
+    out = np.full(values.shape, np.nan)
+    if values.size >= window:
+        csum = np.concatenate([[0.0], np.cumsum(values)])
+        out[window - 1:] = (csum[window:] - csum[:-window]) / window
+    return out
 
 
 def compute_to_threshold(x: np.ndarray, y: np.ndarray, threshold: float, window: int) -> float:
     """Compute at which the trailing-mean reward first reaches ``threshold`` (linear interpolation between the
-    logged points around the crossing); ``nan`` if it never does."""
+    logged points around the crossing; at the first full window when it is already above); ``nan`` if it
+    never does."""
     if x.size == 0:
         return float("nan")
     smooth = trailing_mean(y, window)
-    hits = np.nonzero(smooth >= threshold)[0]
+    with np.errstate(invalid="ignore"):
+        hits = np.nonzero(smooth >= threshold)[0]
     if hits.size == 0:
         return float("nan")
     j = int(hits[0])
-    if j == 0 or smooth[j] == smooth[j - 1]:
+    if j == 0 or not np.isfinite(smooth[j - 1]) or smooth[j] == smooth[j - 1]:
         return float(x[j])
     frac = (threshold - smooth[j - 1]) / (smooth[j] - smooth[j - 1])
     return float(x[j - 1] + frac * (x[j] - x[j - 1]))
 
 
-def discover_eval_keys(runs: dict[str, list[Record]]) -> list[str]:
-    keys = {k for recs in runs.values() for r in recs for k in r.data if EVAL_KEY_PATTERN.match(k)}
+def discover_eval_keys(runs: dict[str, list[list[Record]]]) -> list[str]:
+    keys = {k for seeds in runs.values() for recs in seeds for r in recs for k in r.data if EVAL_KEY_PATTERN.match(k)}
     return sorted(keys)
 
 
-def threshold_table(runs: dict[str, list[Record]], baseline: str, reward_key: str, x_key: str, threshold: float,
-                    window: int) -> tuple[str, dict[str, dict]]:
-    """Markdown table (Table 2) and the numbers: compute to the threshold, and its ratio to the baseline's."""
+# ----------------------------------------------------------------------------------------------------------
+# Several seeds of one method
+
+
+def seed_curves(seeds: list[list[Record]], key: str, x_key: str, window: int = 1) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Every seed's (x, trailing mean of ``key``), the points before a full window dropped."""
+    curves = []
+    for recs in seeds:
+        x, y = series(recs, key, x_key)
+        smooth = trailing_mean(y, window)
+        keep = np.isfinite(smooth)
+        if keep.any():
+            curves.append((x[keep], smooth[keep]))
+    return curves
+
+
+def on_common_grid(curves: list[tuple[np.ndarray, np.ndarray]], num: int = 200) -> tuple[np.ndarray, np.ndarray]:
+    """``(grid, values)``: every curve linearly interpolated onto ``num`` points spanning the x range all curves
+    cover (from the largest first x to the smallest last x); ``values`` is ``(num_seeds, num)``."""
+    if not curves:
+        raise ValueError("no curve to put on a grid")
+    lo, hi = max(float(x[0]) for x, _ in curves), min(float(x[-1]) for x, _ in curves)
+    if hi < lo:
+        raise ValueError(f"the seeds' x ranges do not overlap (largest start {lo:.4g} > smallest end {hi:.4g})")
+    grid = np.linspace(lo, hi, num) if hi > lo else np.array([lo])
+    return grid, np.stack([np.interp(grid, x, y) for x, y in curves])
+
+
+def seed_mean_band(values: np.ndarray, confidence: float = 0.95, num_boot: int = 2000, seed: int = 0
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Mean over seeds (rows) at every grid point and the percentile bootstrap CI of that mean (seeds
+    resampled with replacement, the same draws at every point). One seed: the band is the curve itself."""
+    values = np.asarray(values, dtype=np.float64)
+    mean = values.mean(axis=0)
+    if values.shape[0] < 2:
+        return mean, mean.copy(), mean.copy()
+    idx = draw_bootstrap_indices(values.shape[0], num_boot, np.random.default_rng(seed))
+    reps = values[idx].mean(axis=1)  # (num_boot, num_points)
+    low, high = np.quantile(reps, [(1 - confidence) / 2, (1 + confidence) / 2], axis=0)
+    return mean, low, high
+
+
+def mean_compute_to_threshold(curves: list[tuple[np.ndarray, np.ndarray]], threshold: float,
+                              confidence: float = 0.95, num_boot: int = 2000, seed: int = 0) -> dict:
+    """Compute at which the mean over seeds of the (already smoothed) curves first reaches ``threshold``, and a
+    percentile bootstrap CI over seeds. ``reached_share`` is the share of bootstrap replicates whose mean curve
+    reaches it at all; the CI bounds are ``nan`` when fewer than ``confidence`` of them do (not estimable)."""
+    grid, values = on_common_grid(curves)
+    point = compute_to_threshold(grid, values.mean(axis=0), threshold, 1)
+    if values.shape[0] < 2:
+        return {"compute": point, "low": float("nan"), "high": float("nan"), "reached_share": float(math.isfinite(point))}
+    idx = draw_bootstrap_indices(values.shape[0], num_boot, np.random.default_rng(seed))
+    reps = np.array([compute_to_threshold(grid, values[row].mean(axis=0), threshold, 1) for row in idx])
+    reached = np.isfinite(reps)
+    share = float(reached.mean())
+    low = high = float("nan")
+    if share >= confidence:
+        # unreached replicates count as +inf: the upper quantile then stays finite only when enough reach it
+        low, high = (float(v) for v in np.quantile(np.where(reached, reps, np.inf),
+                                                   [(1 - confidence) / 2, (1 + confidence) / 2]))
+    return {"compute": point, "low": low, "high": high, "reached_share": share}
+
+
+def threshold_table(runs: dict[str, list[list[Record]]], baseline: str, reward_key: str, x_key: str,
+                    threshold: float, window: int) -> tuple[str, dict[str, dict]]:
+    """Markdown table (Table 2) and the numbers: compute to the threshold (on the seed mean, with a bootstrap CI
+    over seeds when there are several), and its ratio to the baseline's."""
     numbers = {}
-    for label, recs in runs.items():
-        x, y = series(recs, reward_key, x_key)
-        numbers[label] = {"compute": compute_to_threshold(x, y, threshold, window),
-                          "final_reward": float(y[-1]) if y.size else float("nan"), "points": int(y.size)}
+    for label, seeds in runs.items():
+        finals = [series(recs, reward_key, x_key)[1] for recs in seeds]
+        curves = seed_curves(seeds, reward_key, x_key, window)
+        crossing = (mean_compute_to_threshold(curves, threshold) if curves else
+                    {"compute": float("nan"), "low": float("nan"), "high": float("nan"), "reached_share": 0.0})
+        numbers[label] = {**crossing,
+                          "final_reward": float(np.mean([y[-1] for y in finals if y.size])) if finals else float("nan"),
+                          "points": int(sum(y.size for y in finals)), "seeds": len(seeds)}
     base = numbers[baseline]["compute"]
-    lines = [f"| run | {x_key} to reach {reward_key} >= {threshold} (trailing mean of {window}) | relative to {baseline} |",
-             "|---|---:|---:|"]
+    lines = [f"| run | seeds | {x_key} to reach {reward_key} >= {threshold} (trailing mean of {window}; seed mean) "
+             f"| 95% CI | relative to {baseline} |", "|---|---:|---:|---|---:|"]
     for label, n in numbers.items():
         n["relative"] = n["compute"] / base if math.isfinite(base) and base > 0 and math.isfinite(n["compute"]) else float("nan")
         reached = f"{n['compute']:.4g}" if math.isfinite(n["compute"]) else f"not reached (final {n['final_reward']:.3f})"
+        ci = (f"[{n['low']:.4g}, {n['high']:.4g}]" if math.isfinite(n["low"]) and math.isfinite(n["high"])
+              else ("-" if n["seeds"] < 2 else f"not estimable (reached in {n['reached_share']:.0%} of resamples)"))
         rel = f"{n['relative']:.2f}" if math.isfinite(n["relative"]) else "-"
-        lines.append(f"| {label} | {reached} | {rel} |")
+        lines.append(f"| {label} | {n['seeds']} | {reached} | {ci} | {rel} |")
     return "\n".join(lines), numbers
 
 
-def plot(runs: dict[str, list[Record]], reward_key: str, eval_keys: list[str], x_key: str, threshold: float | None,
-         window: int, out: Path) -> None:
-    """One PNG: the training-reward panel, then one panel per evaluation key; every run on every panel."""
+def plot(runs: dict[str, list[list[Record]]], reward_key: str, eval_keys: list[str], x_key: str,
+         threshold: float | None, window: int, out: Path, x_label: str | None = None) -> None:
+    """One PNG: the training-reward panel, then one panel per evaluation key. One colour per method; a method's
+    seeds are thin lines, their mean a thick line with the 95% bootstrap CI band over seeds. The threshold
+    line is drawn only when ``threshold`` is given."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -172,33 +259,41 @@ def plot(runs: dict[str, list[Record]], reward_key: str, eval_keys: list[str], x
     fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.0), squeeze=False)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, key in zip(axes[0], panels):
-        for i, (label, recs) in enumerate(runs.items()):
-            x, y = series(recs, key, x_key)
-            if not x.size:
-                continue
+        for i, (label, seeds) in enumerate(runs.items()):
             color = colors[i % len(colors)]
-            if key == reward_key and window > 1:
-                ax.plot(x, y, color=color, alpha=0.25, linewidth=1)
-                ax.plot(x, trailing_mean(y, window), color=color, label=label, linewidth=2)
-            else:
-                ax.plot(x, y, color=color, label=label, linewidth=2, marker="o" if x.size < 30 else None)
+            curves = seed_curves(seeds, key, x_key, window if key == reward_key else 1)
+            if not curves:
+                continue
+            many = len(curves) > 1
+            for x, y in curves:
+                ax.plot(x, y, color=color, alpha=0.25 if many else 1.0, linewidth=1 if many else 2,
+                        label=None if many else label, marker="o" if x.size < 30 and not many else None)
+            if many:
+                grid, values = on_common_grid(curves)
+                mean, low, high = seed_mean_band(values)
+                ax.plot(grid, mean, color=color, linewidth=2, label=f"{label} (mean of {len(curves)} seeds)")
+                ax.fill_between(grid, low, high, color=color, alpha=0.2, linewidth=0)
         if key == reward_key and threshold is not None:
             ax.axhline(threshold, color="grey", linestyle="--", linewidth=1, label=f"threshold {threshold}")
         match = EVAL_KEY_PATTERN.match(key)
         title = f"eval: {match['source']} (mean@{match['n']})" if match else f"training reward ({key})"
-        ax.set_title(title)
-        ax.set_xlabel("training compute" + (f" ({x_key})" if x_key != "step" else " (step)"))
+        if key == reward_key and window > 1:
+            title += f", trailing mean of {window}"
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel(x_label or ("training compute" + (f" ({x_key})" if x_key != "step" else " (step)")))
         ax.set_ylabel("accuracy" if match else "reward")
         ax.grid(alpha=0.3)
-        ax.legend()
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend()
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=120)
     plt.close(fig)
 
 
-def parse_runs(specs: list[str]) -> dict[str, list[Record]]:
-    runs: dict[str, list[Record]] = {}
+def parse_runs(specs: list[str]) -> dict[str, list[list[Record]]]:
+    """``LABEL=PATH`` specs -> label -> one record list per seed (a label repeated = several seeds)."""
+    runs: dict[str, list[list[Record]]] = {}
     for spec in specs:
         # labels may contain '=' ("GSPO G=64"): split at the first '=' after which an existing path follows
         cuts = [i for i, ch in enumerate(spec) if ch == "="]
@@ -206,43 +301,47 @@ def parse_runs(specs: list[str]) -> dict[str, list[Record]]:
         label, path = (spec[:cut], spec[cut + 1:]) if cut >= 0 else ("", "")
         if not label or not path:
             raise ValueError(f"--run {spec!r}: expected LABEL=PATH")
-        if label in runs:
-            raise ValueError(f"--run label {label!r} given twice")
-        runs[label] = read_log(path)
+        runs.setdefault(label, []).append(read_log(path))
     return runs
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--run", action="append", required=True, help="LABEL=PATH (file-logger .jsonl or tensorboard dir)")
+    p.add_argument("--run", action="append", required=True,
+                   help="LABEL=PATH (file-logger .jsonl or tensorboard dir); repeat a LABEL for several seeds")
     p.add_argument("--baseline", help="label of the baseline run (default: the first --run)")
     p.add_argument("--x", default=DEFAULT_X, help=f"compute counter (default {DEFAULT_X}; 'step' for steps)")
     p.add_argument("--reward-key", default=DEFAULT_REWARD)
     p.add_argument("--eval-key", action="append", help="evaluation metric(s) (default: all val-core/*/acc/mean@N)")
-    p.add_argument("--threshold", type=float, default=0.75, help="training-reward threshold (paper: e.g. 0.75)")
+    p.add_argument("--threshold", type=float, help="training-reward threshold (paper: e.g. 0.75); none: no line, no table")
     p.add_argument("--smooth", type=int, default=5, help="trailing-mean window for the reward (points)")
     p.add_argument("--out", required=True, help="PNG path")
     p.add_argument("--table", help="also write the threshold table (Markdown) here, and its numbers as .json")
     args = p.parse_args(argv)
     try:
+        if args.table and args.threshold is None:
+            raise ValueError("--table needs --threshold (the table is the compute to reach it)")
         runs = parse_runs(args.run)
         baseline = args.baseline or next(iter(runs))
         if baseline not in runs:
             raise ValueError(f"--baseline {baseline!r} is not one of the runs {list(runs)}")
-        for label, recs in runs.items():
-            if not series(recs, args.reward_key, args.x)[0].size:
-                raise ValueError(f"run {label!r}: no record has {args.reward_key!r}")
-            if args.x != "step" and not any(args.x in r.data for r in recs):
-                raise ValueError(f"run {label!r}: no record has the compute counter {args.x!r} (use --x step?)")
+        for label, seeds in runs.items():
+            for recs in seeds:
+                if not series(recs, args.reward_key, args.x)[0].size:
+                    raise ValueError(f"run {label!r}: no record has {args.reward_key!r}")
+                if args.x != "step" and not any(args.x in r.data for r in recs):
+                    raise ValueError(f"run {label!r}: no record has the compute counter {args.x!r} (use --x step?)")
         eval_keys = args.eval_key or discover_eval_keys(runs)
         plot(runs, args.reward_key, eval_keys, args.x, args.threshold, args.smooth, Path(args.out))
-        table, numbers = threshold_table(runs, baseline, args.reward_key, args.x, args.threshold, args.smooth)
+        table, numbers = (threshold_table(runs, baseline, args.reward_key, args.x, args.threshold, args.smooth)
+                          if args.threshold is not None else ("", {}))
     except (ValueError, FileNotFoundError, ImportError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(table)
+    if table:
+        print(table)
     print(f"\nwrote {args.out} (panels: {[args.reward_key] + eval_keys})")
-    if args.table:
+    if args.table and table:
         Path(args.table).write_text(table + "\n", encoding="utf-8")
         Path(args.table).with_suffix(".json").write_text(json.dumps(numbers, indent=1), encoding="utf-8")
     return 0

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import logging
 import math
 import os
@@ -90,6 +91,7 @@ class GenRequest:
     spec: SamplingSpec
     max_tokens: int
     want_logprobs: bool
+    seed: Optional[int] = None  # sampling seed of this request (None: drawn from torch's global RNG)
 
 
 @dataclasses.dataclass
@@ -158,6 +160,61 @@ def resolve_max_tokens(
     return max(1, min(max_tokens, room))
 
 
+def request_seed(base_seed: int, identity: str, step: Optional[int]) -> int:
+    """A 63-bit sampling seed from the run's seed, the request's identity and the training step.
+
+    Stable across processes and runs (blake2b, not Python's salted ``hash``), so two runs with the same
+    ``rollout.seed`` draw the same tokens for the same request at the same step, and any change of one of
+    the three gives an unrelated stream.
+    """
+    key = f"{int(base_seed)}|{identity}|{-1 if step is None else int(step)}".encode()
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") >> 1
+
+
+def prompt_digest(prompt_ids: list[int]) -> str:
+    """A short stable digest of a token-id prompt (part of a request's identity)."""
+    return hashlib.blake2b(",".join(map(str, prompt_ids)).encode(), digest_size=8).hexdigest()
+
+
+class SeededSampler:
+    """The last logits processor of a sampled ``generate``: draws each row's token from the processed
+    distribution with that row's own ``torch.Generator`` and returns a one-hot score (``generate`` then runs
+    in greedy mode and takes it), recording the log-probability of every drawn token.
+
+    A row's tokens therefore depend only on its own seed and logits, not on which other requests share the
+    batch (up to float differences of the padded forward, which move a draw only when its uniform number
+    falls within rounding error of a CDF boundary).
+    """
+
+    def __init__(self, generators: list[torch.Generator]) -> None:
+        self.generators = generators
+        self.step_logprobs: list[torch.Tensor] = []  # one (batch,) tensor per generated position
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        logp = torch.log_softmax(scores.float(), dim=-1)
+        probs = logp.exp()
+        picks = torch.cat([torch.multinomial(probs[row], 1, generator=gen) for row, gen in enumerate(self.generators)])
+        rows = torch.arange(scores.shape[0])
+        self.step_logprobs.append(logp[rows, picks])
+        onehot = torch.full_like(scores, float("-inf"))
+        onehot[rows, picks] = 0.0
+        return onehot
+
+
+def sampling_processors(spec: SamplingSpec) -> list:
+    """transformers' warpers for ``spec`` in ``generate``'s own order (temperature, top-k, top-p)."""
+    from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    out = []
+    if spec.temperature != 1.0:
+        out.append(TemperatureLogitsWarper(spec.temperature))
+    if spec.top_k > 0:
+        out.append(TopKLogitsWarper(top_k=spec.top_k))
+    if spec.top_p < 1.0:
+        out.append(TopPLogitsWarper(top_p=spec.top_p))
+    return out
+
+
 def cut_at_eos(token_ids: list[int], eos_ids: frozenset[int], max_tokens: int) -> tuple[list[int], str]:
     """Truncate to ``max_tokens`` and just after the first EOS; return ``(ids, finish_reason)``."""
     ids = token_ids[:max_tokens]
@@ -213,41 +270,57 @@ class HFGenerator:
         return int(getattr(self.model.config, "max_position_embeddings", 1 << 30))
 
     def generate_batch(self, requests: list[GenRequest]) -> list[GenResult]:
-        """One left-padded ``generate`` for requests sharing a :class:`SamplingSpec`."""
+        """One left-padded ``generate`` for requests sharing a :class:`SamplingSpec`.
+
+        Sampling draws every request's tokens with its own ``torch.Generator`` seeded by ``request.seed``
+        (:class:`SeededSampler`); a request without a seed gets one from torch's global RNG.
+        """
         from transformers import GenerationConfig
+        from transformers.generation.logits_process import LogitsProcessorList
 
         spec = requests[0].spec
         if any(r.spec != spec for r in requests):
             raise ValueError("hf rollout: a batch must share one sampling spec")
         want_logprobs = any(r.want_logprobs for r in requests)
         input_ids, attention_mask = left_pad([r.prompt_ids for r in requests], self.pad_id)
+        sampler = None
+        if spec.do_sample:
+            seeds = [r.seed if r.seed is not None else int(torch.randint(0, 2**62, ())) for r in requests]
+            sampler = SeededSampler([torch.Generator().manual_seed(seed) for seed in seeds])
+        # Sampling runs generate in greedy mode on the sampler's one-hot scores (repetition penalty is still
+        # applied by generate itself, before the warpers).
         gen_config = GenerationConfig(
-            do_sample=spec.do_sample,
-            temperature=spec.temperature,
-            top_p=spec.top_p,
-            top_k=spec.top_k,
+            do_sample=False,
             repetition_penalty=spec.repetition_penalty,
             max_new_tokens=max(r.max_tokens for r in requests),
             eos_token_id=sorted(self.eos_ids) or None,
             pad_token_id=self.pad_id,
             return_dict_in_generate=True,
-            output_scores=want_logprobs,
+            output_scores=want_logprobs and sampler is None,
         )
+        processors = LogitsProcessorList([*sampling_processors(spec), sampler] if sampler is not None else [])
         with self.lock, torch.no_grad():
-            out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=gen_config)
+            out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=gen_config,
+                                      logits_processor=processors)
         new_tokens = out.sequences[:, input_ids.shape[1] :]
-        # Processed scores (after temperature/top-k/top-p) give the log-prob of the distribution the
-        # token was actually sampled from, like vLLM's default logprobs_mode="processed_logprobs".
-        step_logprobs = (
-            torch.stack([torch.log_softmax(s.float(), dim=-1) for s in out.scores], dim=1) if want_logprobs else None
-        )
+        # Log-probs of the processed distribution (after temperature/top-k/top-p) the token was drawn from,
+        # like vLLM's default logprobs_mode="processed_logprobs"; greedy: of the (penalised) model scores.
+        if not want_logprobs:
+            step_logprobs = None
+        elif sampler is not None:
+            step_logprobs = torch.stack(sampler.step_logprobs, dim=1)
+        else:
+            step_logprobs = torch.stack([torch.log_softmax(s.float(), dim=-1) for s in out.scores], dim=1)
         results = []
         for row, req in enumerate(requests):
             ids, reason = cut_at_eos(new_tokens[row].tolist(), self.eos_ids, req.max_tokens)
             log_probs = None
             if req.want_logprobs:
-                picked = step_logprobs[row, torch.arange(len(ids)), torch.tensor(ids, dtype=torch.long)]
-                log_probs = picked.tolist()
+                if sampler is not None:
+                    log_probs = step_logprobs[row, : len(ids)].tolist()
+                else:
+                    picked = step_logprobs[row, torch.arange(len(ids)), torch.tensor(ids, dtype=torch.long)]
+                    log_probs = picked.tolist()
             results.append(GenResult(token_ids=ids, log_probs=log_probs, finish_reason=reason))
         return results
 
@@ -368,6 +441,8 @@ class HFServer:
         self.response_length = int(config.response_length)
         self.max_model_len = int(config.max_model_len or self.generator.max_model_len)
         self.batcher = MicroBatcher(self.generator.generate_batch, max_batch_size=config.max_num_seqs, window_s=0.005)
+        self.seed = int(config.seed)  # rollout.seed: with the request identity and step, seeds each request
+        self._prompt_occurrences: dict[tuple[Optional[int], str], int] = {}
         self.global_steps: Optional[int] = None
         self.num_weight_updates = 0
         self._batches_reported = 0
@@ -394,6 +469,7 @@ class HFServer:
         params = dict(sampling_params)
         want_logprobs = bool(params.pop("logprobs", False))
         prompt_ids = [int(t) for t in prompt_ids]
+        step = self.global_steps
         request = GenRequest(
             prompt_ids=prompt_ids,
             spec=parse_sampling_spec(params),
@@ -401,6 +477,7 @@ class HFServer:
                 params, len(prompt_ids), self.prompt_length, self.response_length, self.max_model_len
             ),
             want_logprobs=want_logprobs,
+            seed=request_seed(self.seed, self.request_identity(request_id, prompt_ids, step), step),
         )
         result = await self.batcher.submit(request)
         return TokenOutput(
@@ -409,6 +486,24 @@ class HFServer:
             stop_reason="completed",
             extra_fields={"global_steps": self.global_steps},
         )
+
+    def request_identity(self, request_id: str, prompt_ids: list[int], step: Optional[int]) -> str:
+        """What identifies a request across identical runs.
+
+        Under ``rollout.full_determinism=True`` verl's agent loop sends ``request_id="det-<sample index>"``:
+        that is the identity. Otherwise request ids are fresh uuids, and the identity is the prompt's digest
+        with the number of earlier requests for the same prompt at this step (the k-th of the n samples of a
+        prompt): identical runs then draw the same set of responses per prompt, though which of the n
+        identical rows gets which response follows arrival order.
+        """
+        if request_id.startswith("det-"):
+            return request_id
+        digest = prompt_digest(prompt_ids)
+        if self._prompt_occurrences and next(iter(self._prompt_occurrences))[0] != step:
+            self._prompt_occurrences.clear()  # a new step: counts start again
+        k = self._prompt_occurrences.get((step, digest), 0)
+        self._prompt_occurrences[(step, digest)] = k + 1
+        return f"{digest}#{k}"
 
     # -- weight sync -----------------------------------------------------------------------------
     async def update_weights(self, state: dict[str, torch.Tensor], global_steps: Optional[int] = None) -> float:

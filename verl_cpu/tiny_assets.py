@@ -14,6 +14,7 @@ import argparse
 import os
 import random
 from pathlib import Path
+from typing import Sequence
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|pad|>"]
 
@@ -48,15 +49,22 @@ def _training_corpus(num_lines: int, seed: int) -> list[str]:
     return lines
 
 
-def build_tiny_tokenizer(out_dir: str | os.PathLike, vocab_size: int = 512, seed: int = 0):
-    """Train and save a byte-level BPE chat tokenizer; returns the loaded ``PreTrainedTokenizerFast``."""
+def build_tiny_tokenizer(out_dir: str | os.PathLike, vocab_size: int = 512, seed: int = 0,
+                         corpus: Sequence[str] | None = None, individual_digits: bool = False):
+    """Train and save a byte-level BPE chat tokenizer; returns the loaded ``PreTrainedTokenizerFast``.
+
+    ``corpus`` replaces the default synthetic arithmetic chat text; ``individual_digits`` splits every digit
+    into its own token (as Qwen's tokenizers do), so a model can address the digits of a number one by one.
+    """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tok = Tokenizer(models.BPE(unk_token=None))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.pre_tokenizer = (pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
+                         if individual_digits else byte_level)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
@@ -64,7 +72,7 @@ def build_tiny_tokenizer(out_dir: str | os.PathLike, vocab_size: int = 512, seed
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(_training_corpus(800, seed), trainer=trainer)
+    tok.train_from_iterator(list(corpus) if corpus is not None else _training_corpus(800, seed), trainer=trainer)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         bos_token=None,

@@ -72,7 +72,30 @@ def test_compute_to_threshold_by_hand():
     assert mod.compute_to_threshold(flops, 0.1 * steps, 0.75, 1) == pytest.approx(750.0)
     assert mod.compute_to_threshold(flops, 0.1 * steps, 0.75, 3) == pytest.approx(850.0)
     assert np.isnan(mod.compute_to_threshold(flops, 0.01 * steps, 0.75, 1))
-    np.testing.assert_allclose(mod.trailing_mean(np.array([1.0, 2.0, 3.0, 4.0]), 2), [1.0, 1.5, 2.5, 3.5])
+    np.testing.assert_allclose(mod.trailing_mean(np.array([1.0, 2.0, 3.0, 4.0]), 2), [np.nan, 1.5, 2.5, 3.5])
+    # one lucky first batch: a partial window would "reach" 0.75 at the first point; a full window of 3 never does
+    lucky = np.array([0.9, 0.1, 0.1, 0.2, 0.2, 0.3])
+    assert np.isnan(mod.compute_to_threshold(flops[:6], lucky, 0.75, 3))
+    # already above at the first full window: its x, no interpolation into the undefined part
+    assert mod.compute_to_threshold(flops[:4], np.array([0.8, 0.9, 0.9, 0.9]), 0.75, 3) == pytest.approx(300.0)
+
+
+def test_seed_mean_band_and_threshold_on_the_seed_mean():
+    mod = load_script()
+    x = np.arange(1.0, 11.0)
+    curves = [(x, 0.1 * x), (x, 0.1 * x + 0.1), (x + 0.5, 0.1 * x - 0.1)]  # offsets average to 0 where all overlap
+    grid, values = mod.on_common_grid(curves, num=19)
+    assert grid[0] == pytest.approx(1.5) and grid[-1] == pytest.approx(10.0) and values.shape == (3, 19)
+    mean, low, high = mod.seed_mean_band(values)
+    # the third curve shifted right by 0.5: on the grid its value is 0.1(g-0.5)-0.1 = 0.1g - 0.15
+    np.testing.assert_allclose(mean, 0.1 * grid - 0.05 / 3, atol=1e-12)
+    assert np.all(low <= mean + 1e-12) and np.all(high >= mean - 1e-12) and np.all(high - low > 0.05)
+    same = mod.seed_mean_band(np.tile(0.1 * grid, (4, 1)))
+    np.testing.assert_allclose(same[1], same[2])  # identical seeds: a zero-width band
+    result = mod.mean_compute_to_threshold(curves, 0.5)
+    assert result["compute"] == pytest.approx(5.0 + 0.05 / 3 / 0.1)
+    assert result["low"] <= result["compute"] <= result["high"] and result["reached_share"] == 1.0
+    assert np.isnan(mod.mean_compute_to_threshold(curves, 2.0)["compute"])
 
 
 def test_cli_writes_png_and_table(file_logs, tmp_path):
@@ -86,7 +109,7 @@ def test_cli_writes_png_and_table(file_logs, tmp_path):
     assert numbers["GSPO"]["compute"] == pytest.approx(750.0)
     assert numbers["IBPO"]["compute"] == pytest.approx(500.0)  # 0.15·s = 0.75 at s = 5
     assert numbers["IBPO"]["relative"] == pytest.approx(500.0 / 750.0)
-    assert "| IBPO | 500 | 0.67 |" in proc.stdout
+    assert "| IBPO | 1 | 500 | - | 0.67 |" in proc.stdout
     import matplotlib.image as mpimg
 
     image = mpimg.imread(out)
@@ -113,3 +136,18 @@ def test_tensorboard_logs_and_errors(tmp_path, monkeypatch, file_logs):
     proc = subprocess.run([sys.executable, str(SCRIPT), "--run", f"A={file_logs['GSPO']}", "--x", "nope/flops",
                            "--out", str(tmp_path / "x.png")], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "nope/flops" in proc.stderr
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--run", f"A={file_logs['GSPO']}", "--table", "t.md",
+                           "--out", str(tmp_path / "x.png")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--table needs --threshold" in proc.stderr
+
+
+def test_cli_groups_seeds_of_a_method(file_logs, tmp_path):
+    out = tmp_path / "seeds.png"
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--run", f"GSPO={file_logs['GSPO']}",
+                           "--run", f"GSPO={file_logs['IBPO']}", "--threshold", "0.75", "--smooth", "1",
+                           "--x", "step", "--out", str(out), "--table", str(tmp_path / "t.md")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    numbers = json.loads((tmp_path / "t.json").read_text())
+    # seed mean 0.125·s reaches 0.75 at s = 6
+    assert numbers["GSPO"]["seeds"] == 2 and numbers["GSPO"]["compute"] == pytest.approx(6.0, abs=0.05)

@@ -1,0 +1,65 @@
+"""scripts/compare_methods.py --report-only on synthetic verl file-logger logs: eval CIs over seeds, compute
+to the threshold on the seed mean, optimizer updates and phase times, worked out by hand."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "compare_methods.py"
+EVAL = "val-core/ibpo/toy_addition/acc/mean@1"
+
+
+def write_log(path: Path, slope: float, eval_final: float, steps: int = 10, joint_rows: float = 0.0) -> None:
+    from verl.utils.tracking import FileLogger
+
+    import os
+
+    os.environ["VERL_FILE_LOGGER_PATH"] = str(path)
+    logger = FileLogger("proj", path.stem)
+    logger.log(data={EVAL: 0.1}, step=0)
+    for step in range(1, steps + 1):
+        data = {"ibpo/raw_score_mean": slope * step, "ibpo/compute/total_flops": 100.0 * step,
+                "actor/grad_norm": 1.0, "ibpo/num_joint_rows": joint_rows, "timing_s/step": 2.0,
+                "timing_s/update_actor": 1.0, "ibpo/time/main_gen_s": 0.5}
+        if step % 5 == 0:
+            data[EVAL] = eval_final if step == steps else 0.2
+        logger.log(data=data, step=step)
+    logger.finish()
+
+
+def test_report_only_table(tmp_path, monkeypatch):
+    monkeypatch.delenv("VERL_FILE_LOGGER_PATH", raising=False)
+    # GSPO G=n: seeds with slopes 0.04 and 0.06 (mean 0.05·s); IBPO G=n: 0.1·s; GSPO G=4n: never reaches 0.5
+    for seed, slope, final in ((0, 0.04, 0.3), (1, 0.06, 0.5)):
+        write_log(tmp_path / f"gspo_g_n_s{seed}_metrics.jsonl", slope, final)
+    for seed in (0, 1):
+        write_log(tmp_path / f"ibpo_g_n_s{seed}_metrics.jsonl", 0.1, 0.6, joint_rows=32.0)
+        write_log(tmp_path / f"gspo_g_4n_s{seed}_metrics.jsonl", 0.01, 0.2)
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--assets", str(tmp_path / "none"), "--out", str(tmp_path),
+                           "--seeds", "0", "1", "--report-only", "--threshold", "0.3", "--smooth", "1",
+                           "--n", "4", "--batch-size", "8"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    gspo, ibpo, big = summary["GSPO G=n"], summary["IBPO G=n"], summary["GSPO G=4n"]
+    assert gspo["final_eval"]["mean"] == pytest.approx(0.4) and gspo["final_eval"]["seeds"] == 2
+    assert gspo["final_eval"]["low"] == pytest.approx(0.3) and gspo["final_eval"]["high"] == pytest.approx(0.5)
+    assert gspo["eval_step0"]["mean"] == pytest.approx(0.1)
+    # seed mean 0.05·s reaches 0.3 at step 6 -> 600 FLOPs; IBPO 0.1·s at step 3 -> 300 FLOPs (ratio 0.5)
+    assert gspo["threshold"]["compute"] == pytest.approx(600.0, rel=1e-3)
+    assert ibpo["threshold"]["compute"] == pytest.approx(300.0, rel=1e-3)
+    assert ibpo["threshold"]["relative"] == pytest.approx(0.5, rel=1e-3)
+    assert big["threshold"]["reached_share"] == 0.0
+    # one update per step; IBPO's 32 joint rows on top of 8·4 = 32 rows make 2 mini-batches of 32 rows
+    assert gspo["optimizer_updates"] == [10, 10] and ibpo["optimizer_updates"] == [20, 20]
+    assert big["optimizer_updates"] == [10, 10]  # G = 16: 128 rows, mini-batch 8·16
+    assert gspo["wall_s_by_phase"]["step"] == pytest.approx(20.0)
+    table = (tmp_path / "table.md").read_text()
+    assert "| GSPO G=4n | 2 | 10 |" in table and "not reached" in table
+    assert (tmp_path / "curves.png").stat().st_size > 10_000

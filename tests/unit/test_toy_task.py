@@ -1,0 +1,63 @@
+"""toy_task: the worked solutions are right, a mistake is a local edit, the rows are verl rows the project's
+reward scores, and the package does not import data_prep."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+
+import pytest
+
+from toy_task.addition import DATA_SOURCE, AdditionProblem, digit_lines, render_solution, sample_problems, wrong_solution
+from toy_task.rows import SCHEMA, problem_row, read_rows, write_task_parquets
+
+
+def test_digit_lines_by_hand():
+    lines, answer = digit_lines(4572, 3851)
+    assert lines == ["d1: 2+1+0=3 write 3 carry 0", "d2: 7+5+0=12 write 2 carry 1",
+                     "d3: 5+8+1=14 write 4 carry 1", "d4: 4+3+1=8 write 8 carry 0"]
+    assert answer == "8423"
+    assert digit_lines(9999, 1)[1] == "10000"  # final carry in front, operand zero-padded
+    assert render_solution(55, 55).endswith("\\boxed{110}")
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_solutions_are_right_for_random_problems(seed):
+    for p in sample_problems(50, seed):
+        assert len(str(p.a)) == len(str(p.b)) == 4
+        assert p.solution.endswith(f"\\boxed{{{p.a + p.b}}}")
+
+
+def test_wrong_solution_is_wrong_and_local():
+    rng = random.Random(0)
+    for p in sample_problems(100, 3):
+        right, wrong = p.solution.splitlines(), wrong_solution(p, rng).splitlines()
+        assert len(right) == len(wrong) and right[-1] != wrong[-1]  # the answer differs
+        changed = [i for i, (a, b) in enumerate(zip(right[:-1], wrong[:-1])) if a != b]
+        # the first changed line is the mistake; later ones differ only through the carry it passes on
+        assert changed and all(i == changed[0] or right[i].split("=")[0][:-1] == wrong[i].split("=")[0][:-1]
+                               for i in changed)
+
+
+def test_rows_schema_and_reward(tmp_path):
+    paths = write_task_parquets(tmp_path, n_train=6, n_val=3, seed=0)
+    train, val = read_rows(paths["train"]), read_rows(paths["val"])
+    assert len(train) == 6 and len(val) == 3
+    row = train[0]
+    assert set(row) == set(SCHEMA.names) and row["data_source"] == DATA_SOURCE
+    assert row["prompt"][0]["role"] == "user" and "\\boxed{}" in row["prompt"][0]["content"]
+    assert {r["extra_info"]["question"] for r in train}.isdisjoint({r["extra_info"]["question"] for r in val})
+    from reward_fns import compute_score
+
+    p = AdditionProblem(1234, 5678)
+    gt = problem_row(p, "train", 0)["reward_model"]["ground_truth"]
+    assert compute_score(DATA_SOURCE, p.solution, gt)["score"] == 1.0
+    assert compute_score(DATA_SOURCE, wrong_solution(p, random.Random(1)), gt)["score"] == 0.0
+
+
+def test_toy_task_does_not_import_data_prep():
+    code = ("import sys, toy_task.addition, toy_task.rows, toy_task.warm_start; "
+            "bad = [m for m in sys.modules if m == 'data_prep' or m.startswith('data_prep.')]; "
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

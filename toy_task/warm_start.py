@@ -1,0 +1,164 @@
+"""The toy task's tiny model and its SFT warm start, and the assets a CPU run needs.
+
+    python -m toy_task.warm_start --out /tmp/toy --measure
+
+builds ``tokenizer/`` (byte-level BPE with one token per digit, trained on this task's text and the IBPO
+correction prompt), ``model_sft/`` (a tiny Qwen2 LM fine-tuned on worked solutions, and on correction
+prompts answered with the repaired solution so the policy can also correct) and ``data/{train,val}.parquet``.
+The warm start is deliberately short: the policy is partly right, so groups mix right and wrong answers
+and RL has something to learn. ``--measure`` reports sampled (temperature 1) and greedy accuracy on val.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import time
+from pathlib import Path
+
+import torch
+
+from toy_task.addition import NUM_DIGITS, AdditionProblem, sample_problems, wrong_solution
+from toy_task.rows import read_rows, write_task_parquets
+
+HIDDEN_SIZE = 96
+NUM_LAYERS = 2
+SFT_STEPS = 1000
+SFT_SEED_OFFSET = 1000  # SFT problems come from a seed disjoint from the RL train (seed) / val (seed + 1) ones
+MAX_RESPONSE_TOKENS = 96
+
+
+def correction_messages(problem: AdditionProblem, rng: random.Random) -> list[dict]:
+    """The trainer's correction prompt (``ibpo.prompts``, default template) for a wrong target with one local
+    mistake and, 3 times in 4, the right solution as reference (else another wrong one)."""
+    from ibpo.config import IBPOConfig
+    from ibpo.prompts import build_correction_messages
+
+    reference = problem.solution if rng.random() < 0.75 else wrong_solution(problem, rng)
+    original = [{"role": "user", "content": problem.prompt_text}]
+    return build_correction_messages(original, wrong_solution(problem, rng), [reference], IBPOConfig())
+
+
+def tokenizer_corpus(seed: int, num_lines: int = 600) -> list[str]:
+    """Chat-formatted task text (prompts, worked solutions, correction prompts) to train the BPE on."""
+    rng = random.Random(seed)
+    lines = []
+    for problem in sample_problems(num_lines, seed + 17):
+        messages = (correction_messages(problem, rng) if rng.random() < 0.3
+                    else [{"role": "user", "content": problem.prompt_text}])
+        body = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
+        lines.append(f"{body}<|im_start|>assistant\n{problem.solution}<|im_end|>\n")
+    return lines
+
+
+def encode_example(tokenizer, messages: list[dict], target: str) -> tuple[list[int], list[int]]:
+    """``(input_ids, labels)``: the chat prompt (labels -100) then the target and EOS."""
+    prompt = list(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)["input_ids"])
+    answer = tokenizer(target, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    return prompt + answer, [-100] * len(prompt) + answer
+
+
+def collate(examples: list[tuple[list[int], list[int]]], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-pad a batch of ``(input_ids, labels)``."""
+    width = max(len(ids) for ids, _ in examples)
+    input_ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
+    labels = torch.full((len(examples), width), -100, dtype=torch.long)
+    attention_mask = torch.zeros((len(examples), width), dtype=torch.long)
+    for row, (ids, lab) in enumerate(examples):
+        input_ids[row, : len(ids)] = torch.tensor(ids)
+        labels[row, : len(lab)] = torch.tensor(lab)
+        attention_mask[row, : len(ids)] = 1
+    return {"input_ids": input_ids, "labels": labels, "attention_mask": attention_mask}
+
+
+def sft_warm_start(model_dir: str | Path, out_dir: str | Path, steps: int = SFT_STEPS, batch_size: int = 16,
+                   lr: float = 3e-3, seed: int = 0, num_problems: int = 4000,
+                   correction_fraction: float = 0.25, num_digits: int = NUM_DIGITS,
+                   num_threads: int = 1) -> dict[str, float]:
+    """Fine-tune ``model_dir`` on worked solutions (and a ``correction_fraction`` of batches of correction prompts
+    answered with the correct solution) and save it with its tokenizer to ``out_dir``; returns losses and seconds.
+
+    Batches are either all plain prompts (~120 tokens) or all correction prompts (~360 tokens), so plain batches
+    are not padded to correction length. ``num_threads`` torch threads (1: on a shared 2-core machine a second
+    thread mostly waits, measured 8x slower per step).
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.set_num_threads(num_threads)
+    torch.manual_seed(seed)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="sdpa")
+    rng = random.Random(seed + 7)
+    plain, corrections = [], []
+    for problem in sample_problems(num_problems, seed + SFT_SEED_OFFSET, num_digits):
+        if rng.random() < correction_fraction:
+            corrections.append(encode_example(tokenizer, correction_messages(problem, rng), problem.solution))
+        else:
+            plain.append(encode_example(tokenizer, [{"role": "user", "content": problem.prompt_text}], problem.solution))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / 20))
+    model.train()
+    start, losses = time.perf_counter(), []
+    for _ in range(steps):
+        pool = corrections if rng.random() < correction_fraction else plain
+        loss = model(**collate(rng.sample(pool, batch_size), tokenizer.pad_token_id)).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        losses.append(float(loss.detach()))
+    model.eval()
+    out = Path(out_dir)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    model.generation_config.save_pretrained(out)
+    return {"first_loss": losses[0], "last_loss": losses[-1], "seconds": time.perf_counter() - start}
+
+
+def build_toy_assets(out_dir: str | Path, sft_steps: int = SFT_STEPS, n_train: int = 1024, n_val: int = 64,
+                     seed: int = 0, hidden_size: int = HIDDEN_SIZE, num_layers: int = NUM_LAYERS) -> dict:
+    """Tokenizer, warm-started model and train/val parquet under ``out_dir``; returns their paths and the
+    SFT losses."""
+    from verl_cpu.tiny_assets import build_tiny_model, build_tiny_tokenizer
+
+    out = Path(out_dir).resolve()  # absolute paths in the returned dict: runs start in other directories
+    tokenizer = build_tiny_tokenizer(out / "tokenizer", seed=seed, corpus=tokenizer_corpus(seed),
+                                     individual_digits=True)
+    build_tiny_model(out / "model_init", tokenizer, hidden_size=hidden_size, num_layers=num_layers, seed=seed)
+    sft = sft_warm_start(out / "model_init", out / "model_sft", steps=sft_steps, seed=seed)
+    data = write_task_parquets(out / "data", n_train=n_train, n_val=n_val, seed=seed)
+    return {"tokenizer": str(out / "tokenizer"), "model": str(out / "model_sft"), "train": data["train"],
+            "val": data["val"], "sft": sft}
+
+
+def measure(model_dir: str | Path, val_path: str | Path, samples_per_prompt: int = 4, seed: int = 0) -> dict:
+    """Sampled (temperature 1) and greedy per-sample accuracy of ``model_dir`` on the val rows, scored by
+    ``reward_fns``; the sampled one also reports the share of prompts whose samples mix right and wrong."""
+    from recipe.ibpo.synthetic_task import sampled_accuracy
+
+    rows = read_rows(val_path)
+    sampled = sampled_accuracy(model_dir, rows, samples_per_prompt=samples_per_prompt, temperature=1.0,
+                               max_tokens=MAX_RESPONSE_TOKENS, seed=seed)
+    greedy = sampled_accuracy(model_dir, rows, samples_per_prompt=1, temperature=0.0,
+                              max_tokens=MAX_RESPONSE_TOKENS, seed=seed)
+    return {"sampled": sampled, "greedy_accuracy": greedy["accuracy"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", required=True, help="output directory")
+    parser.add_argument("--sft-steps", type=int, default=SFT_STEPS)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--measure", action="store_true", help="report sampled and greedy accuracy on val")
+    args = parser.parse_args()
+    assets = build_toy_assets(args.out, sft_steps=args.sft_steps, seed=args.seed)
+    (Path(args.out) / "assets.json").write_text(json.dumps(assets, indent=1))  # read by scripts/compare_methods.py
+    print(json.dumps(assets, indent=1))
+    if args.measure:
+        print(json.dumps(measure(assets["model"], assets["val"])))
+
+
+if __name__ == "__main__":
+    main()
