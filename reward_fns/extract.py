@@ -120,7 +120,7 @@ _AFTER_BOX_RE = re.compile(r"[-+*/^_=<>!'0-9(\[|≈≠≤≥±]|[ \t]{1,16}(?:[-
 # Digits and a bullet-like "-", "+", "*" count only right next to the box ("2\boxed{35}", "-\boxed{984}"), so
 # prose such as "1 + 1 = 2 \boxed{2}" or a list item "- \boxed{3}" is not an expression.
 _BEFORE_BOX_RE = re.compile(r"(?:[-+*0-9]|(?:[/^_<>|≈≠≤≥±{]|\\(?:cdot|times|div|pm|mp|approx|sim|frac|sqrt|dfrac|tfrac|"
-                            r"le|ge|leq|geq|lt|gt|ne|neq|cancel|not)(?![A-Za-z]))[ \t]{0,16})$")
+                            r"le|ge|leq|geq|lt|gt|ne|neq|cancel|not)(?![A-Za-z]))[ \t]{0,16})\Z")
 
 
 def boxes_embedded(text: str) -> bool:

@@ -129,19 +129,6 @@ def correction_example_messages(problem: ArithProblem, rng: random.Random) -> li
     return build_correction_messages(original, wrong_solution(problem, rng), [reference], IBPOConfig())
 
 
-def _collate(examples: list[tuple[list[int], list[int]]], pad_id: int) -> dict[str, torch.Tensor]:
-    """Right-pad a batch of ``(input_ids, labels)``."""
-    width = max(len(ids) for ids, _ in examples)
-    input_ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
-    labels = torch.full((len(examples), width), -100, dtype=torch.long)
-    attention_mask = torch.zeros((len(examples), width), dtype=torch.long)
-    for row, (ids, lab) in enumerate(examples):
-        input_ids[row, : len(ids)] = torch.tensor(ids)
-        labels[row, : len(lab)] = torch.tensor(lab)
-        attention_mask[row, : len(ids)] = 1
-    return {"input_ids": input_ids, "labels": labels, "attention_mask": attention_mask}
-
-
 def sft_warm_start(
     model_dir: str | Path,
     out_dir: str | Path,
@@ -170,6 +157,8 @@ def sft_warm_start(
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="sdpa")
     problems = sample_problems(num_problems, seed + 1000, max_operand)
+    from toy_task.warm_start import collate  # the one right-padding collate of the project's SFT warm starts
+
     prompt_rng = random.Random(seed + 7)
     examples = [
         encode_sft_example(tokenizer, p, correction_example_messages(p, prompt_rng)
@@ -181,7 +170,7 @@ def sft_warm_start(
     model.train()
     start, losses = time.perf_counter(), []
     for step in range(1, steps + 1):
-        batch = _collate(rng.sample(examples, batch_size), tokenizer.pad_token_id)
+        batch = collate(rng.sample(examples, batch_size), tokenizer.pad_token_id)
         loss = model(**batch).loss
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

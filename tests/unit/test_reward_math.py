@@ -298,3 +298,14 @@ def test_worker_death_labels():
 ])
 def test_box_as_operand_of_an_expression(text, how):
     assert extract_math_answer(text)[1] == how
+
+
+@pytest.mark.parametrize("text", [
+    "d4: 7+7+1=15 write 5 carry 1\n\\boxed{15201}",  # a line ending in a digit, the box on the next line
+    "so the sum is 15201\n\n\\boxed{15201}", "x = 15201 -\n\\boxed{15201}",
+    "$$\\boxed{15201}\\end{aligned}$$", "\\left(\\boxed{15201}\\right)",
+])
+def test_a_box_on_its_own_line_or_closing_an_environment_is_the_answer(text):
+    # regression: "$" in the before-box pattern also matched before a final newline, so any line ending in a
+    # digit or an operator made the next line's box an "operand" and the right answer scored 0
+    assert compute_math_score(text, "15201")["verdict"] == "correct"
