@@ -243,6 +243,11 @@ class Monitor:
         self.current = 0
         self.unreadable = {}
         self.next_check = 0.0
+        # The smallest private memory a live sandbox process was seen with. Shared objects (SysV segments,
+        # memfds, tmpfs files) can outlive their creator: once no process is left they are charged with this
+        # floor, because they did coexist with a live interpreter (otherwise 512 MiB of SysV segments under a
+        # 512 MiB limit passes whenever the program exits between two polls).
+        self.live_anon_floor = 0
 
     def descendants(self):
         out, stack = [], [self.me]
@@ -337,7 +342,12 @@ class Monitor:
                 objects += (st.f_blocks - st.f_bfree) * st.f_frsize
             except OSError:
                 pass
-        return anon * 1024 + max(shmem * 1024, objects)
+        anon_bytes = anon * 1024
+        if pids and anon_bytes:
+            self.live_anon_floor = min(self.live_anon_floor or anon_bytes, anon_bytes)
+        elif not pids and objects:
+            anon_bytes = self.live_anon_floor
+        return anon_bytes + max(shmem * 1024, objects)
 
 
 def _is_zombie(pid):
