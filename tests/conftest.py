@@ -23,3 +23,5 @@ def pytest_collection_modifyitems(config, items):
         tier = _TIER_BY_FOLDER.get(item.path.parent.name)
         if tier is not None:
             item.add_marker(getattr(pytest.mark, tier))
+        if tier == "e2e":  # every e2e test starts Ray and verl's workers: 45-105 s each on 2 cores
+            item.add_marker(pytest.mark.slow)

@@ -143,6 +143,7 @@ def test_correction_stats_and_schedule():
     assert fixed.current() == 0.4
 
 
+@pytest.mark.slow  # a fresh interpreter imports verl (≈10 s)
 def test_entry_point_registers_estimator_in_fresh_process(tmp_path):
     """`import verl` alone (no import of ibpo) must make `ibpo` resolvable: proves the entry point."""
     code = (
