@@ -75,6 +75,7 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
         self._step_correction: corr.CorrectionPass | None = None  # this step's correction pass
         self._step_lambda = self.ibpo.lam  # the λ this step shapes with
         self._main_gen_started = 0.0
+        self._saved_state_folder: str | None = None  # this step's checkpoint folder, if it wrote one
 
     # ------------------------------------------------------------------ hooks of HookedRayPPOTrainer.fit
     def _before_generation(self, gen_batch: DataProto, metrics: dict, timing_raw: dict) -> None:
@@ -116,10 +117,14 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
         if self.ibpo.grad_probe_interval and self.global_steps % self.ibpo.grad_probe_interval == 0:
             with marked_timer("ibpo_grad_probe", timing_raw, color="purple"):
                 self.probe_gradient_variance(batch, metrics)
+        # The step's work is fixed from here on (the update trains on this batch): count it now, before verl
+        # may write this step's checkpoint, so a resumed run continues from totals that include this step.
+        self._account_step_compute(batch, metrics)
 
-    def _step_metrics(self, batch: DataProto, metrics: dict, timing_raw: dict) -> None:
-        """End of step: FLOPs per phase (``ibpo.compute.step_flops``), measured seconds per phase, and the
-        running totals that curves against compute or time are drawn on (restored on resume)."""
+    def _account_step_compute(self, batch: DataProto, metrics: dict) -> None:
+        """The step's FLOPs per phase (``ibpo.compute.step_flops``) and tokens, added to the running totals
+        that curves against compute are drawn on. Runs at the end of ``_after_advantage``: after it the
+        batch trained on is final and before ``_save_checkpoint``, which stores the totals."""
         rows = batch.batch["attention_mask"].sum(-1)
         is_corr = batch.batch[corr.IS_CORRECTION_KEY] > 0
         is_pad = batch.batch[corr.IS_PADDING_KEY] > 0
@@ -148,10 +153,18 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
         metrics.update({f"ibpo/compute/{k}": v for k, v in self.compute_totals.items()})
         metrics.update(flops.as_metrics())
         metrics["ibpo/compute/step_flops"] = flops.total
+
+    def _step_metrics(self, batch: DataProto, metrics: dict, timing_raw: dict) -> None:
+        """End of step: measured seconds per phase and the running time total (the compute totals were
+        counted in ``_after_advantage``). If this step wrote a checkpoint, its IBPO state is written again
+        now that the step's time is known."""
         metrics.update(phase_seconds(timing_raw))
         self.time_totals["cumulative_step_s"] += timing_raw.get("step", 0.0)
         metrics["ibpo/time/cumulative_step_s"] = self.time_totals["cumulative_step_s"]
         metrics["ibpo/time/host_share"] = metrics["ibpo/time/host_s"] / max(timing_raw.get("step", 0.0), 1e-9)
+        if self._saved_state_folder is not None:
+            self._write_ibpo_state(self._saved_state_folder)
+            self._saved_state_folder = None
 
     # ------------------------------------------------------------------ IBPO steps B-C
     def _decode(self, ids: list[int]) -> str:
@@ -266,14 +279,27 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
             folder = os.path.join(trainer_cfg.default_local_dir, f"global_step_{self.global_steps}")
         return folder if os.path.isabs(folder) else os.path.join(os.getcwd(), folder)
 
+    def _ibpo_state(self, step_seconds_so_far: float = 0.0) -> dict:
+        return {"lambda_schedule": self.lambda_schedule.state_dict(), "compute_totals": dict(self.compute_totals),
+                "time_totals": {"cumulative_step_s": self.time_totals["cumulative_step_s"] + step_seconds_so_far}}
+
+    def _write_ibpo_state(self, folder: str, step_seconds_so_far: float = 0.0) -> None:
+        """Write ``ibpo_state.json`` atomically (a crash mid-write leaves the previous file, never half)."""
+        path = os.path.join(folder, self.IBPO_STATE_FILE)
+        with open(path + ".tmp", "w") as f:
+            json.dump(self._ibpo_state(step_seconds_so_far), f)
+        os.replace(path + ".tmp", path)
+
     def _save_checkpoint(self):
         """verl's checkpoint plus the IBPO state a resumed run needs: the running λ_max of the ``theorem``
-        schedule and the cumulative compute counter (curves against compute must continue, not restart)."""
+        schedule and the cumulative compute and time counters (curves against compute must continue, not
+        restart). verl saves after the actor update, inside the step: λ and the compute totals already
+        include this step (``_after_advantage``); the time total gets the step's seconds so far, and the
+        exact figure is written again at the end of the step (``_step_metrics``)."""
         super()._save_checkpoint()
-        state = {"lambda_schedule": self.lambda_schedule.state_dict(), "compute_totals": self.compute_totals,
-                 "time_totals": self.time_totals}
-        with open(os.path.join(self._step_folder(), self.IBPO_STATE_FILE), "w") as f:
-            json.dump(state, f)
+        folder = self._step_folder()
+        self._write_ibpo_state(folder, time.perf_counter() - self._main_gen_started)
+        self._saved_state_folder = folder
 
     def _load_checkpoint(self):
         result = super()._load_checkpoint()

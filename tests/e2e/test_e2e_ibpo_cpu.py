@@ -7,11 +7,14 @@ read from verl's file logger and the rollout's weight-sync log lines, not on lea
 
 from __future__ import annotations
 
+import json
 import math
 import re
+from types import SimpleNamespace
 
 import pytest
 
+from ibpo.diagnostics import LambdaSchedule
 from verl_cpu.hf_rollout import DEBUG_ENV, DEBUG_PREFIX
 from recipe.ibpo.quickstart import ibpo_overrides, run_cpu_training
 
@@ -85,8 +88,16 @@ def test_ibpo_corrections_are_generated_scored_and_shape_rewards(ibpo_joint):
         assert m["ibpo/time/update_actor_s"] > 0 and m["ibpo/time/cumulative_step_s"] >= m["ibpo/time/step_s"]
     assert any(m["ibpo/shaped_fraction"] > 0 for m in metrics.values()), "no correction succeeded in 3 steps"
     assert any(m["actor/grad_norm"] > 0 for m in metrics.values())
-    totals = [metrics[s]["ibpo/compute/total_tokens"] for s in sorted(metrics)]
-    assert totals == sorted(totals) and totals[0] < totals[-1]  # a running counter
+    # running counters: each step adds exactly its own tokens, FLOPs and seconds
+    previous = {"ibpo/compute/total_tokens": 0.0, "ibpo/compute/total_flops": 0.0, "ibpo/time/cumulative_step_s": 0.0}
+    for step in sorted(metrics):
+        m = metrics[step]
+        tokens = (m["ibpo/main_prompt_tokens"] + m["ibpo/main_gen_tokens"]
+                  + m["ibpo/correction_prompt_tokens"] + m["ibpo/correction_gen_tokens"])
+        assert m["ibpo/compute/total_tokens"] == previous["ibpo/compute/total_tokens"] + tokens, step
+        assert m["ibpo/compute/total_flops"] == previous["ibpo/compute/total_flops"] + m["ibpo/compute/step_flops"], step
+        assert m["ibpo/time/cumulative_step_s"] == previous["ibpo/time/cumulative_step_s"] + m["timing_s/step"], step
+        previous = {k: m[k] for k in previous}
 
 
 def test_rollout_receives_updated_weights(ibpo_joint):
@@ -153,17 +164,36 @@ def test_counterfactual_weighting_end_to_end(cpu_demo_assets, tmp_path_factory):
 
 
 def test_resume_continues_the_compute_counter_and_lambda_schedule(cpu_demo_assets, tmp_path_factory):
-    """A checkpointed run resumed by verl restores the IBPO state (compute counter, running λ_max)."""
+    """A checkpointed run resumed by verl restores the IBPO state exactly: the checkpoint of step 2 holds the
+    totals *after* step 2 (not step 1's: the state is written after the step's compute is counted), and the
+    resumed step 3 reports saved totals + step 3's own work, and the λ that the schedule gives after step 2."""
     out = tmp_path_factory.mktemp("resume")
     overrides = ibpo_overrides("binary", joint_training=False, baseline=False) + [
         "ibpo.lambda_schedule=theorem", "trainer.save_freq=2", "trainer.resume_mode=auto"]
     first, m1 = run_cpu_training(cpu_demo_assets, out, "first", overrides, 2, RUN_TIMEOUT_S)
     assert first.returncode == 0, first.log_tail()
-    state = (out / "checkpoints" / "global_step_2" / "ibpo_state.json").read_text()
-    assert "compute_totals" in state and "lambda_schedule" in state
+    state = json.loads((out / "checkpoints" / "global_step_2" / "ibpo_state.json").read_text())
+    # the saved totals are those step 2 logged, exactly (floats of token counts and FLOPs; JSON round-trips)
+    assert state["compute_totals"] == {k: m1[2][f"ibpo/compute/{k}"]
+                                       for k in ("total_tokens", "total_flops", "generated_tokens")}
+    assert state["time_totals"]["cumulative_step_s"] == m1[2]["ibpo/time/cumulative_step_s"]
+    replay = LambdaSchedule("theorem", m1[1]["ibpo/lambda"])  # the config's λ is the step-1 λ (no estimate yet)
+    for step in (1, 2):
+        replay.update(SimpleNamespace(v_phi=m1[step]["ibpo/V_phi"], c=m1[step]["ibpo/C"],
+                                      lambda_max=m1[step]["ibpo/lambda_max"]))
+    assert state["lambda_schedule"] == replay.state_dict()
+
     second, m2 = run_cpu_training(cpu_demo_assets, out, "second", overrides, 3, RUN_TIMEOUT_S)
     assert second.returncode == 0, second.log_tail()
     assert "Resuming from" in second.log_path.read_text(errors="replace")
     assert sorted(m2) == [3]
-    assert m2[3]["ibpo/compute/total_tokens"] > m1[2]["ibpo/compute/total_tokens"]
-    assert m2[3]["ibpo/compute/total_tokens"] - m1[2]["ibpo/compute/total_tokens"] < m1[2]["ibpo/compute/total_tokens"]
+    m3 = m2[3]
+    step3_tokens = (m3["ibpo/main_prompt_tokens"] + m3["ibpo/main_gen_tokens"]
+                    + m3["ibpo/correction_prompt_tokens"] + m3["ibpo/correction_gen_tokens"])
+    assert step3_tokens > 0
+    assert m3["ibpo/compute/total_tokens"] == m1[2]["ibpo/compute/total_tokens"] + step3_tokens
+    assert m3["ibpo/compute/generated_tokens"] == (m1[2]["ibpo/compute/generated_tokens"]
+                                                   + m3["ibpo/main_gen_tokens"] + m3["ibpo/correction_gen_tokens"])
+    assert m3["ibpo/compute/total_flops"] == m1[2]["ibpo/compute/total_flops"] + m3["ibpo/compute/step_flops"]
+    assert m3["ibpo/time/cumulative_step_s"] == m1[2]["ibpo/time/cumulative_step_s"] + m3["timing_s/step"]
+    assert m3["ibpo/lambda"] == replay.current()
