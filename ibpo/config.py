@@ -84,6 +84,14 @@ class IBPOConfig:
     # each candidate is middle-truncated to this many tokens *of its re-tokenised text*; 0 = derived at start
     # from the model context and the response length (recipe/ibpo/setup_checks.py: correction_budget)
     max_candidate_tokens: int = 0
+    # Per-correction length bound (docs/correction_pass.md, "Length bound"): a correction of target y gets
+    # max_tokens = ceil(c·|y|) + correction_closing_tokens (capped at the rollout's response_length);
+    # c = correction_max_tokens_factor, 0 = no bound (every correction may use max_response_length).
+    correction_max_tokens_factor: float = 0.0
+    correction_closing_tokens: int = 64
+    # every N steps, replay vLLM's ngram proposer on the step's corrections (ibpo/correction/lookup_*
+    # metrics, ibpo.lookup_decoding); 0 = off
+    lookup_proxy_interval: int = 1
     correct_threshold: float = 0.5  # a response with reward >= this is "correct" (rewards are {0, 1})
     joint_training: bool = False  # App. E.2 (C): train on correction samples too
     # joint rows' groups for the advantage: per_prompt (all corrections of prompt x form one group) |
@@ -152,6 +160,13 @@ class IBPOConfig:
             raise bad("adaptive_min_samples", ">= 2")
         if self.max_candidate_tokens < 0:
             raise bad("max_candidate_tokens", ">= 0 (0 derives the budget from the model context at start)")
+        if not (self.correction_max_tokens_factor == 0.0 or self.correction_max_tokens_factor >= 1.0):
+            raise bad("correction_max_tokens_factor", "0 (no bound) or >= 1 (a correction may at least repeat its "
+                      "target; a smaller bound would cut the local repairs the shaping credits)")
+        if self.correction_closing_tokens < 0:
+            raise bad("correction_closing_tokens", ">= 0")
+        if self.lookup_proxy_interval < 0:
+            raise bad("lookup_proxy_interval", ">= 0 (0 disables the lookup metrics)")
         if not 0.0 < self.correct_threshold <= 1.0:
             raise bad("correct_threshold", "in (0, 1]")
         if self.rewrite_penalty < 0.0:
