@@ -204,7 +204,7 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
         if cfg.lookup_proxy_interval and self.global_steps % cfg.lookup_proxy_interval == 0:
             with marked_timer("ibpo_lookup_proxy", timing_raw):  # host-side replay of vLLM's ngram proposer
                 metrics.update(corr.lookup_metrics(correction_output, proxy_params(self.config)))
-        dump_dir = self.config.trainer.get("rollout_data_dir", None)
+        dump_dir = (self.config.get("trainer", None) or {}).get("rollout_data_dir", None)
         if dump_dir and requests:  # the step's corrections, with verl's own rollout dumps
             corr.dump_corrections(dump_dir, self.global_steps, requests, correction_output, ids,
                                   (correction_scores >= cfg.correct_threshold).tolist(), outcome.correction_rewrite)
