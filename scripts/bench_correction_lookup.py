@@ -47,6 +47,7 @@ def run_toy(out: Path, steps: int, seed: int, timeout_s: float) -> Path:
     from recipe.ibpo.quickstart import ibpo_overrides
     from verl_cpu.launch import cpu_env, cpu_overrides, process_env, run_with_timeout
 
+    out = out.resolve()  # the run starts in `out`: every path it is given must be absolute
     out.mkdir(parents=True, exist_ok=True)
     stamp = out / "assets" / "assets.json"
     if not stamp.exists():
