@@ -42,7 +42,7 @@ def parse_setting(text: str) -> NgramParams:
     return NgramParams(lo, hi, k)
 
 
-def run_toy(out: Path, steps: int, seed: int, timeout_s: float) -> Path:
+def run_toy(out: Path, steps: int, seed: int, timeout_s: float, extra: list[str] = ()) -> Path:
     """Train IBPO on the CPU toy for ``steps`` steps with the corrections dumped; returns the dump dir."""
     from recipe.ibpo.quickstart import ibpo_overrides
     from verl_cpu.launch import cpu_env, cpu_overrides, process_env, run_with_timeout
@@ -67,7 +67,7 @@ def run_toy(out: Path, steps: int, seed: int, timeout_s: float) -> Path:
            *ibpo_overrides("binary", joint_training=False, baseline=False),
            "actor_rollout_ref.actor.optim.lr=3e-4", "actor_rollout_ref.actor.optim.lr_warmup_steps=5",
            f"data.seed={seed}", f"actor_rollout_ref.rollout.seed={seed}", f"ibpo.seed={seed}",
-           "trainer.experiment_name=toy_lookup"]
+           "trainer.experiment_name=toy_lookup", *extra]
     env = process_env(os.environ, {**cpu_env(metrics_path=out / "metrics.jsonl"), "OMP_NUM_THREADS": "1",
                                    "MKL_NUM_THREADS": "1"})
     print(f"[lookup] training the toy for {steps} steps (log {out / 'train.log'}) ...", flush=True)
@@ -106,6 +106,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout", type=float, default=3600.0)
+    p.add_argument("--override", nargs="*", default=[], help="more Hydra overrides for --toy-run")
     p.add_argument("--dump", type=Path, default=None, help="rollout_data_dir of an earlier run")
     p.add_argument("--settings", nargs="+", type=parse_setting, default=[parse_setting(s) for s in DEFAULT_SETTINGS])
     p.add_argument("--lengths", type=int, nargs="*", default=[], help="synthetic corrections at these L")
@@ -120,7 +121,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    dump = run_toy(args.toy_run, args.steps, args.seed, args.timeout) if args.toy_run else args.dump
+    dump = run_toy(args.toy_run, args.steps, args.seed, args.timeout, args.override) if args.toy_run else args.dump
     rows, bound_rows, profile = [], [], None
     if dump is not None:
         records = load_dump(dump)
