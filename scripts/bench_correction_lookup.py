@@ -114,6 +114,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--layout", default="target_first", help="synthetic: analysis.correction_workload.LAYOUTS key")
     p.add_argument("--kept-fraction", type=float, default=None,
                    help="synthetic: override the measured share of target tokens a correction keeps")
+    p.add_argument("--edit-run", type=float, default=None,
+                   help="synthetic: override the measured mean length of an edited run (target tokens)")
     p.add_argument("--factors", type=float, nargs="+", default=[1.0, 1.25, 1.5, 2.0, 3.0])
     p.add_argument("--closing", type=int, nargs="+", default=[0, 16, 64])
     p.add_argument("--response-length", type=int, default=96, help="the run's max_response_length (bound cap)")
@@ -145,15 +147,18 @@ def main(argv=None) -> int:
         from analysis.correction_workload import LAYOUTS, build_tokenizer
 
         profile = profile or EditProfile(kept_fraction=0.73, mean_edit_run=3.0, insert_per_edited=1.0, corrections=0)
-        if args.kept_fraction is not None:
-            profile = EditProfile(args.kept_fraction, profile.mean_edit_run, profile.insert_per_edited, 0)
+        if args.kept_fraction is not None or args.edit_run is not None:
+            profile = EditProfile(profile.kept_fraction if args.kept_fraction is None else args.kept_fraction,
+                                  profile.mean_edit_run if args.edit_run is None else args.edit_run,
+                                  profile.insert_per_edited, 0)
         with tempfile.TemporaryDirectory() as tmp:
             tokenizer = build_tokenizer(Path(tmp) / "tok")
             for length in args.lengths:
                 prompts, outputs = synthetic_corrections(tokenizer, length, profile, args.prompts, 8, 2,
                                                          LAYOUTS[args.layout], seed=args.seed)
                 for params in args.settings:
-                    rows.append({"source": f"synthetic L={length:,}, {args.layout}, kept {profile.kept_fraction:.0%}",
+                    rows.append({"source": f"synthetic L={length:,}, {args.layout}, kept {profile.kept_fraction:.0%}, "
+                                           f"edit runs {profile.mean_edit_run:.1f}",
                                  "setting": f"{params.prompt_lookup_min}:"
                                  f"{params.prompt_lookup_max}:{params.num_speculative_tokens}",
                                  **replay(prompts, outputs, params)})
