@@ -75,8 +75,8 @@ def ngram_propose(context: Sequence[int], params: NgramParams) -> np.ndarray:
 class NgramProposer:
     """The ngram proposal at every prefix of one fixed token sequence (prompt + realised output), fast.
 
-    For each n the earliest start of every n-gram is precomputed (``np.unique`` on the n-gram windows,
-    exact, no hashing): the suffix n-gram of a prefix of length T occurs earlier iff its earliest start
+    For each n the earliest start of every n-gram is precomputed (exact n-gram ids by rank compression,
+    then ``np.unique``): the suffix n-gram of a prefix of length T occurs earlier iff its earliest start
     in the whole sequence is < T - n (an earliest start is never after the suffix's own start T - n, so
     later tokens of the sequence cannot change the answer).
     """
@@ -86,13 +86,24 @@ class NgramProposer:
         self.params = params
         self._first_start: dict[int, np.ndarray] = {}
         size = self.seq.size
-        for n in range(params.prompt_lookup_min, params.prompt_lookup_max + 1):
-            if size < n:
-                continue
-            windows = np.lib.stride_tricks.sliding_window_view(self.seq, n)
-            _, first, inverse = np.unique(windows, axis=0, return_index=True, return_inverse=True)
-            # earliest start of the n-gram that starts at s, for every start s
-            self._first_start[n] = first[np.asarray(inverse).reshape(-1)]
+        if size == 0:
+            return
+        # exact n-gram ids by rank compression: ids_1 = rank of the token; ids_n[s] = rank of the pair
+        # (ids_{n-1}[s], ids_1[s + n - 1]), so equal ids <=> equal n-grams (no hashing, no collisions)
+        _, unigram = np.unique(self.seq, return_inverse=True)
+        unigram = np.asarray(unigram, dtype=np.int64).reshape(-1)
+        ids = unigram
+        for n in range(1, params.prompt_lookup_max + 1):
+            if n > 1:
+                if size < n:
+                    break
+                pair = ids[: size - n + 1] * (int(unigram.max()) + 1) + unigram[n - 1:]
+                _, ids = np.unique(pair, return_inverse=True)
+                ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+            if n >= params.prompt_lookup_min:
+                _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+                # earliest start of the n-gram that starts at s, for every start s
+                self._first_start[n] = first[np.asarray(inverse).reshape(-1)]
 
     def propose(self, length: int) -> np.ndarray:
         """The draft vLLM would propose after the first ``length`` tokens of the sequence."""
