@@ -80,7 +80,6 @@ def test_a_draft_model_in_the_composed_config_is_named(tiny_run):
         check_correction_rollout(cfg, ibpo_config_from(cfg))
 
 
-@pytest.mark.slow  # loads and runs the hf server: ~10 s
 def test_the_bound_reaches_the_hf_servers_request(tiny_run, monkeypatch):
     from transformers import AutoTokenizer
     from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
