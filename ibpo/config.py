@@ -7,6 +7,7 @@ mistyped YAML key or an out-of-range hyper-parameter stops a run before any GPU 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
@@ -161,13 +162,17 @@ class IBPOConfig:
             raise bad("adaptive_min_samples", ">= 2")
         if self.max_candidate_tokens < 0:
             raise bad("max_candidate_tokens", ">= 0 (0 derives the budget from the model context at start)")
+        if isinstance(self.correction_max_tokens_factor, bool) or not isinstance(
+                self.correction_max_tokens_factor, (int, float)) or not math.isfinite(self.correction_max_tokens_factor):
+            raise bad("correction_max_tokens_factor", "a finite number: 0 (no bound) or >= 1")
         if not (self.correction_max_tokens_factor == 0.0 or self.correction_max_tokens_factor >= 1.0):
             raise bad("correction_max_tokens_factor", "0 (no bound) or >= 1 (a correction may at least repeat its "
                       "target; a smaller bound would cut the local repairs the shaping credits)")
-        if self.correction_closing_tokens < 0:
-            raise bad("correction_closing_tokens", ">= 0")
-        if self.lookup_proxy_interval < 0:
-            raise bad("lookup_proxy_interval", ">= 0 (0 disables the lookup metrics)")
+        for name in ("correction_closing_tokens", "lookup_proxy_interval"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise bad(name, "an integer >= 0" + (" (0 disables the lookup metrics)"
+                                                     if name == "lookup_proxy_interval" else ""))
         if not 0.0 < self.correct_threshold <= 1.0:
             raise bad("correct_threshold", "in (0, 1]")
         if self.rewrite_penalty < 0.0:

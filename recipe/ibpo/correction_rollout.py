@@ -17,7 +17,7 @@ import json
 from typing import Any, Mapping
 
 from ibpo.config import IBPOConfig, IBPOConfigError
-from ibpo.lookup_decoding import LOOKUP_METHODS, NgramParams
+from ibpo.lookup_decoding import LOOKUP_METHODS, NgramParams, ngram_params_from_speculative_config
 
 SPEC_OPTION = "actor_rollout_ref.rollout.engine_kwargs.vllm.speculative_config"
 # keys of vLLM's SpeculativeConfig that keep a draft-free method lossless
@@ -120,11 +120,7 @@ def check_correction_rollout(config: Any, ibpo: IBPOConfig) -> None:
 def proxy_params(config: Any) -> NgramParams:
     """The ngram proposer the lookup metrics replay: the rollout's own when it speculates with ngram, else
     :data:`DEFAULT_PROXY_PARAMS` (what speculation with the recommended setting would give)."""
-    spec = speculative_config_of(config)
-    if spec and spec.get("method") == "ngram":
-        return NgramParams(int(spec["prompt_lookup_min"]), int(spec["prompt_lookup_max"]),
-                           int(spec["num_speculative_tokens"]))
-    return DEFAULT_PROXY_PARAMS
+    return ngram_params_from_speculative_config(speculative_config_of(config)) or DEFAULT_PROXY_PARAMS
 
 
 __all__ = ["ALLOWED_KEYS", "DEFAULT_PROXY_PARAMS", "SPEC_OPTION", "check_correction_rollout",

@@ -67,8 +67,13 @@ def test_the_bound_options_are_validated():
     for bad in (0.5, -1.0):
         with pytest.raises(IBPOConfigError, match="ibpo.correction_max_tokens_factor"):
             IBPOConfig(correction_max_tokens_factor=bad)
-    with pytest.raises(IBPOConfigError, match="ibpo.correction_closing_tokens"):
-        IBPOConfig(correction_closing_tokens=-1)
+    for bad in (float("inf"), float("nan"), True, "2"):
+        with pytest.raises(IBPOConfigError, match="ibpo.correction_max_tokens_factor"):
+            IBPOConfig(correction_max_tokens_factor=bad)
+    for bad in (-1, 16.5, True):
+        with pytest.raises(IBPOConfigError, match="ibpo.correction_closing_tokens"):
+            IBPOConfig(correction_closing_tokens=bad)
+    assert IBPOConfig(correction_max_tokens_factor=2).correction_max_tokens_factor == 2
     with pytest.raises(IBPOConfigError, match="ibpo.lookup_proxy_interval"):
         IBPOConfig(lookup_proxy_interval=-1)
     with pytest.raises(IBPOConfigError, match="multi_turn"):
