@@ -111,7 +111,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--settings", nargs="+", type=parse_setting, default=[parse_setting(s) for s in DEFAULT_SETTINGS])
     p.add_argument("--lengths", type=int, nargs="*", default=[], help="synthetic corrections at these L")
     p.add_argument("--prompts", type=int, default=2, help="synthetic: prompts (G = 8, 2 right: 6 corrections each)")
-    p.add_argument("--layout", default="target_first", help="synthetic: analysis.correction_workload.LAYOUTS key")
+    p.add_argument("--layout", default="target_first", choices=["target_first", "target_first+shuffle",
+                   "target_first+per_group", "reference_first", "reference_first+per_group"],
+                   help="synthetic: the correction prompts' layout (analysis.correction_workload.LAYOUTS)")
     p.add_argument("--kept-fraction", type=float, default=None,
                    help="synthetic: override the measured share of target tokens a correction keeps")
     p.add_argument("--edit-run", type=float, default=None,
