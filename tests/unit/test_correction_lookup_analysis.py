@@ -91,3 +91,25 @@ def test_bound_cut_table():
     assert rows[0]["corrections_cut"] == 2 and rows[0]["right_cut"] == 1 and rows[0]["shaped_cut"] == 0
     assert rows[0]["tokens_cut_frac"] == pytest.approx((3 + 18) / 55)
     assert rows[1]["corrections_cut"] == 1 and rows[1]["tokens_cut_frac"] == pytest.approx(8 / 55)  # bound 22
+
+
+def test_bench_script_reports_a_dump(tmp_path, capsys):
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("bench_correction_lookup", root / "scripts" / "bench_correction_lookup.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = generation_output([[1, 2, 3, 4, 5, 6], [4, 5]], [[1, 2, 3, 4, 5, 6, 0], [9, 9, 9]])
+    requests = [CorrectionRequest(0, (), [], "g"), CorrectionRequest(1, (), [], "g")]
+    corr.dump_corrections(str(tmp_path), 1, requests, out, [[1, 2, 3, 4, 5, 6], [9, 9]], [True, False],
+                          np.array([False, False]))
+    assert bench.main(["--dump", str(tmp_path), "--settings", "1:2:3", "--factors", "1", "--closing", "0",
+                       "--json", str(tmp_path / "r.json")]) == 0
+    text = capsys.readouterr().out
+    assert "| toy, all | 1:2:3 | 2 |" in text and "| toy, right | 1:2:3 | 1 |" in text
+    # c = 1, no closing tokens: 7 > 6 and 3 > 2, one token over each: 2 of the 10 correction tokens
+    assert "| 1 | 0 | 20.00% | 2 / 2 | 1 / 1 | 1 / 1 |" in text
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--settings", "2:5"])
