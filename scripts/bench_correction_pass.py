@@ -28,7 +28,7 @@ from vLLM's own counters (``LLM.get_metrics()``: ``vllm:spec_decode_num_drafts``
 these rows measure what speculation *costs*; what it saves on real corrections is the CPU proxy's
 decode-step reduction (``scripts/bench_correction_lookup.py``).
 
-    python scripts/bench_correction_pass.py --lengths 2048 8192 --speculation off ngram suffix --bound-factor 1.5
+    python scripts/bench_correction_pass.py --lengths 2048 8192 --speculation off ngram suffix --bound-factor 1.5 --logprobs
 
 Without CUDA or vLLM it prints why and exits 0.
 """
@@ -181,7 +181,7 @@ def acceptance_stats(before: dict | None, after: dict | None) -> dict:
             "accept_rate": accepted / draft_tokens if draft_tokens else None}
 
 
-def run_phase(llm, phase: Phase, length: int, seed: int, sampling_params_cls=None) -> dict:
+def run_phase(llm, phase: Phase, length: int, seed: int, sampling_params_cls=None, logprobs: bool = False) -> dict:
     """Time the phase's generation (forced to ``length`` tokens) and, separately, its prefill alone
     (``sampling_params_cls``: vLLM's ``SamplingParams`` unless given, e.g. by a test)."""
     if sampling_params_cls is None:
@@ -200,9 +200,10 @@ def run_phase(llm, phase: Phase, length: int, seed: int, sampling_params_cls=Non
 
     prefill_s, _ = timed(SamplingParams(max_tokens=1, temperature=1.0, seed=seed, detokenize=False), "prefill")
 
-    def forced(n: int):
+    def forced(n: int):  # logprobs=0: the sampled token's log-prob, as verl requests (rollout.calculate_log_probs)
+        extra = {"logprobs": 0} if logprobs else {}
         return SamplingParams(min_tokens=n, max_tokens=n, ignore_eos=True, temperature=1.0, seed=seed,
-                              detokenize=False)
+                              detokenize=False, **extra)
 
     full = forced(length) if phase.lengths is None else [forced(n) for n in phase.lengths]
     before = spec_counters(llm)
@@ -258,6 +259,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="JSON list of correction/target length ratios (default: the toy's); 'none' in "
                              "--no-ratios forces every correction to L")
     parser.add_argument("--no-ratios", action="store_true", help="force every correction to L (the first table)")
+    parser.add_argument("--logprobs", action="store_true",
+                        help="request the sampled token's log-prob, as verl does by default (rollout.calculate_log_probs): "
+                             "some vLLM versions do not speculate for such requests")
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.85)
     parser.add_argument("--max-num-seqs", type=int, default=256)
     parser.add_argument("--seed", type=int, default=0)
@@ -341,7 +345,7 @@ def main(argv=None) -> int:
                     if spec is not None and phase.unique_salt:
                         continue  # the no-reuse row is the layout baseline; once is enough
                     try:
-                        row = run_phase(llm, phase, length, args.seed)
+                        row = run_phase(llm, phase, length, args.seed, logprobs=args.logprobs)
                     except Exception as exc:  # one phase (e.g. a vLLM without cache_salt) must not lose the others
                         print(f"  L={length} {label}: {phase.name}: FAILED ({type(exc).__name__}: {exc})", flush=True)
                         continue

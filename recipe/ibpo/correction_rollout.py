@@ -104,13 +104,33 @@ def check_speculative_config(spec: Mapping[str, Any] | None, rollout_name: str, 
             raise IBPOConfigError(f"{SPEC_OPTION}.prompt_lookup_min={lo} > prompt_lookup_max={hi}")
 
 
+def rollout_log_probs_trained_on(config: Any) -> str | None:
+    """The option through which training consumes the rollout's own log-probs (verl's rollout correction:
+    IS weights, rejection sampling or bypass mode, ``ray_trainer.py:1570-1660``), or None."""
+    algorithm = config.get("algorithm", None) or {}
+    corr_cfg = _plain(algorithm.get("rollout_correction", None)) or {}
+    for key in ("rollout_is", "rollout_rs"):
+        if corr_cfg.get(key) not in (None, False, "", "null"):
+            return f"algorithm.rollout_correction.{key}={corr_cfg[key]!r}"
+    if corr_cfg.get("bypass_mode", False):
+        return "algorithm.rollout_correction.bypass_mode=True"
+    return None
+
+
 def check_correction_rollout(config: Any, ibpo: IBPOConfig) -> None:
     """Start check of the correction pass's rollout settings (called from ``setup_checks``)."""
     rollout = config.actor_rollout_ref.rollout
     model = config.actor_rollout_ref.get("model", {}) or {}
     mtp = _plain(model.get("mtp", None)) or {}
-    check_speculative_config(speculative_config_of(config), str(rollout.get("name", "")),
+    spec = speculative_config_of(config)
+    check_speculative_config(spec, str(rollout.get("name", "")),
                              bool(mtp.get("enable", False) and mtp.get("enable_rollout", False)))
+    consumer = rollout_log_probs_trained_on(config)
+    if spec is not None and consumer is not None:
+        raise IBPOConfigError(
+            f"{SPEC_OPTION} with {consumer}: the samples stay exact under speculation, but training would use "
+            f"the rollout's log-probs, whose correctness under speculative decoding is not verified here (vLLM "
+            f"issue #34497 reports wrong log-probs with speculation in some versions); drop one")
     if ibpo.correction_max_tokens_factor > 0 and rollout.get("multi_turn", {}).get("enable", False):
         raise IBPOConfigError(
             "ibpo.correction_max_tokens_factor > 0 with actor_rollout_ref.rollout.multi_turn.enable=True: the bound "

@@ -180,7 +180,12 @@ def test_run_phase_forces_per_request_lengths_and_reads_vllms_acceptance():
                           sampling_params_cls=lambda **kw: kw)
     full = llm.calls[-1][1]
     assert [p["max_tokens"] for p in full] == [5, 7] and [p["min_tokens"] for p in full] == [5, 7]
+    assert all("logprobs" not in p for p in full)
+    bench.run_phase(llm, bench.Phase("c", [[1] * 10]), 4, seed=0, sampling_params_cls=lambda **kw: kw, logprobs=True)
+    assert llm.calls[-1][1]["logprobs"] == 0  # as verl asks for the sampled token's log-prob
     assert row["generated_tokens"] == 12
+    row = bench.run_phase(llm, bench.Phase("c", [[1] * 10, [1] * 20], lengths=[5, 7]), 32, seed=0,
+                          sampling_params_cls=lambda **kw: kw)
     assert row["accept_length"] == pytest.approx(1 + 6 / 4) and row["accept_rate"] == pytest.approx(6 / 16)
     plain = bench.run_phase(FakeLLM(), bench.Phase("m", [[1] * 10]), 8, seed=0, sampling_params_cls=lambda **kw: kw)
     assert plain["accept_length"] is None  # an engine without counters

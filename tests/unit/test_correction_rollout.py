@@ -21,12 +21,13 @@ from recipe.ibpo.correction_rollout import (
 NGRAM = {"method": "ngram", "prompt_lookup_min": 2, "prompt_lookup_max": 5, "num_speculative_tokens": 8}
 
 
-def trainer_config(spec=None, name="vllm", mtp_rollout=False, multi_turn=False):
+def trainer_config(spec=None, name="vllm", mtp_rollout=False, multi_turn=False, rollout_correction=None):
     vllm = {} if spec is None else {"speculative_config": spec}
+    correction = {"rollout_is": None, "rollout_rs": None, "bypass_mode": False, **(rollout_correction or {})}
     return OmegaConf.create({"actor_rollout_ref": {
         "rollout": {"name": name, "engine_kwargs": {"vllm": vllm, "sglang": {}}, "multi_turn": {"enable": multi_turn}},
         "model": {"mtp": {"enable": mtp_rollout, "enable_rollout": mtp_rollout}},
-    }})
+    }, "algorithm": {"rollout_correction": correction}})
 
 
 @pytest.mark.parametrize("spec", [None, NGRAM, {"method": "suffix"}, {"method": "suffix", "num_speculative_tokens": 16,
@@ -54,12 +55,20 @@ def test_lossless_settings_pass(spec):
     ("{not json", {}, "not a JSON object"),
     (NGRAM, {"name": "hf"}, "rollout.name='hf'"),
     (NGRAM, {"mtp_rollout": True}, "mtp.enable_rollout"),
+    (NGRAM, {"rollout_correction": {"rollout_is": "token"}}, "rollout_correction.rollout_is='token'"),
+    (NGRAM, {"rollout_correction": {"bypass_mode": True}}, "rollout_correction.bypass_mode=True"),
+    ({"method": "suffix"}, {"rollout_correction": {"rollout_rs": "seq_mean_k1"}}, "rollout_rs"),
 ])
 def test_settings_that_break_exactness_fail_naming_the_option(spec, kwargs, named):
     with pytest.raises(IBPOConfigError) as err:
         check_correction_rollout(trainer_config(spec, **kwargs), IBPOConfig())
     assert named in str(err.value)
     assert SPEC_OPTION in str(err.value)
+
+
+def test_rollout_correction_without_speculation_is_fine():
+    check_correction_rollout(trainer_config(None, rollout_correction={"rollout_is": "token", "bypass_mode": True}),
+                             IBPOConfig())
 
 
 def test_the_bound_options_are_validated():
