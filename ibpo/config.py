@@ -7,6 +7,7 @@ mistyped YAML key or an out-of-range hyper-parameter stops a run before any GPU 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
@@ -84,6 +85,15 @@ class IBPOConfig:
     # each candidate is middle-truncated to this many tokens *of its re-tokenised text*; 0 = derived at start
     # from the model context and the response length (recipe/ibpo/setup_checks.py: correction_budget)
     max_candidate_tokens: int = 0
+    # Per-correction length bound (docs/correction_pass.md, "Length bound"): a correction of target y gets
+    # max_tokens = ceil(c·|y|) + correction_closing_tokens (capped at the rollout's response_length);
+    # c = correction_max_tokens_factor, 0 = no bound (every correction may use max_response_length). Default 2:
+    # on the toy's 252 real corrections (longest 1.81·|y|) c >= 1.5 cut none; see docs/correction_pass.md.
+    correction_max_tokens_factor: float = 2.0
+    correction_closing_tokens: int = 64
+    # every N steps, replay vLLM's ngram proposer on the step's corrections (ibpo/correction/lookup_*
+    # metrics, ibpo.lookup_decoding); 0 = off
+    lookup_proxy_interval: int = 1
     correct_threshold: float = 0.5  # a response with reward >= this is "correct" (rewards are {0, 1})
     joint_training: bool = False  # App. E.2 (C): train on correction samples too
     # joint rows' groups for the advantage: per_prompt (all corrections of prompt x form one group) |
@@ -152,6 +162,17 @@ class IBPOConfig:
             raise bad("adaptive_min_samples", ">= 2")
         if self.max_candidate_tokens < 0:
             raise bad("max_candidate_tokens", ">= 0 (0 derives the budget from the model context at start)")
+        if isinstance(self.correction_max_tokens_factor, bool) or not isinstance(
+                self.correction_max_tokens_factor, (int, float)) or not math.isfinite(self.correction_max_tokens_factor):
+            raise bad("correction_max_tokens_factor", "a finite number: 0 (no bound) or >= 1")
+        if not (self.correction_max_tokens_factor == 0.0 or self.correction_max_tokens_factor >= 1.0):
+            raise bad("correction_max_tokens_factor", "0 (no bound) or >= 1 (a correction may at least repeat its "
+                      "target; a smaller bound would cut the local repairs the shaping credits)")
+        for name in ("correction_closing_tokens", "lookup_proxy_interval"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise bad(name, "an integer >= 0" + (" (0 disables the lookup metrics)"
+                                                     if name == "lookup_proxy_interval" else ""))
         if not 0.0 < self.correct_threshold <= 1.0:
             raise bad("correct_threshold", "in (0, 1]")
         if self.rewrite_penalty < 0.0:

@@ -10,12 +10,14 @@ from __future__ import annotations
 from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY, register_adv_est
 
 from ibpo.advantages import compute_ibpo_outcome_advantage
+from ibpo.correction_bound import install_registration_hook
 
 ADV_ESTIMATOR_NAME = "ibpo"
 
 # The registry raises if a *different* function is registered under the name, and this module is only
 # imported once per process under this name, so the decorator is safe to apply at import.
 register_adv_est(ADV_ESTIMATOR_NAME)(compute_ibpo_outcome_advantage)
+install_registration_hook()  # agent loop `ibpo_correction` (per-correction max_tokens), when verl's is imported
 
 
 def assert_registered() -> None:

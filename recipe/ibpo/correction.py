@@ -12,6 +12,8 @@ as positions.
 from __future__ import annotations
 
 import copy
+import json
+import os
 import uuid
 from dataclasses import dataclass
 from typing import Callable
@@ -23,6 +25,8 @@ from verl.utils.model import compute_position_id_with_mask
 
 from ibpo.advantages import place_sequence_reward, shaped_rewards, signed_token_mask
 from ibpo.config import IBPOConfig
+from ibpo.correction_bound import AGENT_LOOP_NAME, MAX_TOKENS_KEY, bounded_lengths
+from ibpo.lookup_decoding import NgramParams, batch_decode_steps, simulate_lookup
 from ibpo.pipeline import CorrectionRequest, ShapingOutcome, plan_corrections
 from ibpo.prefix_sharing import shared_prefix_lengths
 
@@ -76,6 +80,74 @@ def build_correction_gen_batch(
         non_tensor["extra_info"] = np.array([copy.deepcopy(x) for x in non_tensor["extra_info"]], dtype=object)
     meta = {k: v for k, v in gen_batch.meta_info.items() if k != "validate"}
     return DataProto.from_dict(non_tensors=non_tensor, meta_info=meta)
+
+
+def attach_length_bound(corr_batch: DataProto, requests: list[CorrectionRequest], response_ids: list[list[int]],
+                        config: IBPOConfig, response_length: int) -> np.ndarray | None:
+    """The per-correction length bound (``ibpo.correction_bound``), in place: each correction row names the
+    ``ibpo_correction`` agent loop and carries max_tokens = ⌈c·|y|⌉ + closing tokens of its target y in
+    the ``ibpo_max_tokens`` column. Returns the bounds (None when ``correction_max_tokens_factor = 0``)."""
+    if config.correction_max_tokens_factor <= 0 or not requests:
+        return None
+    bounds = bounded_lengths([len(response_ids[r.target_row]) for r in requests], config.correction_max_tokens_factor,
+                             config.correction_closing_tokens, response_length)
+    corr_batch.non_tensor_batch["agent_name"] = np.array([AGENT_LOOP_NAME] * len(requests), dtype=object)
+    corr_batch.non_tensor_batch[MAX_TOKENS_KEY] = bounds.astype(object)
+    return bounds
+
+
+def length_bound_metrics(bounds: np.ndarray | None, correction_ids: list[list[int]],
+                         response_length: int) -> dict[str, float]:
+    """``ibpo/correction/max_tokens_mean`` and ``ibpo/correction/stopped_at_bound_frac``: the share of
+    corrections that ended exactly at a bound tighter than the rollout's response_length (cut by it, or
+    ending there by chance)."""
+    if bounds is None or not len(bounds):
+        return {}
+    lengths = np.array([len(ids) for ids in correction_ids])
+    at_bound = (lengths >= bounds) & (bounds < response_length)
+    return {"ibpo/correction/max_tokens_mean": float(bounds.mean()),
+            "ibpo/correction/stopped_at_bound_frac": float(at_bound.mean())}
+
+
+def lookup_metrics(output: DataProto | None, params: NgramParams) -> dict[str, float]:
+    """vLLM's ngram proposer replayed on the step's corrections (``ibpo.lookup_decoding``): exact for these
+    samples under lossless verification. ``ibpo/correction/lookup_decode_step_reduction``: share of the
+    corrections' decode forward passes lookup saves (summed over requests);
+    ``..._batch_decode_step_reduction``: the same for the slowest request (a batch's decode wall time in
+    steps); tokens per decode step, accepted draft tokens per verification, acceptance rate."""
+    if output is None or len(output) == 0:
+        return {}
+    total = None
+    for prompt, response in zip(prompt_token_ids(output), response_token_ids(output)):
+        stats = simulate_lookup(prompt, response, params)
+        total = stats if total is None else total + stats
+    metrics = total.as_metrics("ibpo/correction/")
+    plain = batch_decode_steps([max(len(r) - 1, 0) for r in response_token_ids(output)])
+    spec = batch_decode_steps(total.per_request_steps)
+    metrics["ibpo/correction/lookup_batch_decode_step_reduction"] = 1.0 - spec / plain if plain else 0.0
+    return metrics
+
+
+def dump_corrections(directory: str, step: int, requests: list[CorrectionRequest], output: DataProto | None,
+                     response_ids: list[list[int]], correction_right: list[bool], rewrite: np.ndarray) -> str:
+    """Write the step's corrections as JSON lines (``<directory>/ibpo_corrections/step_<step>.jsonl``):
+    correction prompt ids, correction ids, target ids, reference ids, correct, rewrite, shaped. Written
+    when verl's ``trainer.rollout_data_dir`` is set (analysis/correction_lookup.py reads them)."""
+    folder = os.path.join(directory, "ibpo_corrections")
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"step_{int(step)}.jsonl")
+    prompts = prompt_token_ids(output) if output is not None and len(output) else []
+    corrections = response_token_ids(output) if output is not None and len(output) else []
+    with open(path, "w") as f:
+        for i, req in enumerate(requests):
+            f.write(json.dumps({
+                "step": int(step), "prompt_ids": prompts[i], "correction_ids": corrections[i],
+                "target_ids": list(response_ids[req.target_row]),
+                "reference_ids": [list(response_ids[r]) for r in req.reference_rows],
+                "correct": bool(correction_right[i]), "rewrite": bool(rewrite[i]),
+                "shaped": bool(correction_right[i] and not rewrite[i]),
+            }) + "\n")
+    return path
 
 
 @dataclass

@@ -40,6 +40,7 @@ from ibpo.minibatch import ActorMiniBatchPlan, actor_minibatch_plan, optimizer_u
 from ibpo.pipeline import shape_batch
 from ibpo.variants import get_variant
 from recipe.ibpo import correction as corr
+from recipe.ibpo.correction_rollout import proxy_params
 from recipe.ibpo.setup_checks import check_trainer_config, ibpo_config_from, model_flop_shape, model_max_positions
 from recipe.ibpo.trainer_base import HookedRayPPOTrainer
 
@@ -189,9 +190,15 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
             requests, scores, ids, is_correct = corr.plan(gen_batch, gen_output, self._decode, cfg,
                                                           self.global_steps, self._encode)
         correction_output = None
+        rollout_cfg = self.config.actor_rollout_ref.rollout
+        response_length = int(rollout_cfg.get("response_length") or self.config.data.max_response_length)
+        bounds = None
         if requests:
             with marked_timer("ibpo_gen", timing_raw, color="purple"):
-                correction_output = self._generate(corr.build_correction_gen_batch(gen_batch, requests))
+                corr_batch = corr.build_correction_gen_batch(gen_batch, requests)
+                # per-correction max_tokens = ceil(c·|y|) + closing tokens (ibpo.correction_max_tokens_factor)
+                bounds = corr.attach_length_bound(corr_batch, requests, ids, cfg, response_length)
+                correction_output = self._generate(corr_batch)
         with marked_timer("ibpo_shape", timing_raw):  # Δ, φ, masks: ibpo.pipeline.shape_batch (Eq. 14-19)
             correction_scores, correction_ids = corr.read_corrections(requests, correction_output)
             outcome = shape_batch(requests, correction_ids, (correction_scores >= cfg.correct_threshold).tolist(),
@@ -206,6 +213,14 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
         metrics["ibpo/correction_prompt_tokens"] = prompt_tokens
         metrics["ibpo/correction_gen_tokens"] = generated_tokens
         metrics.update(corr.prefix_cache_metrics(correction_output))
+        metrics.update(corr.length_bound_metrics(bounds, correction_ids, response_length))
+        if cfg.lookup_proxy_interval and self.global_steps % cfg.lookup_proxy_interval == 0:
+            with marked_timer("ibpo_lookup_proxy", timing_raw):  # host-side replay of vLLM's ngram proposer
+                metrics.update(corr.lookup_metrics(correction_output, proxy_params(self.config)))
+        dump_dir = (self.config.get("trainer", None) or {}).get("rollout_data_dir", None)
+        if dump_dir and requests:  # the step's corrections, with verl's own rollout dumps
+            corr.dump_corrections(dump_dir, self.global_steps, requests, correction_output, ids,
+                                  (correction_scores >= cfg.correct_threshold).tolist(), outcome.correction_rewrite)
         return result
 
     def _ibpo_step_metrics(self, batch: DataProto, result: corr.CorrectionPass | None, lam: float,

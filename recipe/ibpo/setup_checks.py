@@ -11,6 +11,7 @@ from ibpo.compute import ModelShape
 from ibpo.config import IBPOConfig
 from counterfactual.importance import CounterfactualConfig
 from ibpo.prompts import build_correction_messages
+from recipe.ibpo.correction_rollout import check_correction_rollout
 
 # Chat-template scaffolding around the correction prompt (role headers, generation prompt) plus slack.
 CHAT_TEMPLATE_SLACK_TOKENS = 32
@@ -176,6 +177,7 @@ def check_trainer_config(config: DictConfig, ibpo: IBPOConfig, tokenizer,
     if config.get("skip", {}).get("rollout", {}).get("enable", False):
         raise IBPOSetupError("skip.rollout.enable=True would serve the correction generation from the main "
                              "generation's cache; turn it off")
+    check_correction_rollout(config, ibpo)  # lookup speculation and the length bound (recipe/ibpo/correction_rollout.py)
     if ibpo.enable and int(config.actor_rollout_ref.rollout.n) < 2 and ibpo.num_references > 0:
         raise IBPOSetupError("actor_rollout_ref.rollout.n must be >= 2 for reference-based correction "
                              "(or set ibpo.num_references=0 for self-correction)")
