@@ -313,14 +313,22 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
                                     multiple, self.ibpo.joint_minibatch)
 
     def _update_actor(self, batch: DataProto) -> DataProto:
-        """verl 0.9.1's ``RayPPOTrainer._update_actor`` (verl/trainer/ppo/ray_trainer.py:1327-1376) with one
-        change, marked ``# IBPO``: ``mini_batch_size`` and ``global_batch_size`` (the rows of one optimizer
-        update, which verl's ``train_mini_batch`` splits the batch by) come from this step's plan
-        (``_plan_actor_minibatches``) instead of the fixed ``ppo_mini_batch_size · n``."""
+        """The pinned verl's ``RayPPOTrainer._update_actor``, copied as text (manifest entry
+        ``RayPPOTrainer._update_actor`` in ``recipe/ibpo/upstream/manifest.toml``), with two changes, every
+        line of them marked ``# IBPO`` (checked by tests/unit/test_trainer_upstream.py):
+
+        1. the rows of one optimizer update (``mini_batch_size`` = ``global_batch_size``, which verl's
+           ``train_mini_batch`` splits the batch by) come from this step's plan (``_plan_actor_minibatches``,
+           ``ibpo.joint_minibatch``) instead of the fixed ``ppo_mini_batch_size · n`` (the two stored lines
+           the manifest lists as ``replaced``);
+        2. the metrics report the optimizer updates made and the rows per update."""
         rollout_config = self.config.actor_rollout_ref.rollout
         batch.meta_info["multi_turn"] = rollout_config.multi_turn.enable
+        # TODO: Make "temperature" single source of truth from generation.
         batch.meta_info["temperature"] = rollout_config.temperature
+        # update actor
         batch_td = batch.to_tensordict()
+        # step 2: convert from padding to no-padding
         batch_td = left_right_2_no_padding(batch_td)
         calculate_entropy = self.config.actor_rollout_ref.actor.calculate_entropy or (
             self.config.actor_rollout_ref.actor.entropy_coeff != 0.0
@@ -330,7 +338,7 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
             if is_distillation_enabled(self.config.get("distillation"))
             else False
         )
-        distillation_only = False
+        distillation_only = False  # distillation_only flag means we can skip policy loss and reduce mem footprint
         if is_distillation_enabled(self.config.get("distillation")):
             distillation_loss_cfg = self.distillation_config.distillation_loss
             distillation_only = (
@@ -339,10 +347,10 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
                 and not distillation_loss_cfg.use_policy_gradient
             )
         # IBPO: the rows of one optimizer update for this step (grown with the joint rows under `grow`)
-        if self._actor_plan is None or len(batch) != self._actor_plan.padded_rows:
-            raise RuntimeError(f"actor update on {len(batch)} rows without this step's mini-batch plan "
-                               f"({self._actor_plan})")
-        ppo_mini_batch_size = self._actor_plan.mini_batch_rows
+        if self._actor_plan is None or len(batch) != self._actor_plan.padded_rows:  # IBPO
+            raise RuntimeError(f"actor update on {len(batch)} rows without this step's mini-batch plan "  # IBPO
+                               f"({self._actor_plan})")  # IBPO
+        ppo_mini_batch_size = self._actor_plan.mini_batch_rows  # IBPO
         ppo_epochs = self.config.actor_rollout_ref.actor.ppo_epochs
         seed = self.config.actor_rollout_ref.actor.data_loader_seed
         shuffle = self.config.actor_rollout_ref.actor.shuffle
@@ -361,8 +369,11 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
         actor_output = self.actor_rollout_wg.update_actor(batch_td)
         actor_output = tu.get(actor_output, "metrics")
         actor_output = rename_dict(actor_output, "actor/")
+        # modify key name
         actor_output["perf/mfu/actor"] = actor_output.pop("actor/mfu")
         # IBPO: optimizer updates the actor made, counted from its own output (one grad_norm each)
-        actor_output["actor/num_optimizer_updates"] = optimizer_updates_reported(actor_output)
-        actor_output["actor/mini_batch_rows"] = self._actor_plan.mini_batch_rows
-        return DataProto.from_single_dict(data={}, meta_info={"metrics": actor_output})
+        actor_output["actor/num_optimizer_updates"] = optimizer_updates_reported(actor_output)  # IBPO
+        actor_output["actor/mini_batch_rows"] = self._actor_plan.mini_batch_rows  # IBPO
+        actor_output = DataProto.from_single_dict(data={}, meta_info={"metrics": actor_output})
+
+        return actor_output
