@@ -52,6 +52,29 @@ def generation_tokens(output: DataProto | None) -> tuple[float, float]:
     return float(output.batch["attention_mask"].sum()) - generated, generated
 
 
+def step_work(batch: DataProto, correction_output: DataProto | None, *, grad_probe: list[int], ppo_epochs: int,
+              gradient_checkpointing: bool, old_log_prob_forward: bool, reference_forward: bool) -> StepWork:
+    """The rows one IBPO step processed (``ibpo.compute.StepWork``, valid-token lengths per row), read from the
+    training batch at the end of the step: main rows (generated, then trained), joint-training correction
+    rows (``IS_CORRECTION_KEY``: trained, so they cost an old-log-prob, optional reference and update pass
+    each), no-op padding rows, and the correction generation (``correction_output``; None: no pass ran)."""
+    rows = batch.batch["attention_mask"].sum(-1)
+    is_corr = batch.batch[corr.IS_CORRECTION_KEY] > 0
+    is_pad = batch.batch[corr.IS_PADDING_KEY] > 0
+    main = rows[~is_corr & ~is_pad].tolist()
+    return StepWork(
+        main_gen=main,
+        correction_gen=[] if correction_output is None else correction_output.batch["attention_mask"].sum(-1).tolist(),
+        train_main=main, train_joint=rows[is_corr].tolist(), train_padding=rows[is_pad].tolist(),
+        counterfactual_forward=[],  # counterfactual weighting runs in its own trainer
+        grad_probe=list(grad_probe),
+        ppo_epochs=ppo_epochs,
+        gradient_checkpointing=gradient_checkpointing,
+        old_log_prob_forward=old_log_prob_forward,
+        reference_forward=reference_forward,
+    )
+
+
 class RayIBPOTrainer(HookedRayPPOTrainer):
     """verl's PPO trainer with IBPO's counterfactual correction pass in every training step."""
 
@@ -120,18 +143,10 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
     def _step_metrics(self, batch: DataProto, metrics: dict, timing_raw: dict) -> None:
         """End of step: FLOPs per phase (``ibpo.compute.step_flops``), measured seconds per phase, and the
         running totals that curves against compute or time are drawn on (restored on resume)."""
-        rows = batch.batch["attention_mask"].sum(-1)
-        is_corr = batch.batch[corr.IS_CORRECTION_KEY] > 0
-        is_pad = batch.batch[corr.IS_PADDING_KEY] > 0
-        main = rows[~is_corr & ~is_pad].tolist()
         result = self._step_correction
-        correction_out = None if result is None else result.correction_output
         rollout_corr = self.config.algorithm.get("rollout_correction", None)
-        work = StepWork(
-            main_gen=main,
-            correction_gen=[] if correction_out is None else correction_out.batch["attention_mask"].sum(-1).tolist(),
-            train_main=main, train_joint=rows[is_corr].tolist(), train_padding=rows[is_pad].tolist(),
-            counterfactual_forward=[],  # counterfactual weighting runs in its own trainer
+        work = step_work(
+            batch, None if result is None else result.correction_output,
             grad_probe=self._extra_forward_lengths.get("grad_probe", []),
             ppo_epochs=int(self.config.actor_rollout_ref.actor.ppo_epochs),
             gradient_checkpointing=bool(self.config.actor_rollout_ref.model.get("enable_gradient_checkpointing", False)),
