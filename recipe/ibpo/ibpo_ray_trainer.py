@@ -1,6 +1,6 @@
 """RayIBPOTrainer: the IBPO correction pass (paper Alg. 1, App. E.2) in the hooks of verl's trainer.
 
-The training loop is :class:`recipe.ibpo.trainer_base.HookedRayPPOTrainer` ``.fit``, verl 0.9.1's own
+The training loop is :class:`recipe.ibpo.trainer_base.HookedRayPPOTrainer` ``.fit``, the pinned verl's own
 ``RayPPOTrainer.fit`` plus one-line hook calls. IBPO fills four of them:
   1. ``_after_generation``: after the main ``generate_sequences`` and *before* ``sleep_replicas()`` (the
      replicas still hold π_θ): the correction pass -- references, correction prompts through the same
@@ -11,8 +11,8 @@ The training loop is :class:`recipe.ibpo.trainer_base.HookedRayPPOTrainer` ``.fi
      ``ibpo`` estimator;
   4. ``_after_advantage``: ``advantages ·= m_t`` (Eq. 7/17) before the actor update, the IBPO metrics and
      the optional gradient probe; ``_step_metrics``: FLOPs and seconds per phase, running totals.
-``_update_actor`` is verl's with one change: the rows of an optimizer update come from this step's plan
-(``ibpo.joint_minibatch``, ``ibpo/minibatch.py``), so joint rows do not add optimizer updates by default.
+``_update_actor`` is verl's text with its changes marked ``# IBPO`` (``recipe/ibpo/upstream/manifest.toml``): the
+rows of an optimizer update come from this step's plan (``ibpo.joint_minibatch``, ``ibpo/minibatch.py``).
 ReMax is not supported (it needs a second sampled generation of its own). Validation never runs the
 correction pass (``_validate`` is verl's own).
 """

@@ -1,6 +1,7 @@
 """Entry point of the IBPO recipe: ``python -m recipe.ibpo.main_ibpo [hydra overrides]``.
 
-Mirrors verl 0.9.1's legacy ``main_ppo_v0.TaskRunner.run`` (the path the DAPO recipe uses) with the
+Copies the pinned verl's legacy ``main_ppo_v0.TaskRunner.run`` (the path the DAPO recipe uses; manifest entry in
+``recipe/ibpo/upstream/manifest.toml``) with the
 trainer swapped for the one the config's ``method`` names (``ibpo``: :class:`RayIBPOTrainer`,
 ``counterfactual``: :class:`RayCounterfactualTrainer`; ``recipe.ibpo.setup_checks.METHODS``). ``TaskRunner`` itself is a Ray actor class and cannot be
 subclassed, so the runner subclasses ``BaseTaskRunner``.
