@@ -268,3 +268,27 @@ def test_upgrade_guide_on_a_synthetic_new_verl(tmp_path):
         return ours_new if address == entry.ours else upstream.symbol_source(address)
 
     assert upstream.drift_report(installed_source=installed, ours_source=ours_source, folder=tmp_path) == []
+
+
+def test_the_cpu_copy_of_initialize_global_process_group_behaves(monkeypatch):
+    """The manifest's verl_cpu copy: verl's body with a valid backend string (``cpu:gloo,cpu:gloo`` ->
+    ``gloo``), verl's timeout and init method, and (rank, ...) read from the environment as verl does."""
+    import types
+    from datetime import timedelta
+
+    import torch.distributed
+
+    from verl_cpu.patches import patch_distributed_module
+
+    module = types.SimpleNamespace(get_device_name=lambda: "cpu", get_nccl_backend=lambda: "gloo",
+                                   initialize_global_process_group_ray=lambda **kw: kw,
+                                   initialize_global_process_group=None)
+    patch_distributed_module(module)
+    calls = []
+    monkeypatch.setattr(torch.distributed, "init_process_group", lambda **kw: calls.append(kw))
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("DIST_INIT_METHOD", "tcp://127.0.0.1:1")
+    assert module.initialize_global_process_group(timeout_second=12) == (1, 3, 4)
+    assert calls == [{"backend": "gloo", "timeout": timedelta(seconds=12), "init_method": "tcp://127.0.0.1:1"}]
