@@ -129,6 +129,10 @@ def test_ours_check_accepts_docstrings_blank_lines_and_marked_additions_and_reje
     upstream.check_ours(entry, ours.replace("        ppo_epochs =", "\n\n        ppo_epochs ="))
     upstream.check_ours(entry, ours.replace("        ppo_epochs =", "        x = 1  # IBPO: a marked addition\n"
                                                                     "        ppo_epochs ="))
+    # a marker inside a string literal is not a marker
+    with pytest.raises(upstream.UpstreamDriftError, match="adds unmarked lines .*note"):
+        upstream.check_ours(entry, ours.replace("        ppo_epochs =", '        note = "x  # IBPO"\n'
+                                                                    "        ppo_epochs ="))
     # the same text moved into a block is a change, not a copy
     line = "        shuffle = self.config.actor_rollout_ref.actor.shuffle\n"
     with pytest.raises(upstream.UpstreamDriftError, match="drops or changes stored lines .*shuffle"):

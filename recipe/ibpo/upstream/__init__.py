@@ -20,8 +20,10 @@ import ast
 import difflib
 import importlib.metadata
 import importlib.util
+import io
 import re
 import textwrap
+import tokenize
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -152,9 +154,21 @@ def _code_lines(source: str) -> list[tuple[int, str]]:
 
 
 def is_marked(line: str) -> bool:
-    """A line carries the ``# IBPO`` marker: a comment line starting with it, or a trailing comment."""
+    """A line carries the ``# IBPO`` marker: a comment line starting with it, or a trailing comment (a
+    quick text test; :func:`marked_line_numbers` is the exact one, for whole sources)."""
     stripped = line.strip()
     return stripped.startswith(MARKER) or bool(_TRAILING_MARKER.search(line))
+
+
+def marked_line_numbers(source: str) -> set[int]:
+    """Line numbers (of ``textwrap.dedent(source)``) holding a real ``# IBPO`` comment token: a ``# IBPO``
+    inside a string literal does not mark its line."""
+    dedented = textwrap.dedent(source)
+    marked = set()
+    for tok in tokenize.generate_tokens(io.StringIO(dedented).readline):
+        if tok.type == tokenize.COMMENT and re.match(r"#\s*IBPO\b", tok.string):
+            marked.add(tok.start[0])
+    return marked
 
 
 # ------------------------------------------------------------------ the two checks
@@ -216,7 +230,8 @@ def ours_problems(entry: CopiedSymbol, ours: str, stored: str | None = None) -> 
     stored = entry.stored_text() if stored is None else stored
     added, removed = copy_changes(ours, stored)
     problems = []
-    unmarked = [(n, t) for n, t in added if not is_marked(t)]
+    marked = marked_line_numbers(ours)
+    unmarked = [(n, t) for n, t in added if n not in marked]
     if tuple(t.strip() for _, t in unmarked) != entry.unmarked_additions:
         extra = [(n, t.strip()) for n, t in unmarked if t.strip() not in entry.unmarked_additions]
         problems.append(
