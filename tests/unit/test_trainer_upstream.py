@@ -296,3 +296,13 @@ def test_the_cpu_copy_of_initialize_global_process_group_behaves(monkeypatch):
     monkeypatch.setenv("DIST_INIT_METHOD", "tcp://127.0.0.1:1")
     assert module.initialize_global_process_group(timeout_second=12) == (1, 3, 4)
     assert calls == [{"backend": "gloo", "timeout": timedelta(seconds=12), "init_method": "tcp://127.0.0.1:1"}]
+
+
+def test_cli_refuses_to_regenerate_against_another_version_than_the_pin(monkeypatch, capsys):
+    before = {e.stored: e.stored_text() for e in upstream.MANIFEST}
+    monkeypatch.setattr(upstream, "pinned_verl_version", lambda path=None: "9.9.9")
+    assert upstream_cli(["regenerate"]) == 2
+    assert "pins 9.9.9: update the pin first" in capsys.readouterr().err
+    assert {e.stored: e.stored_text() for e in upstream.MANIFEST} == before
+    assert upstream_cli(["check"]) == 1
+    assert "REQUIRED_VERL.txt pins 9.9.9" in capsys.readouterr().out
