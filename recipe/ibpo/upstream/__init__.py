@@ -235,7 +235,8 @@ def ours_problems(entry: CopiedSymbol, ours: str, stored: str | None = None) -> 
     if tuple(t.strip() for _, t in unmarked) != entry.unmarked_additions:
         extra = [(n, t.strip()) for n, t in unmarked if t.strip() not in entry.unmarked_additions]
         problems.append(
-            f"{entry.name}: ours ({entry.ours}) adds unmarked lines {extra or [t.strip() for _, t in unmarked]} "
+            f"{entry.name}: ours ({entry.ours}) adds unmarked lines (line within the function, text) "
+            f"{extra or [t.strip() for _, t in unmarked]} "
             f"(allowed without `{MARKER}`, in this order: {list(entry.unmarked_additions)}); mark a deliberate "
             f"change with `{MARKER}` or restore the stored text")
     if tuple(t.strip() for _, t in removed) != entry.replaced:
