@@ -1,11 +1,25 @@
-"""ibpo-verl: counterfactual credit assignment (IBPO, counterfactual importance weighting) for verl 0.9.1."""
+"""ibpo-verl: counterfactual credit assignment (IBPO, counterfactual importance weighting) for the pinned verl."""
+
+from pathlib import Path
 
 from setuptools import find_packages, setup
+
+
+def pinned_verl_requirement() -> str:
+    """The one requirement line of recipe/ibpo/REQUIRED_VERL.txt: the only place verl's version is written
+    (recipe.ibpo.upstream.pinned_verl_requirement reads the same file; docs/upgrading_verl.md)."""
+    path = Path(__file__).parent / "recipe" / "ibpo" / "REQUIRED_VERL.txt"
+    lines = [ln.strip() for ln in path.read_text(encoding="utf-8").splitlines()]
+    reqs = [ln for ln in lines if ln and not ln.startswith("#")]
+    if len(reqs) != 1 or not reqs[0].startswith("verl"):
+        raise SystemExit(f"{path}: expected exactly one requirement line `verl[...]==<version>`, found {reqs}")
+    return reqs[0]
+
 
 # Versions verified together on CPU (torch 2.13.0+cpu, Python 3.11). Never add verl[cpu] or verl[fsdp]
 # here: both pull torch builds with several GB of CUDA packages. Install torch first (README).
 INSTALL_REQUIRES = [
-    "verl[verl-core]==0.9.1",
+    pinned_verl_requirement(),
     "math-verify[antlr4_9_3]==0.9.0",
     "rapidfuzz>=3.9",
     "numpy>=1.26",
@@ -22,17 +36,17 @@ EXTRAS = {
 setup(
     name="ibpo-verl",
     version="0.1.0",
-    description="IBPO and counterfactual importance weighting as a verl 0.9.1 recipe/plugin",
+    description="IBPO and counterfactual importance weighting as a verl recipe/plugin",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    # `tests` and `scripts` are deliberately not packages: the verl 0.9.1 wheel installs top-level
+    # `tests` and `scripts` are deliberately not packages: the pinned verl's wheel installs top-level
     # `tests` and `scripts` packages of its own into site-packages.
     packages=find_packages(include=["ibpo", "ibpo.*", "counterfactual", "counterfactual.*", "analysis", "analysis.*",
                                     "verl_cpu", "verl_cpu.*", "recipe", "recipe.*", "reward_fns", "reward_fns.*",
                                     "data_prep", "data_prep.*"]),
     package_data={"recipe.ibpo": ["*.sh", "REQUIRED_VERL.txt"], "recipe.ibpo.config": ["*.yaml"],
-                  "recipe.ibpo.upstream": ["*.txt"]},
+                  "recipe.ibpo.upstream": ["*.txt", "*.toml"]},
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS,
     entry_points={

@@ -8,7 +8,7 @@ normalisation, so GSPO's sequence ratio still covers every token.
 
 from __future__ import annotations
 
-from typing import Hashable, Sequence
+from typing import Callable, Hashable, Sequence
 
 import numpy as np
 import torch
@@ -70,6 +70,56 @@ def broadcast_advantages(
     return adv
 
 
+# A mask-sign policy: (token_mask (bs, T), shaped, negative, positive (bs, 1) bool) -> the (bs, T) mask.
+MaskSignPolicy = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+_MASK_SIGN_POLICIES: dict[str, MaskSignPolicy] = {}
+
+
+def register_mask_sign(name: str, *, replace: bool = False) -> Callable[[MaskSignPolicy], MaskSignPolicy]:
+    """Decorator: register a mask-sign policy ``fn(token_mask, shaped, negative, positive) -> mask`` under
+    ``name`` (the value of ``ibpo.mask_sign``), like :func:`ibpo.variants.register_variant`. ``shaped``,
+    ``negative`` (Â < 0) and ``positive`` (Â > 0) are (bs, 1) booleans; the policy decides the mask of the
+    shaped rows only: :func:`signed_token_mask` gives every unshaped row ones whatever the policy returns.
+    Registering an existing name fails unless ``replace=True``."""
+    def decorator(fn: MaskSignPolicy) -> MaskSignPolicy:
+        if name in _MASK_SIGN_POLICIES and not replace:
+            raise ValueError(f"mask-sign policy {name!r} is already registered")
+        _MASK_SIGN_POLICIES[name] = fn
+        return fn
+
+    return decorator
+
+
+def unregister_mask_sign(name: str) -> None:
+    """Remove a registered policy (tests that register a toy one clean up with this)."""
+    _MASK_SIGN_POLICIES.pop(name, None)
+
+
+def mask_sign_names() -> tuple[str, ...]:
+    """Names of the registered mask-sign policies, in registration order."""
+    return tuple(_MASK_SIGN_POLICIES)
+
+
+@register_mask_sign("negative_only")
+def _mask_negative_only(token_mask, shaped, negative, positive):
+    """m_t on shaped rows with Â < 0; every token elsewhere (Â >= 0 keeps all tokens)."""
+    return torch.where(shaped & negative, token_mask, torch.ones_like(token_mask))
+
+
+@register_mask_sign("complement_when_positive")
+def _mask_complement_when_positive(token_mask, shaped, negative, positive):
+    """m_t where Â < 0, 1 − m_t where Â > 0 (only the kept tokens are reinforced), ones at Â = 0."""
+    ones = torch.ones_like(token_mask)
+    out = torch.where(shaped & negative, token_mask, ones)
+    return torch.where(shaped & positive, ones - token_mask, out)
+
+
+@register_mask_sign("literal")
+def _mask_literal(token_mask, shaped, negative, positive):
+    """m_t on every shaped row whatever the sign (Eq. 17 as written)."""
+    return torch.where(shaped, token_mask, torch.ones_like(token_mask))
+
+
 def signed_token_mask(
     sequence_advantages: torch.Tensor, token_mask: torch.Tensor, shaped: torch.Tensor, mode: str
 ) -> torch.Tensor:
@@ -79,7 +129,8 @@ def signed_token_mask(
     ones elsewhere. Eq. 17 keeps the gradient only where m_t = 1 so that "unmodified tokens are not
     penalized", which presumes Â_i < 0. A shaped wrong response can have Â_i > 0 (r' = 0.3 in a group of
     8 with no right answer: Â = +√7 ≈ 2.65), and then the literal mask would reinforce only the changed,
-    likely wrong, tokens. ``mode``:
+    likely wrong, tokens. ``mode`` names a registered policy (:func:`register_mask_sign`; the decision and
+    the built-in policies: docs/method_ibpo.md, Step B, "mask sign"):
 
     - ``negative_only``: m_t on shaped rows with Â < 0; every token elsewhere (Â >= 0 keeps all tokens);
     - ``complement_when_positive``: m_t where Â < 0, 1 − m_t where Â > 0 (only kept tokens reinforced);
@@ -91,18 +142,13 @@ def signed_token_mask(
             token_mask.shape[0],):
         raise ValueError(f"expected (bs,) advantages and shaped flags for a (bs, T) mask; got "
                          f"{tuple(sequence_advantages.shape)}, {tuple(shaped.shape)}, {tuple(token_mask.shape)}")
-    ones = torch.ones_like(token_mask)
+    policy = _MASK_SIGN_POLICIES.get(mode)
+    if policy is None:
+        raise ValueError(f"unknown ibpo.mask_sign {mode!r}; registered: {mask_sign_names()}")
     shaped = shaped.bool().unsqueeze(-1)
     negative = (sequence_advantages < 0).unsqueeze(-1)
     positive = (sequence_advantages > 0).unsqueeze(-1)
-    if mode == "literal":
-        return torch.where(shaped, token_mask, ones)
-    if mode == "negative_only":
-        return torch.where(shaped & negative, token_mask, ones)
-    if mode == "complement_when_positive":
-        out = torch.where(shaped & negative, token_mask, ones)
-        return torch.where(shaped & positive, ones - token_mask, out)
-    raise ValueError(f"unknown ibpo.mask_sign {mode!r}")
+    return torch.where(shaped, policy(token_mask, shaped, negative, positive), torch.ones_like(token_mask))
 
 
 def compute_ibpo_outcome_advantage(

@@ -13,7 +13,7 @@ import numpy as np
 
 from ibpo.alignment import Alignment, closest_reference_below
 from ibpo.config import IBPOConfig
-from ibpo.variants import get_variant
+from ibpo.variants import ShapingVariant, get_variant
 
 
 def adaptive_alpha(distances: Sequence[float], fixed_alpha: float, min_samples: int = 8) -> tuple[float, bool]:
@@ -40,25 +40,27 @@ def is_full_rewrite(d_original: float, d_reference: float | None, alpha: float) 
 
 
 def shaping_delta(
-    variant: str,
+    variant: ShapingVariant,
     target_wrong: bool,
     correction_right: bool,
     rewrite: bool,
     unmodified_ratio: float,
     beta: float,
 ) -> float:
-    """Δ for one response: the variant's Δ (registry ``ibpo.variants``: β for ``binary``/``mask``, Eq. 19;
-    |U|/T for ``ratio``, Eq. 16) times 1[r(y)=0 ∧ r(ŷ)=1 ∧ ¬rewrite]."""
+    """Δ for one response: the variant's Δ (a registered :class:`ibpo.variants.ShapingVariant`: β for
+    ``binary``/``mask``, Eq. 19; |U|/T for ``ratio``, Eq. 16) times 1[r(y)=0 ∧ r(ŷ)=1 ∧ ¬rewrite]. The
+    caller resolves the variant once (``get_variant(config.variant)``), not per correction."""
+    if not isinstance(variant, ShapingVariant):
+        raise TypeError(f"shaping_delta takes a ShapingVariant (ibpo.variants.get_variant(name)), not {variant!r}")
     if not (target_wrong and correction_right and not rewrite):
-        get_variant(variant)  # an unknown name fails whatever the row
         return 0.0
-    return float(get_variant(variant).delta(float(unmodified_ratio), float(beta)))
+    return float(variant.delta(float(unmodified_ratio), float(beta)))
 
 
-def correction_token_mask(variant: str, shaped: bool, unmodified: np.ndarray) -> np.ndarray:
+def correction_token_mask(variant: ShapingVariant, shaped: bool, unmodified: np.ndarray) -> np.ndarray:
     """Token mask m over the original response (Eq. 7/17): for a variant that masks tokens (``mask``), on a
     shaped response m_t = 1[t ∉ U]; every other response keeps m_t = 1."""
-    if shaped and get_variant(variant).masks_tokens:
+    if shaped and variant.masks_tokens:
         return (~unmodified).astype(np.float32)
     return np.ones(unmodified.shape[0], dtype=np.float32)
 
@@ -96,6 +98,7 @@ def shape_targets(
             == len(references)):
         raise ValueError("alignments, correction_right, response_lengths, corrections and references must "
                          "have equal lengths")
+    variant = get_variant(config.variant)  # resolved once; an unknown name fails here, whatever the rows
     successful = [a.d_original for a, ok in zip(alignments, correction_right) if ok and a is not None]
     if config.alpha_mode == "adaptive":
         alpha, used_adaptive = adaptive_alpha(successful, config.alpha, config.adaptive_min_samples)
@@ -114,9 +117,9 @@ def shape_targets(
             else:
                 rewrite = is_full_rewrite(alignment.d_original, None, alpha)
         ratio = alignment.unmodified_ratio if alignment is not None else 0.0
-        delta = shaping_delta(config.variant, True, bool(right), rewrite, ratio, config.beta)
+        delta = shaping_delta(variant, True, bool(right), rewrite, ratio, config.beta)
         unmodified = alignment.unmodified if alignment is not None else np.zeros(int(length), dtype=bool)
-        mask = correction_token_mask(config.variant, delta > 0.0, unmodified)
+        mask = correction_token_mask(variant, delta > 0.0, unmodified)
         results.append(TargetShaping(delta, rewrite, bool(right), mask, alignment, d_reference))
     return results, alpha, used_adaptive
 

@@ -48,16 +48,22 @@ def patch_distributed_module(dist_module: ModuleType) -> None:
         return original_ray(timeout_second=timeout_second, backend=dedupe_backend_string(backend or default))
 
     def initialize_global_process_group(timeout_second=36000):
-        # Same as verl's (torchrun entry points such as the SFT trainer), with a valid backend string.
-        import torch.distributed
+        # IBPO: the pinned verl's text (recipe/ibpo/upstream/manifest.toml; torchrun entry points, e.g. SFT)
+        # IBPO: with a valid backend string, no set_device on CPU, verl's module globals bound here
+        import torch.distributed  # IBPO
 
-        backend = f"cpu:gloo,{dist_module.get_device_name()}:{dist_module.get_nccl_backend()}"
+        get_device_name, get_nccl_backend = dist_module.get_device_name, dist_module.get_nccl_backend  # IBPO
+        backend = f"cpu:gloo,{get_device_name()}:{get_nccl_backend()}"
         torch.distributed.init_process_group(
-            backend=dedupe_backend_string(backend),
+            backend=dedupe_backend_string(backend),  # IBPO
             timeout=timedelta(seconds=timeout_second),
             init_method=os.environ.get("DIST_INIT_METHOD", None),
         )
-        return int(os.environ["LOCAL_RANK"]), int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        local_rank = int(os.environ["LOCAL_RANK"])
+        rank = int(os.environ["RANK"])
+        world_size = int(os.environ["WORLD_SIZE"])
+
+        return local_rank, rank, world_size
 
     for fn in (initialize_global_process_group_ray, initialize_global_process_group):
         setattr(fn, _PATCHED_ATTR, True)

@@ -1,6 +1,6 @@
 """RayIBPOTrainer: the IBPO correction pass (paper Alg. 1, App. E.2) in the hooks of verl's trainer.
 
-The training loop is :class:`recipe.ibpo.trainer_base.HookedRayPPOTrainer` ``.fit``, verl 0.9.1's own
+The training loop is :class:`recipe.ibpo.trainer_base.HookedRayPPOTrainer` ``.fit``, the pinned verl's own
 ``RayPPOTrainer.fit`` plus one-line hook calls. IBPO fills four of them:
   1. ``_after_generation``: after the main ``generate_sequences`` and *before* ``sleep_replicas()`` (the
      replicas still hold π_θ): the correction pass -- references, correction prompts through the same
@@ -11,8 +11,8 @@ The training loop is :class:`recipe.ibpo.trainer_base.HookedRayPPOTrainer` ``.fi
      ``ibpo`` estimator;
   4. ``_after_advantage``: ``advantages ·= m_t`` (Eq. 7/17) before the actor update, the IBPO metrics and
      the optional gradient probe; ``_step_metrics``: FLOPs and seconds per phase, running totals.
-``_update_actor`` is verl's with one change: the rows of an optimizer update come from this step's plan
-(``ibpo.joint_minibatch``, ``ibpo/minibatch.py``), so joint rows do not add optimizer updates by default.
+``_update_actor`` is verl's text with its changes marked ``# IBPO`` (``recipe/ibpo/upstream/manifest.toml``): the
+rows of an optimizer update come from this step's plan (``ibpo.joint_minibatch``, ``ibpo/minibatch.py``).
 ReMax is not supported (it needs a second sampled generation of its own). Validation never runs the
 correction pass (``_validate`` is verl's own).
 """
@@ -51,6 +51,29 @@ def generation_tokens(output: DataProto | None) -> tuple[float, float]:
         return 0.0, 0.0
     generated = float(output.batch["response_mask"].sum())
     return float(output.batch["attention_mask"].sum()) - generated, generated
+
+
+def step_work(batch: DataProto, correction_output: DataProto | None, *, grad_probe: list[int], ppo_epochs: int,
+              gradient_checkpointing: bool, old_log_prob_forward: bool, reference_forward: bool) -> StepWork:
+    """The rows one IBPO step processed (``ibpo.compute.StepWork``, valid-token lengths per row), read from the
+    training batch at the end of the step: main rows (generated, then trained), joint-training correction
+    rows (``IS_CORRECTION_KEY``: trained, so they cost an old-log-prob, optional reference and update pass
+    each), no-op padding rows, and the correction generation (``correction_output``; None: no pass ran)."""
+    rows = batch.batch["attention_mask"].sum(-1)
+    is_corr = batch.batch[corr.IS_CORRECTION_KEY] > 0
+    is_pad = batch.batch[corr.IS_PADDING_KEY] > 0
+    main = rows[~is_corr & ~is_pad].tolist()
+    return StepWork(
+        main_gen=main,
+        correction_gen=[] if correction_output is None else correction_output.batch["attention_mask"].sum(-1).tolist(),
+        train_main=main, train_joint=rows[is_corr].tolist(), train_padding=rows[is_pad].tolist(),
+        counterfactual_forward=[],  # counterfactual weighting runs in its own trainer
+        grad_probe=list(grad_probe),
+        ppo_epochs=ppo_epochs,
+        gradient_checkpointing=gradient_checkpointing,
+        old_log_prob_forward=old_log_prob_forward,
+        reference_forward=reference_forward,
+    )
 
 
 class RayIBPOTrainer(HookedRayPPOTrainer):
@@ -123,21 +146,13 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
         self._account_step_compute(batch, metrics)
 
     def _account_step_compute(self, batch: DataProto, metrics: dict) -> None:
-        """The step's FLOPs per phase (``ibpo.compute.step_flops``) and tokens, added to the running totals
-        that curves against compute are drawn on. Runs at the end of ``_after_advantage``: after it the
-        batch trained on is final and before ``_save_checkpoint``, which stores the totals."""
-        rows = batch.batch["attention_mask"].sum(-1)
-        is_corr = batch.batch[corr.IS_CORRECTION_KEY] > 0
-        is_pad = batch.batch[corr.IS_PADDING_KEY] > 0
-        main = rows[~is_corr & ~is_pad].tolist()
+        """The step's FLOPs per phase (``ibpo.compute.step_flops`` of :func:`step_work`) and tokens, added to the
+        running totals that curves against compute are drawn on. Runs at the end of ``_after_advantage``: after
+        it the batch trained on is final, and it is before ``_save_checkpoint``, which stores the totals."""
         result = self._step_correction
-        correction_out = None if result is None else result.correction_output
         rollout_corr = self.config.algorithm.get("rollout_correction", None)
-        work = StepWork(
-            main_gen=main,
-            correction_gen=[] if correction_out is None else correction_out.batch["attention_mask"].sum(-1).tolist(),
-            train_main=main, train_joint=rows[is_corr].tolist(), train_padding=rows[is_pad].tolist(),
-            counterfactual_forward=[],  # counterfactual weighting runs in its own trainer
+        work = step_work(
+            batch, None if result is None else result.correction_output,
             grad_probe=self._extra_forward_lengths.get("grad_probe", []),
             ppo_epochs=int(self.config.actor_rollout_ref.actor.ppo_epochs),
             gradient_checkpointing=bool(self.config.actor_rollout_ref.model.get("enable_gradient_checkpointing", False)),
@@ -354,14 +369,22 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
                                     multiple, self.ibpo.joint_minibatch)
 
     def _update_actor(self, batch: DataProto) -> DataProto:
-        """verl 0.9.1's ``RayPPOTrainer._update_actor`` (verl/trainer/ppo/ray_trainer.py:1327-1376) with one
-        change, marked ``# IBPO``: ``mini_batch_size`` and ``global_batch_size`` (the rows of one optimizer
-        update, which verl's ``train_mini_batch`` splits the batch by) come from this step's plan
-        (``_plan_actor_minibatches``) instead of the fixed ``ppo_mini_batch_size · n``."""
+        """The pinned verl's ``RayPPOTrainer._update_actor``, copied as text (manifest entry
+        ``RayPPOTrainer._update_actor`` in ``recipe/ibpo/upstream/manifest.toml``), with two changes, every
+        line of them marked ``# IBPO`` (checked by tests/unit/test_trainer_upstream.py):
+
+        1. the rows of one optimizer update (``mini_batch_size`` = ``global_batch_size``, which verl's
+           ``train_mini_batch`` splits the batch by) come from this step's plan (``_plan_actor_minibatches``,
+           ``ibpo.joint_minibatch``) instead of the fixed ``ppo_mini_batch_size · n`` (the two stored lines
+           the manifest lists as ``replaced``);
+        2. the metrics report the optimizer updates made and the rows per update."""
         rollout_config = self.config.actor_rollout_ref.rollout
         batch.meta_info["multi_turn"] = rollout_config.multi_turn.enable
+        # TODO: Make "temperature" single source of truth from generation.
         batch.meta_info["temperature"] = rollout_config.temperature
+        # update actor
         batch_td = batch.to_tensordict()
+        # step 2: convert from padding to no-padding
         batch_td = left_right_2_no_padding(batch_td)
         calculate_entropy = self.config.actor_rollout_ref.actor.calculate_entropy or (
             self.config.actor_rollout_ref.actor.entropy_coeff != 0.0
@@ -371,7 +394,7 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
             if is_distillation_enabled(self.config.get("distillation"))
             else False
         )
-        distillation_only = False
+        distillation_only = False  # distillation_only flag means we can skip policy loss and reduce mem footprint
         if is_distillation_enabled(self.config.get("distillation")):
             distillation_loss_cfg = self.distillation_config.distillation_loss
             distillation_only = (
@@ -380,10 +403,10 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
                 and not distillation_loss_cfg.use_policy_gradient
             )
         # IBPO: the rows of one optimizer update for this step (grown with the joint rows under `grow`)
-        if self._actor_plan is None or len(batch) != self._actor_plan.padded_rows:
-            raise RuntimeError(f"actor update on {len(batch)} rows without this step's mini-batch plan "
-                               f"({self._actor_plan})")
-        ppo_mini_batch_size = self._actor_plan.mini_batch_rows
+        if self._actor_plan is None or len(batch) != self._actor_plan.padded_rows:  # IBPO
+            raise RuntimeError(f"actor update on {len(batch)} rows without this step's mini-batch plan "  # IBPO
+                               f"({self._actor_plan})")  # IBPO
+        ppo_mini_batch_size = self._actor_plan.mini_batch_rows  # IBPO
         ppo_epochs = self.config.actor_rollout_ref.actor.ppo_epochs
         seed = self.config.actor_rollout_ref.actor.data_loader_seed
         shuffle = self.config.actor_rollout_ref.actor.shuffle
@@ -402,8 +425,11 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
         actor_output = self.actor_rollout_wg.update_actor(batch_td)
         actor_output = tu.get(actor_output, "metrics")
         actor_output = rename_dict(actor_output, "actor/")
+        # modify key name
         actor_output["perf/mfu/actor"] = actor_output.pop("actor/mfu")
         # IBPO: optimizer updates the actor made, counted from its own output (one grad_norm each)
-        actor_output["actor/num_optimizer_updates"] = optimizer_updates_reported(actor_output)
-        actor_output["actor/mini_batch_rows"] = self._actor_plan.mini_batch_rows
-        return DataProto.from_single_dict(data={}, meta_info={"metrics": actor_output})
+        actor_output["actor/num_optimizer_updates"] = optimizer_updates_reported(actor_output)  # IBPO
+        actor_output["actor/mini_batch_rows"] = self._actor_plan.mini_batch_rows  # IBPO
+        actor_output = DataProto.from_single_dict(data={}, meta_info={"metrics": actor_output})
+
+        return actor_output

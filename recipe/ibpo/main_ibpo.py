@@ -1,6 +1,7 @@
 """Entry point of the IBPO recipe: ``python -m recipe.ibpo.main_ibpo [hydra overrides]``.
 
-Mirrors verl 0.9.1's legacy ``main_ppo_v0.TaskRunner.run`` (the path the DAPO recipe uses) with the
+Copies the pinned verl's legacy ``main_ppo_v0.TaskRunner.run`` (the path the DAPO recipe uses; manifest entry in
+``recipe/ibpo/upstream/manifest.toml``) with the
 trainer swapped for the one the config's ``method`` names (``ibpo``: :class:`RayIBPOTrainer`,
 ``counterfactual``: :class:`RayCounterfactualTrainer`; ``recipe.ibpo.setup_checks.METHODS``). ``TaskRunner`` itself is a Ray actor class and cannot be
 subclassed, so the runner subclasses ``BaseTaskRunner``.
@@ -39,37 +40,76 @@ class IBPOTaskRunner(_task_runner_base()):
         return IBPOActorRolloutRefWorker, ray_worker_group_cls
 
     def run(self, config):
+        """The pinned verl's ``main_ppo_v0.TaskRunner.run``, copied as text (manifest entry ``TaskRunner.run``
+        in ``recipe/ibpo/upstream/manifest.toml``) with one change, its lines marked ``# IBPO``: the trainer
+        class is the one the config's ``method`` names (``recipe.ibpo.setup_checks.trainer_class_for``), not
+        ``RayPPOTrainer``; the imports of verl's module scope are repeated here."""
+        # Print the initial configuration. `resolve=True` will evaluate symbolic values.
         from pprint import pprint
 
-        from verl.trainer.ppo.utils import create_rl_dataset, create_rl_sampler, need_critic, need_reference_policy
-        from verl.utils.config import omega_conf_to_dataclass, validate_config
-        from verl.utils.dataset.rl_dataset import collate_fn
-        from verl.workers.config import HFModelConfig
+        from verl.trainer.ppo.utils import create_rl_dataset, create_rl_sampler  # IBPO
+        from verl.trainer.ppo.utils import need_critic, need_reference_policy  # IBPO
+        from verl.utils.config import validate_config  # IBPO: verl's module-level imports
 
-        from recipe.ibpo.setup_checks import trainer_class_for
+        from recipe.ibpo.setup_checks import trainer_class_for  # IBPO
 
-        print(f"IBPOTaskRunner hostname: {socket.gethostname()}, PID: {os.getpid()}")
-        OmegaConf.resolve(config)
+        print(f"TaskRunner hostname: {socket.gethostname()}, PID: {os.getpid()}")
         pprint(OmegaConf.to_container(config, resolve=True))
+        OmegaConf.resolve(config)
 
         actor_rollout_cls, ray_worker_group_cls = self.add_actor_rollout_worker(config)
         self.add_critic_worker(config)
+
         self.add_reward_model_resource_pool(config)
+
         self.add_teacher_model_resource_pool(config)
+
+        # Add a reference policy worker if KL loss or KL reward is used.
         self.add_ref_policy_worker(config, actor_rollout_cls)
-        validate_config(config=config, use_reference_policy=need_reference_policy(config),
-                        use_critic=need_critic(config))
+
+        # validate config
+        validate_config(
+            config=config,
+            use_reference_policy=need_reference_policy(config),
+            use_critic=need_critic(config),
+        )
+
+        # Instantiate the tokenizer and processor from the model config.
+        from verl.utils.config import omega_conf_to_dataclass
+        from verl.workers.config import HFModelConfig
 
         model_config: HFModelConfig = omega_conf_to_dataclass(config.actor_rollout_ref.model)
-        tokenizer, processor = model_config.tokenizer, model_config.processor
+        tokenizer = model_config.tokenizer
+        # Used for multimodal LLM, could be None
+        processor = model_config.processor
+
         resource_pool_manager = self.init_resource_pool_mgr(config)
-        train_dataset = create_rl_dataset(config.data.train_files, config.data, tokenizer, processor, is_train=True,
-                                          max_samples=config.data.get("train_max_samples", -1))
-        val_dataset = create_rl_dataset(config.data.val_files, config.data, tokenizer, processor, is_train=False,
-                                        max_samples=config.data.get("val_max_samples", -1))
-        trainer_cls = trainer_class_for(config)
-        print(f"IBPOTaskRunner: method={config.method} trainer={trainer_cls.__name__}")
-        trainer = trainer_cls(
+
+        from verl.utils.dataset.rl_dataset import collate_fn
+
+        # Create training and validation datasets.
+        train_dataset = create_rl_dataset(
+            config.data.train_files,
+            config.data,
+            tokenizer,
+            processor,
+            is_train=True,
+            max_samples=config.data.get("train_max_samples", -1),
+        )
+        val_dataset = create_rl_dataset(
+            config.data.val_files,
+            config.data,
+            tokenizer,
+            processor,
+            is_train=False,
+            max_samples=config.data.get("val_max_samples", -1),
+        )
+        train_sampler = create_rl_sampler(config.data, train_dataset)
+
+        # Initialize the PPO trainer.
+        trainer_cls = trainer_class_for(config)  # IBPO: the trainer of the config's `method`
+        print(f"IBPOTaskRunner: method={config.method} trainer={trainer_cls.__name__}")  # IBPO
+        trainer = trainer_cls(  # IBPO
             config=config,
             tokenizer=tokenizer,
             processor=processor,
@@ -79,9 +119,12 @@ class IBPOTaskRunner(_task_runner_base()):
             train_dataset=train_dataset,
             val_dataset=val_dataset,
             collate_fn=collate_fn,
-            train_sampler=create_rl_sampler(config.data, train_dataset),
+            train_sampler=train_sampler,
         )
+        # Initialize the workers of the trainer.
         trainer.init_workers()
+
+        # Start the training process.
         trainer.fit()
 
 

@@ -1,4 +1,9 @@
 #!/usr/bin/env bash
-# IBPO-mask: gradient only on the tokens the correction modified (Eq. 7/17), Δ = β.
+# IBPO-mask: Δ = β, and on a shaped response the gradient only on the tokens the correction modified
+# (Eq. 7/17) -- applied by the sign of the row's normalised advantage Â: this runs the default
+# ibpo.mask_sign=negative_only (mask where Â < 0, every token where Â >= 0), NOT Eq. 17 as written, which
+# on a shaped response with Â > 0 would reinforce only the changed (likely wrong) tokens. Decision and the
+# three policies: docs/method_ibpo.md (Step B, "mask sign"). The paper's literal rule:
+#   bash run_ibpo_mask_qwen3_32b.sh ibpo.mask_sign=literal
 set -xeuo pipefail
 EXP_NAME=${EXP_NAME:-ibpo_mask_qwen3_32b} bash "$(dirname "$0")/run_ibpo_qwen3_32b.sh" ibpo.variant=mask "$@"

@@ -1,8 +1,9 @@
-"""The shared base of the recipe's trainers: verl 0.9.1's ``RayPPOTrainer.fit`` with six hook calls.
+"""The shared base of the recipe's trainers: the pinned verl's ``RayPPOTrainer.fit`` with six hook calls.
 
-``HookedRayPPOTrainer.fit`` is verl's ``fit`` **verbatim** (``recipe/ibpo/upstream/ray_trainer_fit_0_9_1.py.txt``)
-plus the one-line calls of :data:`recipe.ibpo.upstream.HOOK_CALLS`; tests/unit/test_trainer_upstream.py
-checks both (the installed verl still has that text; our copy is it plus hook calls only). Every method's
+``HookedRayPPOTrainer.fit`` is verl's ``fit`` **verbatim** (``recipe/ibpo/upstream/RayPPOTrainer.fit.py.txt``,
+entry ``RayPPOTrainer.fit`` of ``recipe/ibpo/upstream/manifest.toml``) plus the one-line calls of
+:data:`recipe.ibpo.upstream.HOOK_CALLS`; tests/unit/test_trainer_upstream.py checks both (the installed verl
+still has that text; our copy is it plus hook calls only). Every method's
 work lives in a hook of a subclass:
 
 - ``_before_generation``: before the main ``generate_sequences`` (IBPO: starts the step's state);
@@ -96,8 +97,8 @@ class HookedRayPPOTrainer(RayPPOTrainer):
         if self.config.algorithm.adv_estimator == "ibpo":
             assert_registered()
 
-    # ------------------------------------------------------------------ verl 0.9.1's fit + the hook calls
-    # Do not edit by hand: see recipe/ibpo/upstream/__init__.py (MERGE_INSTRUCTIONS).
+    # ------------------------------------------------------------------ the pinned verl's fit + the hook calls
+    # Do not edit by hand: docs/upgrading_verl.md (python -m recipe.ibpo.upstream check).
     def fit(self):
         """
         The training loop of PPO.

@@ -15,6 +15,7 @@ from ibpo.alignment import align
 from ibpo.config import IBPOConfig
 from ibpo.pipeline import plan_corrections, shape_batch
 from ibpo.shaping import adaptive_alpha, aggregate_corrections, is_full_rewrite, shape_targets, shaping_delta
+from ibpo.variants import get_variant
 
 
 def test_rewrite_rule_eq18():
@@ -36,16 +37,19 @@ def test_adaptive_alpha_matches_population_formula_and_falls_back():
 
 
 def test_delta_cases_eq14_16_19():
+    binary, ratio, mask = get_variant("binary"), get_variant("ratio"), get_variant("mask")
     # Eq. 14/19 binary: β only for wrong target, right correction, no rewrite
-    assert shaping_delta("binary", True, True, False, 0.9, beta=0.5) == 0.5
-    assert shaping_delta("binary", True, False, False, 0.9, beta=0.5) == 0.0  # failed correction: no penalty
-    assert shaping_delta("binary", True, True, True, 0.9, beta=0.5) == 0.0  # rewrite filtered
-    assert shaping_delta("binary", False, True, False, 0.9, beta=0.5) == 0.0  # correct target: φ = 0
+    assert shaping_delta(binary, True, True, False, 0.9, beta=0.5) == 0.5
+    assert shaping_delta(binary, True, False, False, 0.9, beta=0.5) == 0.0  # failed correction: no penalty
+    assert shaping_delta(binary, True, True, True, 0.9, beta=0.5) == 0.0  # rewrite filtered
+    assert shaping_delta(binary, False, True, False, 0.9, beta=0.5) == 0.0  # correct target: φ = 0
     # Eq. 16 ratio: |U|/T
-    assert shaping_delta("ratio", True, True, False, 0.75, beta=0.5) == 0.75
-    assert shaping_delta("mask", True, True, False, 0.75, beta=0.5) == 0.5
+    assert shaping_delta(ratio, True, True, False, 0.75, beta=0.5) == 0.75
+    assert shaping_delta(mask, True, True, False, 0.75, beta=0.5) == 0.5
+    with pytest.raises(TypeError, match="takes a ShapingVariant"):  # names are resolved once, by the caller
+        shaping_delta("binary", True, True, False, 0.5, beta=0.5)
     with pytest.raises(ValueError, match="unknown IBPO variant"):
-        shaping_delta("nope", True, True, False, 0.5, beta=0.5)
+        get_variant("nope")
 
 
 def test_hand_worked_group_eq14_to_23():

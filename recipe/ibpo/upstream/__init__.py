@@ -1,116 +1,298 @@
-"""The verl text our trainer copies, and the checks that keep the copy honest across verl upgrades.
+"""The verl text this project copies, one rule that keeps every copy honest, and the version pin.
 
-``ray_trainer_fit_0_9_1.py.txt`` is ``inspect.getsource(verl.trainer.ppo.ray_trainer.RayPPOTrainer.fit)``
-of verl 0.9.1, byte for byte. :class:`recipe.ibpo.trainer_base.HookedRayPPOTrainer` ``.fit`` is that
-text plus one-line hook calls (:data:`HOOK_CALLS`) and nothing else. Two checks, both plain functions
-of source text so that tests can feed them modified copies:
+``manifest.toml`` (this folder) lists every symbol of the pinned verl that the project copies or mirrors,
+with the stored upstream text next to it (``<name>.py.txt``). For each entry two checks, plain functions of
+source text so that tests can feed them modified copies:
 
-- :func:`check_upstream_fit_unchanged`: the installed verl's ``fit`` still equals the stored text
-  (otherwise: the merge instructions of :data:`MERGE_INSTRUCTIONS`);
-- :func:`check_fit_is_upstream_plus_hooks`: our ``fit`` differs from the stored text only by added
-  lines, each one of the hook calls.
+- :func:`check_installed`: the installed verl's text of the symbol equals the stored text;
+- :func:`check_ours` (``kind = "copy"``): our text is the stored text plus only allowed lines -- the
+  entry's ``unmarked_additions`` (``fit``'s hook calls) or lines marked ``# IBPO`` -- and drops or changes
+  no stored line but the entry's ``replaced`` lines.
+
+The pinned verl is the one requirement line of ``recipe/ibpo/REQUIRED_VERL.txt``; ``setup.py`` reads the
+same file. ``python -m recipe.ibpo.upstream check`` prints every difference (symbol, stored line numbers,
+diff); ``... regenerate`` stores the installed verl's texts (docs/upgrading_verl.md says when).
 """
 
 from __future__ import annotations
 
+import ast
 import difflib
-import inspect
+import importlib.metadata
+import importlib.util
+import io
+import re
 import textwrap
+import tokenize
+import tomllib
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
-UPSTREAM_VERL_VERSION = "0.9.1"
-UPSTREAM_FIT_PATH = Path(__file__).with_name("ray_trainer_fit_0_9_1.py.txt")
-# Every RayPPOTrainer method the recipe copies, with its stored verl 0.9.1 text. ``_update_actor`` is
-# copied by RayIBPOTrainer with its ``# IBPO`` lines (the step's mini-batch plan, the update count).
-UPSTREAM_METHOD_PATHS = {
-    "fit": UPSTREAM_FIT_PATH,
-    "_update_actor": Path(__file__).with_name("ray_trainer_update_actor_0_9_1.py.txt"),
-}
-
-# The only lines our fit adds to verl's (stripped of indentation), in the order they appear.
-HOOK_CALLS = (
-    "self._before_generation(combined_gen_batch, metrics, timing_raw)",
-    "self._after_generation(combined_gen_batch, combined_gen_output, metrics, timing_raw)",
-    "batch = self._extend_batch_before_balance(batch, metrics)",
-    "self._shape_rewards(batch, metrics)",
-    "self._after_advantage(batch, metrics, timing_raw)",
-    "self._step_metrics(batch, metrics, timing_raw)",
-)
-
-MERGE_INSTRUCTIONS = """\
-The installed verl's RayPPOTrainer.fit differs from the copy this recipe was written against
-(verl {version}, recipe/ibpo/upstream/ray_trainer_fit_0_9_1.py.txt). To merge the new version:
-  1. python -c "import inspect; from verl.trainer.ppo.ray_trainer import RayPPOTrainer; \\
-print(inspect.getsource(RayPPOTrainer.fit), end='')" > recipe/ibpo/upstream/ray_trainer_fit_<new>.py.txt
-  2. replace HookedRayPPOTrainer.fit (recipe/ibpo/trainer_base.py) with that text and re-insert the six
-     one-line hook calls of recipe.ibpo.upstream.HOOK_CALLS at the same places: before and after the main
-     generate_sequences (the second one *before* checkpoint_manager.sleep_replicas()), before
-     `if self.config.trainer.balance_batch:`, after token_level_rewards is set (before the rollout
-     correction), after compute_advantage(...) (inside the `adv` timer), and before logger.log(...);
-  3. point UPSTREAM_FIT_PATH / UPSTREAM_VERL_VERSION at the new file and update recipe/ibpo/REQUIRED_VERL.txt;
-  4. run tests/unit/test_trainer_upstream.py, tests/integration/test_recipe_correction.py and the e2e tier.
-If a hook's anchor line disappeared upstream, the hook's contract (its docstring in trainer_base.py) says
-what state it needs; find the equivalent place. Changes upstream ({num_changed} lines):
-{diff}"""
+HERE = Path(__file__).parent
+MANIFEST_PATH = HERE / "manifest.toml"
+REQUIREMENT_PATH = HERE.parent / "REQUIRED_VERL.txt"
+MARKER = "# IBPO"
+_TRAILING_MARKER = re.compile(r"\s#\s*IBPO\b")
 
 
 class UpstreamDriftError(AssertionError):
-    """The installed verl's trainer no longer matches the text our trainer copies."""
+    """A copied verl symbol no longer matches its stored text, or our copy changed it outside marked lines."""
 
 
-def upstream_fit_source(method: str = "fit") -> str:
-    """The stored verl 0.9.1 source of ``RayPPOTrainer.<method>`` (a key of :data:`UPSTREAM_METHOD_PATHS`)."""
-    return UPSTREAM_METHOD_PATHS[method].read_text(encoding="utf-8")
+# ------------------------------------------------------------------ the pin
+def pinned_verl_requirement(path: Path = REQUIREMENT_PATH) -> str:
+    """The one requirement line of ``REQUIRED_VERL.txt`` (e.g. ``verl[verl-core]==X.Y.Z``)."""
+    lines = [ln.strip() for ln in path.read_text(encoding="utf-8").splitlines()]
+    reqs = [ln for ln in lines if ln and not ln.startswith("#")]
+    if len(reqs) != 1 or not re.fullmatch(r"verl(\[[\w,-]+\])?==[\w.+-]+", reqs[0]):
+        raise ValueError(f"{path}: expected exactly one line `verl[...]==<version>`, found {reqs}")
+    return reqs[0]
 
 
-def installed_fit_source(method: str = "fit") -> str:
-    """``RayPPOTrainer.<method>`` of the verl installed in this environment."""
-    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
-
-    return inspect.getsource(getattr(RayPPOTrainer, method))
+def pinned_verl_version(path: Path = REQUIREMENT_PATH) -> str:
+    """The version of the pinned verl (the part after ``==``)."""
+    return pinned_verl_requirement(path).split("==", 1)[1]
 
 
-def _diff(a: str, b: str, a_name: str, b_name: str) -> list[str]:
-    return list(difflib.unified_diff(a.splitlines(), b.splitlines(), a_name, b_name, lineterm="", n=1))
-
-
-def check_upstream_fit_unchanged(installed_source: str, stored_source: str | None = None,
-                                 method: str = "fit") -> None:
-    """Raise :class:`UpstreamDriftError`, with merge instructions and the diff, when ``installed_source``
-    (verl's current ``RayPPOTrainer.<method>``) is not the stored verl 0.9.1 text."""
-    stored = upstream_fit_source(method) if stored_source is None else stored_source
-    if installed_source == stored:
-        return
-    diff = _diff(stored, installed_source, f"verl {UPSTREAM_VERL_VERSION}", "installed verl")
-    changed = [d for d in diff if d[:1] in "+-" and d[:3] not in ("+++", "---")]
-    if method != "fit":
+def check_installed_version(installed: str | None = None, pinned: str | None = None) -> None:
+    """Raise unless the installed verl is the pinned one (the stored texts are the pinned verl's)."""
+    installed = importlib.metadata.version("verl") if installed is None else installed
+    pinned = pinned_verl_version() if pinned is None else pinned
+    if installed != pinned:
         raise UpstreamDriftError(
-            f"The installed verl's RayPPOTrainer.{method} differs from the verl {UPSTREAM_VERL_VERSION} text "
-            f"that recipe/ibpo/ibpo_ray_trainer.py copies ({UPSTREAM_METHOD_PATHS[method].name}): store the new "
-            f"text there, re-apply the lines marked `# IBPO` in the copy, and run "
-            f"tests/integration/test_actor_minibatches.py and the e2e tier. Changes upstream ({len(changed)} "
-            f"lines):\n" + "\n".join(diff[:80]))
-    raise UpstreamDriftError(MERGE_INSTRUCTIONS.format(
-        version=UPSTREAM_VERL_VERSION, num_changed=len(changed), diff="\n".join(diff[:80])))
+            f"installed verl is {installed}, recipe/ibpo/REQUIRED_VERL.txt pins {pinned}: follow "
+            f"docs/upgrading_verl.md (or install the pinned verl)")
 
 
-def fit_changes(ours: str, upstream: str) -> tuple[list[str], list[str]]:
-    """(lines added, lines removed) going from ``upstream`` to ``ours`` (difflib, indentation stripped)."""
+# ------------------------------------------------------------------ the manifest
+@dataclass(frozen=True)
+class CopiedSymbol:
+    """One entry of ``manifest.toml`` (see its header for the fields' meaning)."""
+
+    name: str
+    upstream: str
+    stored: str
+    ours: str
+    kind: str
+    why: str
+    unmarked_additions: tuple[str, ...] = ()
+    replaced: tuple[str, ...] = ()
+    after_merge: tuple[str, ...] = ()
+
+    @property
+    def stored_path(self) -> Path:
+        return HERE / self.stored
+
+    def stored_text(self) -> str:
+        return self.stored_path.read_text(encoding="utf-8")
+
+
+def load_manifest(path: Path = MANIFEST_PATH) -> tuple[CopiedSymbol, ...]:
+    """The manifest's entries, validated (unique names, known kinds, ``module:qualname`` addresses)."""
+    with open(path, "rb") as f:
+        raw = tomllib.load(f)
+    entries = []
+    for i, row in enumerate(raw.get("symbol", [])):
+        try:
+            entry = CopiedSymbol(**{k: tuple(v) if isinstance(v, list) else v for k, v in row.items()})
+        except TypeError as exc:
+            raise ValueError(f"{path}: symbol #{i + 1}: {exc}") from None
+        if entry.kind not in ("copy", "mirror"):
+            raise ValueError(f"{path}: symbol {entry.name!r}: kind must be 'copy' or 'mirror', not {entry.kind!r}")
+        for field in ("upstream", "ours"):
+            if ":" not in getattr(entry, field):
+                raise ValueError(f"{path}: symbol {entry.name!r}: {field} must be 'module:Qualified.name'")
+        entries.append(entry)
+    names = [e.name for e in entries]
+    if len(set(names)) != len(names):
+        raise ValueError(f"{path}: duplicate symbol names in {names}")
+    return tuple(entries)
+
+
+MANIFEST = load_manifest()
+BY_NAME = {e.name: e for e in MANIFEST}
+# The only unmarked lines our fit adds to verl's (stripped of indentation), in the order they appear.
+HOOK_CALLS = BY_NAME["RayPPOTrainer.fit"].unmarked_additions
+
+
+# ------------------------------------------------------------------ reading source text
+def symbol_source(address: str) -> str:
+    """The source text of ``module:Qualified.name`` as ``inspect.getsource`` gives it (decorators included,
+    original indentation), found by parsing the module's file: works for Ray actor classes and nested
+    functions, and imports nothing."""
+    module, qualname = address.split(":", 1)
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.origin:
+        raise UpstreamDriftError(f"{address}: module {module} not found")
+    text = Path(spec.origin).read_text(encoding="utf-8")
+    body = ast.parse(text).body
+    node = None
+    for part in qualname.split("."):
+        node = next((n for n in body if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                     and n.name == part), None)
+        if node is None:
+            raise UpstreamDriftError(f"{address}: {part!r} not found in {spec.origin}")
+        body = node.body
+    first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+    return "".join(text.splitlines(keepends=True)[first - 1:node.end_lineno])
+
+
+def _code_lines(source: str) -> list[tuple[int, str]]:
+    """(line number in ``source``, line dedented) of the function's code: its docstring and blank lines
+    dropped (neither executes)."""
+    dedented = textwrap.dedent(source)
+    lines = dedented.splitlines()
+    skip: set[int] = set()
+    tree = ast.parse(dedented)
+    fn = tree.body[0]
+    if (isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and fn.body
+            and isinstance(fn.body[0], ast.Expr) and isinstance(fn.body[0].value, ast.Constant)
+            and isinstance(fn.body[0].value.value, str)):
+        skip = set(range(fn.body[0].lineno, fn.body[0].end_lineno + 1))
+    return [(i, ln.rstrip()) for i, ln in enumerate(lines, 1) if i not in skip and ln.strip()]
+
+
+def is_marked(line: str) -> bool:
+    """A line carries the ``# IBPO`` marker: a comment line starting with it, or a trailing comment (a
+    quick text test; :func:`marked_line_numbers` is the exact one, for whole sources)."""
+    stripped = line.strip()
+    return stripped.startswith(MARKER) or bool(_TRAILING_MARKER.search(line))
+
+
+def marked_line_numbers(source: str) -> set[int]:
+    """Line numbers (of ``textwrap.dedent(source)``) holding a real ``# IBPO`` comment token: a ``# IBPO``
+    inside a string literal does not mark its line."""
+    dedented = textwrap.dedent(source)
+    marked = set()
+    for tok in tokenize.generate_tokens(io.StringIO(dedented).readline):
+        if tok.type == tokenize.COMMENT and re.match(r"#\s*IBPO\b", tok.string):
+            marked.add(tok.start[0])
+    return marked
+
+
+# ------------------------------------------------------------------ the two checks
+def installed_problems(entry: CopiedSymbol, installed: str, stored: str | None = None) -> list[str]:
+    """Why the installed verl's text of ``entry`` is not the stored text (empty list: it is)."""
+    stored = entry.stored_text() if stored is None else stored
+    if installed == stored:
+        return []
+    diff = list(difflib.unified_diff(stored.splitlines(), installed.splitlines(), f"stored {entry.stored}",
+                                     f"installed {entry.upstream}", lineterm="", n=1))
+    changed = _changed_stored_lines(stored, installed)
+    return [f"{entry.name}: the installed verl's text differs from the stored text at stored lines "
+            f"{_ranges(changed)} ({sum(1 for d in diff if d[:1] in '+-' and d[:3] not in ('+++', '---'))} "
+            f"lines changed):\n" + "\n".join(diff[:120])]
+
+
+def _changed_stored_lines(stored: str, other: str) -> list[int]:
+    """1-based line numbers of ``stored`` that ``other`` removes or changes, or next to which it inserts."""
+    a, b = stored.splitlines(), other.splitlines()
+    out: list[int] = []
+    for tag, i1, i2, _, _ in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if tag in ("replace", "delete"):
+            out.extend(range(i1 + 1, i2 + 1))
+        elif tag == "insert":
+            out.append(max(i1, 1))
+    return sorted(set(out))
+
+
+def _ranges(numbers: list[int]) -> str:
+    parts, start = [], None
+    for k, n in enumerate(numbers):
+        if start is None:
+            start = n
+        if k + 1 == len(numbers) or numbers[k + 1] != n + 1:
+            parts.append(str(start) if start == n else f"{start}-{n}")
+            start = None
+    return ", ".join(parts)
+
+
+def copy_changes(ours: str, stored: str) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
+    """(lines added, lines removed or changed) going from ``stored`` to ``ours``, docstrings and blank lines
+    ignored: ``(line number in ours, line)`` and ``(line number in stored, line)``, dedented."""
+    a, b = _code_lines(stored), _code_lines(ours)
     added, removed = [], []
-    for line in difflib.ndiff(upstream.splitlines(), ours.splitlines()):
-        if line.startswith("+ "):
-            added.append(line[2:].strip())
-        elif line.startswith("- "):
-            removed.append(line[2:].strip())
+    matcher = difflib.SequenceMatcher(None, [t for _, t in a], [t for _, t in b], autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag in ("replace", "delete"):
+            removed.extend(a[i1:i2])
+        if tag in ("replace", "insert"):
+            added.extend(b[j1:j2])
     return added, removed
 
 
-def check_fit_is_upstream_plus_hooks(ours: str, upstream: str | None = None) -> None:
-    """Raise :class:`UpstreamDriftError` unless ``ours`` is ``upstream`` plus exactly the :data:`HOOK_CALLS`
-    lines (in that order), with no line of upstream removed or changed."""
-    upstream = upstream_fit_source() if upstream is None else upstream
-    added, removed = fit_changes(textwrap.dedent(ours), textwrap.dedent(upstream))
-    if removed or tuple(added) != HOOK_CALLS:
-        raise UpstreamDriftError(
-            f"HookedRayPPOTrainer.fit must be verl's fit plus the hook calls {list(HOOK_CALLS)} only; "
-            f"lines added: {added}; lines removed or changed: {removed}")
+def ours_problems(entry: CopiedSymbol, ours: str, stored: str | None = None) -> list[str]:
+    """Why ``ours`` is not ``entry``'s stored text plus allowed lines (empty list: it is). ``mirror``
+    entries have no text rule."""
+    if entry.kind != "copy":
+        return []
+    stored = entry.stored_text() if stored is None else stored
+    added, removed = copy_changes(ours, stored)
+    problems = []
+    marked = marked_line_numbers(ours)
+    unmarked = [(n, t) for n, t in added if n not in marked]
+    if tuple(t.strip() for _, t in unmarked) != entry.unmarked_additions:
+        extra = [(n, t.strip()) for n, t in unmarked if t.strip() not in entry.unmarked_additions]
+        problems.append(
+            f"{entry.name}: ours ({entry.ours}) adds unmarked lines (line within the function, text) "
+            f"{extra or [t.strip() for _, t in unmarked]} "
+            f"(allowed without `{MARKER}`, in this order: {list(entry.unmarked_additions)}); mark a deliberate "
+            f"change with `{MARKER}` or restore the stored text")
+    if tuple(t.strip() for _, t in removed) != entry.replaced:
+        unexpected = [(n, t.strip()) for n, t in removed if t.strip() not in entry.replaced]
+        problems.append(
+            f"{entry.name}: ours ({entry.ours}) drops or changes stored lines {unexpected or removed} "
+            f"(the manifest allows only {list(entry.replaced)}; stored line numbers of {entry.stored})")
+    return problems
+
+
+def check_installed(entry: CopiedSymbol, installed: str | None = None, stored: str | None = None) -> None:
+    """Raise :class:`UpstreamDriftError` unless the installed verl's text of ``entry`` is the stored text."""
+    problems = installed_problems(entry, symbol_source(entry.upstream) if installed is None else installed, stored)
+    if problems:
+        raise UpstreamDriftError(problems[0] + "\n" + upgrade_hint(entry))
+
+
+def check_ours(entry: CopiedSymbol, ours: str | None = None, stored: str | None = None) -> None:
+    """Raise :class:`UpstreamDriftError` unless our text of ``entry`` is the stored text plus allowed lines."""
+    problems = ours_problems(entry, symbol_source(entry.ours) if ours is None else ours, stored)
+    if problems:
+        raise UpstreamDriftError("\n".join(problems))
+
+
+def upgrade_hint(entry: CopiedSymbol) -> str:
+    return (f"To merge: docs/upgrading_verl.md (`python -m recipe.ibpo.upstream regenerate` stores the new text; "
+            f"then re-apply our lines to {entry.ours}, whose `{MARKER}` lines and the manifest's `replaced` list "
+            f"say what we change: {entry.why}); then run tests/unit/test_trainer_upstream.py and "
+            f"{', '.join(entry.after_merge)}.")
+
+
+# ------------------------------------------------------------------ whole-manifest report and regeneration
+def drift_report(entries: tuple[CopiedSymbol, ...] = MANIFEST,
+                 installed_source: Callable[[str], str] = symbol_source,
+                 ours_source: Callable[[str], str] = symbol_source,
+                 folder: Path | None = None) -> list[str]:
+    """Every problem of every entry (both checks), each naming the symbol and the lines; ``folder``
+    overrides where the stored texts are read (tests)."""
+    problems = []
+    for entry in entries:
+        stored = (folder / entry.stored).read_text(encoding="utf-8") if folder else entry.stored_text()
+        problems += installed_problems(entry, installed_source(entry.upstream), stored)
+        problems += ours_problems(entry, ours_source(entry.ours), stored)
+    return problems
+
+
+def regenerate(entries: tuple[CopiedSymbol, ...] = MANIFEST,
+               installed_source: Callable[[str], str] = symbol_source,
+               folder: Path | None = None) -> list[str]:
+    """Store the installed verl's text of every entry (step 3 of docs/upgrading_verl.md); returns the names
+    whose stored text changed."""
+    changed = []
+    for entry in entries:
+        path = (folder or HERE) / entry.stored
+        text = installed_source(entry.upstream)
+        if not path.exists() or path.read_text(encoding="utf-8") != text:
+            path.write_text(text, encoding="utf-8")
+            changed.append(entry.name)
+    return changed

@@ -1,0 +1,117 @@
+"""The method's extension points follow one pattern: a registry of named entries, one decorated function
+each (shaping variants, reference rules, mask-sign policies), resolved once and passed down as objects."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from ibpo.advantages import mask_sign_names, register_mask_sign, signed_token_mask, unregister_mask_sign
+from ibpo.config import MASK_SIGNS, IBPOConfig
+from ibpo.references import (GroupView, reference_rule_for, reference_rule_names, register_reference_rule,
+                             select_references, select_references_in_group, unregister_reference_rule)
+from ibpo.shaping import shape_targets, shaping_delta
+from ibpo.alignment import align
+from ibpo.variants import get_variant, register_variant, unregister_variant
+
+
+# ------------------------------------------------------------------ reference rules
+def test_builtin_reference_rules_and_the_boolean_option_maps_to_them():
+    assert reference_rule_names()[:2] == ("independent", "per_group")
+    assert reference_rule_for(IBPOConfig()) == "independent"
+    assert reference_rule_for(IBPOConfig(reference_per_group=True)) == "per_group"
+    gids, ok = ["a"] * 5 + ["b"] * 4, [False, True, False, True, True, False, False, False, True]
+    for per_group, rule in ((False, "independent"), (True, "per_group")):
+        by_flag = select_references(gids, ok, 2, seed=3, step=4, per_group=per_group)
+        assert by_flag == select_references(gids, ok, 2, seed=3, step=4, rule=rule)
+        rng = np.random.default_rng([3, 4])
+        local_a = select_references_in_group(ok[:5], 2, rng, per_group=per_group)
+        assert [None if r is None else list(r) for r in by_flag[:5]] == local_a  # group a: rows 0..4
+
+
+def test_a_registered_rule_sees_rows_correctness_response_ids_and_rng():
+    seen = []
+
+    @register_reference_rule("shortest_correct")
+    def shortest_correct(group: GroupView, num_references: int, rng: np.random.Generator):
+        seen.append((group.rows, group.is_correct, group.response_ids, isinstance(rng, np.random.Generator)))
+        correct = [j for j, ok in enumerate(group.is_correct) if ok]
+        pool = sorted(correct, key=lambda j: len(group.response_ids[j]))[:1]
+        return [None if ok else pool * num_references for ok in group.is_correct]
+
+    try:
+        gids = ["x", "y", "x", "y", "x"]
+        ok = [False, True, True, False, True]
+        ids = [[1, 2], [3], [4, 5, 6], [7], [8]]
+        refs = select_references(gids, ok, 2, seed=0, rule="shortest_correct", response_ids=ids)
+        # group x = rows 0, 2, 4 (shortest correct: row 4); group y = rows 1, 3 (row 1); batch row indices
+        assert refs == [[4, 4], None, None, [1, 1], None]
+        assert seen == [((0, 2, 4), (False, True, True), ([1, 2], [4, 5, 6], [8]), True),
+                        ((1, 3), (True, False), ([3], [7]), True)]
+        with pytest.raises(ValueError, match="already registered"):
+            register_reference_rule("shortest_correct")(shortest_correct)
+    finally:
+        unregister_reference_rule("shortest_correct")
+    with pytest.raises(ValueError, match="unknown reference rule 'shortest_correct'; registered: .*independent"):
+        select_references(["x"], [False], 1, seed=0, rule="shortest_correct")
+
+
+@pytest.mark.parametrize("bad_output,message", [
+    (lambda g: [None] * len(g.is_correct), "position 0 is wrong but got None"),
+    (lambda g: [[0]] * len(g.is_correct), "position 1 is correct but got"),
+    (lambda g: [[5], None], "outside the group"),
+    (lambda g: [[1]], "returned 1 entries for a group of 2"),
+])
+def test_a_malformed_rule_fails_naming_itself(bad_output, message):
+    register_reference_rule("broken")(lambda group, k, rng: bad_output(group))
+    try:
+        with pytest.raises(ValueError, match=f"reference rule 'broken'.*{message}|{message}"):
+            select_references(["g", "g"], [False, True], 1, seed=0, rule="broken")
+    finally:
+        unregister_reference_rule("broken")
+
+
+# ------------------------------------------------------------------ mask-sign policies
+def test_mask_sign_registry_holds_the_config_choices():
+    assert mask_sign_names()[:3] == MASK_SIGNS
+
+
+def test_a_registered_mask_sign_policy_applies_to_shaped_rows_only():
+    @register_mask_sign("zero_all")
+    def zero_all(token_mask, shaped, negative, positive):
+        return torch.zeros_like(token_mask)  # even for unshaped rows: signed_token_mask must not let it
+
+    try:
+        adv = torch.tensor([1.0, -1.0, 2.0])
+        m = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+        out = signed_token_mask(adv, m, torch.tensor([True, True, False]), "zero_all")
+        assert out.tolist() == [[0.0, 0.0], [0.0, 0.0], [1.0, 1.0]]
+        with pytest.raises(ValueError, match="already registered"):
+            register_mask_sign("zero_all")(zero_all)
+    finally:
+        unregister_mask_sign("zero_all")
+    with pytest.raises(ValueError, match="unknown ibpo.mask_sign 'zero_all'; registered: .*negative_only"):
+        signed_token_mask(adv, m, torch.tensor([True, True, False]), "zero_all")
+
+
+# ------------------------------------------------------------------ variants passed down as objects
+def test_the_variant_object_flows_down_to_delta():
+    calls = []
+
+    @register_variant("third", max_delta=lambda beta: 1 / 3)
+    def third(unmodified_ratio: float, beta: float) -> float:
+        calls.append(unmodified_ratio)
+        return 1 / 3
+
+    try:
+        variant = get_variant("third")
+        assert shaping_delta(variant, True, True, False, 0.5, beta=0.5) == pytest.approx(1 / 3)
+        assert shaping_delta(variant, True, False, False, 0.5, beta=0.5) == 0.0
+        with pytest.raises(TypeError, match="takes a ShapingVariant"):
+            shaping_delta("third", True, True, False, 0.5, beta=0.5)
+        y, y_hat = [1, 2, 3, 4], [1, 2, 9, 4]
+        results, _, _ = shape_targets([align(y, y_hat)], [True], [4], [y_hat], [[]], IBPOConfig(variant="third"))
+        assert results[0].delta == pytest.approx(1 / 3) and calls[-1] == 0.75
+    finally:
+        unregister_variant("third")
