@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import types
 import typing
 from dataclasses import dataclass
@@ -52,6 +53,10 @@ def _matches(value: Any, annotation: Any) -> bool:
     return True
 
 
+def _is_interpolation(value: Any) -> bool:
+    return isinstance(value, str) and "${" in value
+
+
 def check_option_types(block: Mapping[str, Any], cls: type, prefix: str) -> None:
     """Raise :class:`IBPOSetupError` naming ``prefix.option``, its value and the expected type when a value of
     an option block (``ibpo:`` / ``counterfactual:``) does not have the dataclass field's declared type
@@ -59,6 +64,8 @@ def check_option_types(block: Mapping[str, Any], cls: type, prefix: str) -> None
     hints = typing.get_type_hints(cls)
     for name, value in block.items():
         annotation = hints.get(name)
+        if _is_interpolation(value):  # checked once resolved
+            continue
         if annotation is not None and not _matches(value, annotation):
             raise IBPOSetupError(f"{prefix}.{name}={value!r} has type {type(value).__name__}; expected "
                                  f"{_type_name(annotation)} (default {getattr(cls, name, None)!r})")
@@ -367,6 +374,8 @@ def check_legacy_reward_keys(config: DictConfig) -> None:
 REWARD_KWARGS_KEY = "reward.custom_reward_function.reward_kwargs"
 # The keywords verl 0.9.1's reward managers call the function with (experimental/reward_loop/reward_manager).
 VERL_REWARD_CALL = ("data_source", "solution_str", "ground_truth", "extra_info")
+# ... and add when a reward model is served (not options a user sets).
+VERL_REWARD_EXTRAS = ("reward_router_address", "reward_model_tokenizer")
 # What verl's reward managers read from `reward.reward_kwargs` (dapo: overlong buffer); nothing else reads it.
 REWARD_MANAGER_KWARGS = {"dapo": ("overlong_buffer_cfg", "max_resp_len")}
 
@@ -416,9 +425,9 @@ def check_reward_kwargs(config: DictConfig, fn) -> None:
     if missing:
         raise IBPOSetupError(f"{name}: verl calls it with the keywords {list(VERL_REWARD_CALL)} but it takes no "
                              f"{missing}; it takes {named}")
-    options = [p for p in named if p not in VERL_REWARD_CALL]
+    options = [p for p in named if p not in VERL_REWARD_CALL + VERL_REWARD_EXTRAS]
     for key, value in kwargs.items():
-        if key in VERL_REWARD_CALL:
+        if key in VERL_REWARD_CALL + VERL_REWARD_EXTRAS:
             raise IBPOSetupError(f"{REWARD_KWARGS_KEY}.{key}: verl passes {key} itself for every sample")
         if key not in params:
             if takes_any:
@@ -533,6 +542,7 @@ def project_reward_kwargs(config: DictConfig) -> dict:
 
 # ---- verl's own validation and option types, in the driver ------------------------------------------------
 
+@functools.lru_cache(maxsize=1)
 def verl_default_config() -> DictConfig:
     """verl 0.9.1's full default PPO config (``verl/trainer/config/_generated_ppo_trainer.yaml``, the flattened
     ``ppo_trainer`` composition verl generates and tests against)."""
@@ -541,12 +551,12 @@ def verl_default_config() -> DictConfig:
     return OmegaConf.load(str(files("verl.trainer.config").joinpath("_generated_ppo_trainer.yaml")))
 
 
-def check_verl_option_types(config: DictConfig, defaults: DictConfig | None = None) -> None:
+def check_verl_option_types(config: DictConfig, defaults: DictConfig | None = None, resolve: bool = True) -> None:
     """Every option whose verl default is a number or a bool must hold one (``data.train_batch_size=abc``
     otherwise reaches ``validate_config`` as a string: ``"abc" * n`` is string repetition). Raises naming the
     key, its value and the expected type. An int default also takes a float (``entropy_coeff: 0``)."""
     defaults = verl_default_config() if defaults is None else defaults
-    ours = OmegaConf.to_container(config, resolve=True)
+    ours = OmegaConf.to_container(config, resolve=resolve)
     theirs = OmegaConf.to_container(defaults, resolve=False)
 
     def walk(mine: Any, default: Any, prefix: str) -> None:
@@ -555,7 +565,7 @@ def check_verl_option_types(config: DictConfig, defaults: DictConfig | None = No
                 if key in default:
                     walk(value, default[key], f"{prefix}.{key}" if prefix else str(key))
             return
-        if mine is None or default is None:
+        if mine is None or default is None or _is_interpolation(mine):
             return
         if isinstance(default, bool):
             ok, expected = isinstance(mine, bool), "bool (true/false)"
@@ -680,6 +690,25 @@ def check_data_rows(config: DictConfig, reward_fn, paths: list[str]) -> list[str
             score_row(config, reward_fn, path, index, row)
         sources.update(dict.fromkeys(report.data_sources))
     return list(sources)
+
+
+def resolve_config(config: DictConfig) -> None:
+    """Resolve the config's interpolations in place, after checking the option types the interpolations read
+    (``ibpo.num_references=abc`` would otherwise fail inside ``${ibpo_prompt_length:...}`` with a
+    traceback naming rollout.prompt_length); a resolution failure raises naming the key."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    for block, (_, _, _) in METHODS.items():
+        if config.get(block) is not None:
+            cls = IBPOConfig if block == "ibpo" else CounterfactualConfig
+            check_option_types(OmegaConf.to_container(config[block], resolve=False), cls, block)
+    check_verl_option_types(config, resolve=False)
+    try:
+        OmegaConf.resolve(config)
+    except (OmegaConfBaseException, ValueError, TypeError) as exc:
+        key = getattr(exc, "full_key", None)
+        raise IBPOSetupError(f"{key or 'config'}: cannot resolve its interpolation: "
+                             f"{' '.join(str(exc).split())}") from exc
 
 
 def preflight(config: DictConfig) -> None:
