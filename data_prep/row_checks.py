@@ -17,6 +17,7 @@ of digit count (:func:`golds_to_check`), on a thread pool as wide as the math wo
 from __future__ import annotations
 
 import re
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
@@ -121,6 +122,36 @@ def check_gold(data_source: str, gold: Any, score_fn: Callable[..., Any] | None 
         check_code_gold(gold)
 
 
+_gold_verdicts: dict[tuple, str | None] = {}  # (data_source, gold or integer class) -> None (usable) or the error
+_gold_lock = threading.Lock()
+
+
+def _gold_cache_key(data_source: str, gold: Any) -> tuple:
+    if isinstance(gold, str) and PLAIN_INTEGER.fullmatch(gold):
+        return (data_source, "integer", gold.startswith("-"), len(gold.lstrip("-")))
+    return (data_source, gold if isinstance(gold, (str, int, float, type(None))) else repr(gold))
+
+
+def check_gold_cached(data_source: str, gold: Any) -> None:
+    """:func:`check_gold` with the project's verifier, remembered per ``(data_source, gold)`` and, for plain
+    integers, per class of sign and digit count (the class's first gold stands for it, as in
+    :func:`golds_to_check`): ``data_prep`` checks every row it writes this way while streaming."""
+    key = _gold_cache_key(data_source, gold)
+    with _gold_lock:
+        known = key in _gold_verdicts
+        verdict = _gold_verdicts.get(key)
+    if not known:
+        try:
+            check_gold(data_source, gold)
+            verdict = None
+        except ValueError as exc:
+            verdict = str(exc)
+        with _gold_lock:
+            _gold_verdicts[key] = verdict
+    if verdict is not None:
+        raise BadGold(verdict)
+
+
 # ------------------------------------------------------------------------------------------------ whole files
 
 @dataclass(frozen=True)
@@ -221,6 +252,9 @@ def golds_to_check(sources: list, golds: list, sample_integers: bool = True) -> 
     return chosen
 
 
+GOLDS_PER_THREAD = 200
+
+
 def default_gold_workers() -> int:
     """Threads for the gold checks: as many as the math verifier has worker processes."""
     from reward_fns.math_verifier import MathVerifierConfig
@@ -244,8 +278,10 @@ def check_golds(path: str, sources: list, golds: list, score_fn: Callable[..., A
             return row, str(exc)
         return None
 
-    workers = max(1, workers or default_gold_workers())
-    if workers == 1 or len(items) < 2 * workers:
+    # each thread keeps one math worker process busy; a worker costs ~1 s to start, worth it from
+    # GOLDS_PER_THREAD golds (~0.5 s of verifier calls) on
+    workers = max(1, min(workers or default_gold_workers(), len(items) // GOLDS_PER_THREAD))
+    if workers == 1:
         failures = [f for f in map(one, items) if f is not None]
     else:
         with ThreadPoolExecutor(workers, thread_name_prefix="gold-check") as pool:
@@ -309,4 +345,4 @@ def check_rows(path: str, *, known_sources: Iterable[str] | None, prompt_key: st
 
 
 __all__ = ["RowCheckError", "BadGold", "RowCheckReport", "check_rows", "check_gold", "check_math_gold",
-           "check_code_gold", "check_prompts", "golds_to_check", "prose_words", "CHAT_ROLES"]
+           "check_code_gold", "check_prompts", "golds_to_check", "check_gold_cached", "prose_words", "CHAT_ROLES"]
