@@ -503,7 +503,7 @@ def check_model_dir(model: str) -> Path:
 
 def check_run_flags(args: argparse.Namespace) -> None:
     """Every numeric flag in range (one ``ValueError`` naming the flag), before anything is loaded."""
-    at_least = {"k": 1, "batch_size": 1, "score_workers": 1, "num_boot": 1, "tensor_parallel_size": 1,
+    at_least = {"k": 1, "batch_size": 1, "score_workers": 1, "num_boot": 100, "tensor_parallel_size": 1,
                 "best_of_n": 0, "max_problems": 0, "max_candidate_tokens": 0, "max_model_len": 1}
     for name, low in at_least.items():
         value = getattr(args, name)
@@ -694,8 +694,8 @@ def read_results(path: str) -> dict:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    if args.num_boot < 1:
-        raise ValueError(f"--num-boot={args.num_boot} must be >= 1")
+    if args.num_boot < 100:
+        raise ValueError(f"--num-boot={args.num_boot} must be >= 100 (a percentile interval needs replicates)")
     runs = [read_results(path) for path in (args.run_a, args.run_b)]
     rows = compare_runs(runs[0], runs[1], args.method_a, args.method_b, args.num_boot, args.run_a, args.run_b)
     table = comparison_table(rows)
