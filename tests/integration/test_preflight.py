@@ -280,3 +280,19 @@ def test_cfg_job_resolve_prints_the_resolved_config(tiny_run, tmp_path):
     cfg = OmegaConf.create(out.stdout)
     assert isinstance(cfg.actor_rollout_ref.rollout.prompt_length, int)
     assert cfg.actor_rollout_ref.rollout.prompt_length > cfg.data.max_prompt_length
+
+
+def test_the_readme_byo_yaml_passes_the_preflight(tiny_run, tmp_path):
+    """README "Bring your own verl YAML", composed from its own directory (as ``main_ibpo --config-path``)."""
+    from hydra import initialize_config_dir
+
+    sys.path.insert(0, str(REPO / "tests" / "integration"))
+    from test_byo_yaml import readme_yaml
+
+    (tmp_path / "my_ibpo_run.yaml").write_text(readme_yaml())
+    register_config_resolvers()
+    with initialize_config_dir(config_dir=str(tmp_path), version_base=None):
+        cfg = compose(config_name="my_ibpo_run", overrides=overrides_for(tiny_run))
+    resolve_config(cfg)
+    preflight(cfg)
+    assert cfg.actor_rollout_ref.rollout.prompt_length > cfg.data.max_prompt_length == 64
