@@ -398,9 +398,7 @@ def check_reward_kwargs(config: DictConfig, fn) -> None:
     import inspect
     import warnings
 
-    block = config.reward.get("custom_reward_function") or {}
-    kwargs = dict(OmegaConf.to_container(block.get("reward_kwargs"), resolve=True) or {}) \
-        if block.get("reward_kwargs") is not None else {}
+    kwargs = project_reward_kwargs(config)  # as verl binds them to any function (get_custom_reward_fn)
     manager = str((config.reward.get("reward_manager") or {}).get("name", "naive"))
     manager_kwargs = config.reward.get("reward_kwargs")
     if manager_kwargs:
@@ -534,7 +532,8 @@ def uses_project_reward(config: DictConfig) -> bool:
 
 
 def project_reward_kwargs(config: DictConfig) -> dict:
-    """``reward_kwargs`` as verl binds them to the function (``get_custom_reward_fn``)."""
+    """``reward.custom_reward_function.reward_kwargs`` as verl binds them to the function
+    (``get_custom_reward_fn``), for the project's function or any other."""
     block = config.reward.get("custom_reward_function") or {}
     value = block.get("reward_kwargs")
     return dict(OmegaConf.to_container(value, resolve=True)) if value is not None else {}
