@@ -28,7 +28,13 @@ class IBPOSetupError(ValueError):
 
 
 def _type_name(annotation: Any) -> str:
-    return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
+    """``float``, ``bool``, ``float | None``, ``a list of str`` (a ``tuple[str, ...]`` field from a YAML list)."""
+    if typing.get_origin(annotation) in (tuple, list):
+        args = [a for a in typing.get_args(annotation) if a is not Ellipsis]
+        return f"a list of {_type_name(args[0])}" if args else "a list"
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return " | ".join(_type_name(a) for a in typing.get_args(annotation))
+    return "None" if annotation is type(None) else getattr(annotation, "__name__", None) or str(annotation)
 
 
 def _matches(value: Any, annotation: Any) -> bool:

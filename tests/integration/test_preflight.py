@@ -163,6 +163,7 @@ def refused(tiny_run, *extra: str) -> str:
     ("ibpo.num_references=abc", "ibpo.num_references='abc' has type str; expected int (default 1)"),
     ("ibpo.enable=maybe", "ibpo.enable='maybe' has type str; expected bool (default True)"),
     ("ibpo.num_references=1.5", "ibpo.num_references=1.5 has type float; expected int"),
+    ("ibpo.candidate_labels=[1,2]", "ibpo.candidate_labels=[1, 2] has type list; expected a list of str"),
     ("data.train_batch_size=abc", "data.train_batch_size='abc' has type str; verl expects a number (default 1024)"),
     ("trainer.val_before_train=sometimes", "trainer.val_before_train='sometimes' has type str; verl expects bool"),
     # verl's own validation, in the driver
@@ -181,6 +182,14 @@ def refused(tiny_run, *extra: str) -> str:
 ])
 def test_a_silent_wrong_path_is_refused_in_one_line(tiny_run, override, expected):
     assert expected in refused(tiny_run, override)
+
+
+def test_the_counterfactual_block_is_typed_too(tiny_run):
+    register_config_resolvers()
+    with initialize_config_module(config_module="recipe.ibpo.config", version_base=None):
+        cfg = compose(config_name="counterfactual_trainer", overrides=overrides_for(tiny_run, "counterfactual.boost=abc"))
+    with pytest.raises(IBPOSetupError, match=r"^counterfactual\.boost='abc' has type str; expected float \(default 2\.0\)$"):
+        resolve_config(cfg)
 
 
 def test_an_ibpo_disabled_run_is_also_checked_against_the_context(tiny_run):
