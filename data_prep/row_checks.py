@@ -30,6 +30,8 @@ CHAT_ROLES = frozenset({"system", "user", "assistant", "tool"})
 # Words a math answer may contain outside LaTeX commands (functions, constants, common units of an answer).
 MATH_WORDS = frozenset({"sin", "cos", "tan", "cot", "sec", "csc", "log", "ln", "exp", "max", "min", "gcd",
                         "lcm", "mod", "deg", "inf", "sqrt", "frac", "pi", "arcsin", "arccos", "arctan", "det"})
+# Gold answers that stand for a missing one (compared case-insensitively, stripped).
+PLACEHOLDER_GOLDS = frozenset({"n/a", "na", "none", "null", "nan", "tbd", "unknown", "undefined", "answer"})
 # Longest gold answer shown in a message.
 SHOWN_CHARS = 80
 
@@ -76,6 +78,9 @@ def check_math_gold(data_source: str, gold: Any, score_fn: Callable[..., Any] | 
     try:
         if checker is not None:
             checker(data_source, gold)
+        if not re.search(r"[0-9A-Za-z]", gold) or gold.strip().lower() in PLACEHOLDER_GOLDS:
+            raise BadGold(f"gold answer {gold!r:.{SHOWN_CHARS}} is a placeholder, not an answer (no number, "
+                          "variable or LaTeX in it); every response would be compared against it as text")
         words = prose_words(gold)
         if words:
             raise BadGold(f"gold answer {gold!r:.{SHOWN_CHARS}} reads as prose (words {words[:3]}), not a math "

@@ -75,6 +75,18 @@ def test_a_missing_column_is_named(tmp_path):
     assert message_of(path, prompt_key="question").startswith(f"{path}, row 0, field question: stored as string")
 
 
+@pytest.mark.parametrize("gold", ["?", "-", "N/A", " n/a ", "TBD"])
+def test_a_placeholder_gold_is_refused(gold):
+    with pytest.raises(BadGold, match="is a placeholder, not an answer"):
+        check_gold("hmmt_feb_2025", gold)
+
+
+@pytest.mark.parametrize("gold", ["70", "-3", "x^2+1", "\\frac{\\sqrt{3}}{2}", "(1,2)", "\\pi", "2\\sqrt{2}",
+                                  "\\{1,2\\}", "\\infty", "3/4", "0.5", "\\text{Alice}"])
+def test_plain_math_golds_pass(gold):
+    check_gold("hmmt_feb_2025", gold)
+
+
 def test_code_ground_truth_structure_is_checked():
     good = encode_tests({"inputs": ["1\n"], "outputs": ["1\n"], "fn_name": None})
     check_code_gold(good)
