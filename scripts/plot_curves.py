@@ -30,6 +30,12 @@ reaching it), and the compute at which the smoothed curve first reaches the thre
 linearly between the two logged points around the crossing. With several seeds the crossing is taken on
 the mean of the seeds' smoothed curves (on the common grid), with a bootstrap CI over seeds. Without
 ``--threshold`` no threshold line is drawn and no table is written.
+
+Nothing is drawn of nothing (**Decision**: errors, exit status 2 with one line, rather than a clamped window
+and a warning, because a silently different smoothing changes the threshold numbers): a ``--smooth`` window
+longer than a run's logged rewards (the message gives the largest window that works), a ``--eval-key`` no run
+logs (the message lists the evaluation keys the logs hold), a panel without one finite point. A run missing
+from a panel that others fill is a warning on stderr.
 """
 
 from __future__ import annotations
