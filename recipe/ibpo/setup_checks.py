@@ -629,7 +629,11 @@ def model_context_length(model_path: str, override: Mapping[str, Any] | None = N
     derives its max_model_len. None when the model config has no such field."""
     from transformers import AutoConfig
 
-    hf_config = AutoConfig.from_pretrained(model_path, trust_remote_code=False)
+    try:
+        hf_config = AutoConfig.from_pretrained(model_path, trust_remote_code=False)
+    except (OSError, ValueError) as exc:
+        raise IBPOSetupError(f"actor_rollout_ref.model.path={model_path}: cannot read the model's config "
+                             f"({type(exc).__name__}: {' '.join(str(exc).split())[:300]})") from exc
     text = getattr(hf_config, "text_config", None) or hf_config
     override = dict(override or {})
     positions = override.get("max_position_embeddings", getattr(text, "max_position_embeddings", None))
@@ -718,11 +722,12 @@ def resolve_config(config: DictConfig) -> None:
 
 def preflight(config: DictConfig) -> None:
     """Every check that needs no Ray worker, in the driver, in seconds, cheapest first: ``method`` and its
-    option block with types (``ibpo:`` / ``counterfactual:``), legacy reward keys, verl's option types and
-    its own validation (:func:`run_verl_validation`), the data files, the reward function and its keyword
-    arguments (:func:`check_reward_kwargs`), the model's context (:func:`check_context_length`) and, for IBPO,
-    the tokenizer against the correction prompt budget (:func:`check_trainer_config`), every data row
-    (:func:`check_data_rows`) and, for the project's own verifiers, their self-test.
+    option block with types (``ibpo:`` / ``counterfactual:``), legacy reward keys, verl's option types, the
+    data files, the reward function and its keyword arguments (:func:`check_reward_kwargs`), the model's
+    context (:func:`check_context_length`) and, for IBPO, the tokenizer against the correction prompt budget
+    (:func:`check_trainer_config`), verl's own validation (:func:`run_verl_validation`), every data row
+    (:func:`check_data_rows`) and, for the project's own verifiers, their self-test. ``config`` must be
+    resolved (:func:`resolve_config` first, as ``main_ibpo`` does).
     Raises :class:`IBPOSetupError` (or ``ValueError`` from the option dataclasses) naming the option."""
     method = method_of(config)  # validates the method's option block, rejects the other method's
     check_legacy_reward_keys(config)
