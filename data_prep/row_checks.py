@@ -79,8 +79,8 @@ def check_math_gold(data_source: str, gold: Any, score_fn: Callable[..., Any] | 
         if checker is not None:
             checker(data_source, gold)
         if not re.search(r"[0-9A-Za-z]", gold) or gold.strip().lower() in PLACEHOLDER_GOLDS:
-            raise BadGold(f"gold answer {gold!r:.{SHOWN_CHARS}} is a placeholder, not an answer (no number, "
-                          "variable or LaTeX in it); every response would be compared against it as text")
+            raise BadGold(f"gold answer {gold!r:.{SHOWN_CHARS}} has no math in it (a placeholder or a fragment: "
+                          "no number, variable or LaTeX command); every response would be compared against it as text")
         words = prose_words(gold)
         if words:
             raise BadGold(f"gold answer {gold!r:.{SHOWN_CHARS}} reads as prose (words {words[:3]}), not a math "

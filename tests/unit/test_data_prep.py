@@ -368,7 +368,7 @@ MALFORMED_CASES = [
     (_math(hmmt25.prepare_hmmt25, allow_partial=True), "hmmt/answer_missing.parquet", "answer", "missing"),
     (_math(hmmt25.prepare_hmmt25, allow_partial=True), "hmmt/answer_int64.parquet", "answer", "LaTeX strings; got int"),
     (_math(hmmt25.prepare_hmmt25, allow_partial=True), "hmmt/answer_unparsable.parquet", "answer",
-     "gold answer '}{' is unusable"),
+     "gold answer '}{' has no math in it"),
     (_math(gsm8k.prepare_gsm8k), "gsm8k/no_final_answer.parquet", "answer", "no '#### <number>'"),
     (_math(dapo_math.prepare_dapo_math), "dapo/not_dapo_template.parquet", "prompt", "not in the DAPO 'Answer:' template"),
 ]
