@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import json
 import re
 import sys
@@ -171,13 +170,17 @@ def first_present(raw: RawRow, aliases: Iterable[str]) -> str | None:
 # Math answers
 
 
-@functools.lru_cache(maxsize=65536)
-def gold_answer_parses(answer: str) -> bool:
-    """Whether math-verify extracts something from ``\\boxed{answer}`` -- the exact gold parse the math
-    verifier performs (spec section 4.2), so a row that passes here can be scored."""
-    from math_verify import LatexExtractionConfig, parse
+def checked_gold(ref: "RowRef | str", field_name: str, data_source: str, answer: str) -> str:
+    """``answer`` if the project's verifier scores it as right when stated plainly (``\\boxed{answer}`` for
+    math, the test structure parsing for code: ``data_prep.row_checks.check_gold``, the pre-flight's check),
+    else a :class:`PrepError` naming the row and field: an unusable gold never reaches a parquet."""
+    from data_prep.row_checks import check_gold_cached
 
-    return bool(parse("\\boxed{" + answer + "}", [LatexExtractionConfig()]))
+    try:
+        check_gold_cached(data_source, answer)
+    except ValueError as exc:
+        raise PrepError(ref, field_name, str(exc)) from exc
+    return answer
 
 
 def integer_text(value: Any) -> str | None:
@@ -362,6 +365,9 @@ def iter_converted(
         summary.rows_read += 1
         try:
             result = convert(raw)
+            if result is not None:  # whatever the converter: the written gold must be usable
+                checked_gold(raw.ref, "reward_model.ground_truth", result["data_source"],
+                             result["reward_model"]["ground_truth"])
         except PrepError as exc:
             if not skip_invalid:
                 raise

@@ -29,7 +29,7 @@ from data_prep.common import (
     base_parser,
     convert_files,
     find_input_files,
-    gold_answer_parses,
+    checked_gold,
     make_math_row,
     run_cli,
     write_verl_parquet,
@@ -75,9 +75,7 @@ def dapo_answer(raw: RawRow) -> str:
     if not isinstance(value, str) or not value.strip():
         raise PrepError(raw.ref, field_name, f"expected a non-empty string, got {value!r:.60}")
     answer = value.strip()
-    if not gold_answer_parses(answer):
-        raise PrepError(raw.ref, field_name, f"math-verify cannot parse \\boxed{{{answer}}}")
-    return answer
+    return checked_gold(raw.ref, field_name, DATA_SOURCE, answer)
 
 
 def dapo_source_id(raw: RawRow, fallback: int) -> str:

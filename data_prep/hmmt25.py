@@ -29,7 +29,7 @@ from data_prep.common import (
     find_input_files,
     finish_eval_rows,
     format_counts,
-    gold_answer_parses,
+    checked_gold,
     make_math_row,
     require_str,
     run_cli,
@@ -47,9 +47,7 @@ def hmmt_answer(raw: RawRow) -> str:
     if value is not None and not isinstance(value, str):
         raise PrepError(raw.ref, "answer", f"HMMT answers are LaTeX strings; got {type(value).__name__} {value!r}")
     answer = require_str(raw, "answer").strip()
-    if not gold_answer_parses(answer):
-        raise PrepError(raw.ref, "answer", f"math-verify cannot parse \\boxed{{{answer}}}")
-    return answer
+    return checked_gold(raw.ref, "answer", DATA_SOURCE, answer)
 
 
 def problem_number(raw: RawRow) -> int:

@@ -60,11 +60,13 @@ def _row_label(data_source: str, extra_info: dict | None) -> str:
 def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_info: dict | None = None,
                   *, math_fallback_extraction: bool | None = None, math_timeout_s: float = 15.0,
                   code_timeout_s: float | None = None, code_memory_mb: int | None = None,
-                  **kwargs: Any) -> dict:
+                  reward_router_address: Any = None, reward_model_tokenizer: Any = None) -> dict:
     """Score one response: ``{"score": float, "acc": float, "pred": str, "verdict": str}``.
 
-    Extra keyword arguments from verl (``reward_router_address``, ...) are accepted and ignored; the named
-    options can be set through ``reward.custom_reward_function.reward_kwargs``. Raises
+    The keyword-only options are the whole of what it takes (no ``**kwargs``), so the pre-flight checks
+    ``reward.custom_reward_function.reward_kwargs`` against this signature and a misspelt option fails by
+    name instead of being swallowed. ``reward_router_address`` / ``reward_model_tokenizer`` are what verl
+    0.9.1's reward managers add when a reward model is served; they are accepted and ignored. Raises
     :class:`UnknownDataSource` for an unknown ``data_source`` and ``ValueError`` subclasses naming the row and
     field ``reward_model.ground_truth`` for an unusable ground truth (a dataset bug is never scored as 0).
     """

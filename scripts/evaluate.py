@@ -352,7 +352,7 @@ def evaluate_seed(problems: list[Problem], generator: Generator, sampling: Sampl
                   ) -> dict[str, np.ndarray]:
     """Per-problem values of every method for one seed: ``{"sample": (P, k) acc, ...}`` plus pass@ and BoN."""
     tok = generator.tokenizer
-    template_kwargs = json.loads(args.chat_template_kwargs) if args.chat_template_kwargs else {}
+    template_kwargs = parse_template_kwargs(args.chat_template_kwargs)
     prompts = [encode_messages(tok, p.messages, template_kwargs) for p in problems]
     completions = generator.generate(prompts, k, sampling, seed)
     scored = score_all(problems, [[c.text for c in row] for row in completions], args.score_workers, compute_score)
@@ -460,6 +460,15 @@ def results_table(results: dict) -> str:
     if results.get("best_of_n"):
         lines.append(f"best_of_{results['best_of_n']}: selection without the verifier ({results['bon_select']}; "
                      "auto = majority vote over extracted answers for math, mean log-prob for code).")
+    verdict_lines = [f"- {source} / {method}: " + ", ".join(f"{v} {n}" for v, n in sorted(counts.items(),
+                                                                                        key=lambda kv: (-kv[1], kv[0])))
+                     for source, ds in results["datasets"].items()
+                     for method, counts in (ds.get("verdicts") or {}).items()]
+    if verdict_lines:
+        lines.append("")
+        lines.append("Verdicts of the scored responses (all seeds; reward_fns verdicts: a wrong answer, no answer, "
+                     "a timeout and a crash all score 0):")
+        lines += verdict_lines
     return "\n".join(lines)
 
 
@@ -467,30 +476,123 @@ def results_table(results: dict) -> str:
 # Commands
 
 
+def parse_template_kwargs(text: str | None) -> dict:
+    """``--chat-template-kwargs``: a JSON object, or a ``ValueError`` naming the flag."""
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--chat-template-kwargs {text!r}: not JSON ({exc}); e.g. '{{\"enable_thinking\": true}}'") \
+            from exc
+    if not isinstance(value, dict):
+        raise ValueError(f"--chat-template-kwargs {text!r}: must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def check_model_dir(model: str) -> Path:
+    """``--model`` must be a local HF checkpoint directory (``config.json`` and a tokenizer)."""
+    path = Path(model).expanduser()
+    if not path.is_dir():
+        raise ValueError(f"--model {model}: no such directory (an HF checkpoint directory, e.g. the verl model "
+                         "merger's output)")
+    if not (path / "config.json").is_file():
+        raise ValueError(f"--model {model}: no config.json in it; not an HF checkpoint directory")
+    return path
+
+
+def check_run_flags(args: argparse.Namespace) -> None:
+    """Every numeric flag in range (one ``ValueError`` naming the flag), before anything is loaded."""
+    at_least = {"k": 1, "batch_size": 1, "score_workers": 1, "num_boot": 100, "tensor_parallel_size": 1,
+                "best_of_n": 0, "max_problems": 0, "max_candidate_tokens": 0, "max_model_len": 1}
+    for name, low in at_least.items():
+        value = getattr(args, name)
+        if value is not None and value < low:
+            raise ValueError(f"--{name.replace('_', '-')}={value} must be >= {low}")
+    if args.best_of_n and not 1 <= args.best_of_n <= args.k:
+        raise ValueError(f"--best-of-n={args.best_of_n} needs 1 <= N <= k={args.k}")
+    if len(set(args.seeds)) != len(args.seeds):
+        raise ValueError(f"--seeds {args.seeds}: a seed is repeated (its samples would count twice)")
+    if args.backend == "vllm":
+        try:
+            import vllm  # noqa: F401
+        except ImportError as exc:
+            raise ValueError("--backend vllm: vllm is not importable here (use --backend hf or auto)") from exc
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {args.out}: exists and is not a directory")
+    IBPOConfig(candidate_view=args.candidate_view, max_candidate_tokens=args.max_candidate_tokens)
+
+
+def check_data_rows(paths: Sequence[str]) -> None:
+    """Every row of every ``--data`` file: a data source ``reward_fns`` knows, a chat-list prompt and a gold
+    answer the verifier scores as right when stated plainly (``data_prep.row_checks``, the training
+    pre-flight's check): a bad row stops the run before any generation, naming file, row and field."""
+    from data_prep.row_checks import check_rows
+    from reward_fns import KNOWN_DATA_SOURCES
+
+    for path in paths:
+        check_rows(str(path), known_sources=KNOWN_DATA_SOURCES)
+
+
+def render_prompts(model: Path, problems: Sequence[Problem], template_kwargs: dict) -> None:
+    """Apply the model's chat template with ``template_kwargs`` to every prompt once, before generating: a
+    template that rejects them, or a model without a tokenizer, fails here."""
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(model))
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--model {model}: cannot load its tokenizer ({type(exc).__name__}: "
+                         f"{' '.join(str(exc).split())[:300]})") from exc
+    for prob in problems:
+        try:
+            encode_messages(tokenizer, prob.messages, template_kwargs)
+        except Exception as exc:  # noqa: BLE001 - jinja/transformers errors of the template
+            raise ValueError(f"{prob.where}: the chat template of {model} fails on this prompt with "
+                             f"--chat-template-kwargs {json.dumps(template_kwargs)} ({type(exc).__name__}: {exc})") \
+                from exc
+
+
+def verdict_counts(records: Sequence[dict]) -> dict[str, dict[str, dict[str, int]]]:
+    """data source -> method -> verdict -> count, over the logged samples of every seed."""
+    counts: dict[str, dict[str, dict[str, int]]] = {}
+    for rec in records:
+        by_method = counts.setdefault(rec["data_source"], {}).setdefault(rec["method"], {})
+        by_method[rec["verdict"]] = by_method.get(rec["verdict"], 0) + 1
+    return counts
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # everything that can be wrong is checked before the (slow) model load and generation
     sampling = resolve_sampling(args.preset, {"temperature": args.temperature, "top_p": args.top_p,
                                               "top_k": args.top_k, "min_p": args.min_p,
                                               "max_new_tokens": args.max_new_tokens})
-    if args.k < 1:
-        raise ValueError(f"--k={args.k} must be >= 1")
-    if args.best_of_n and not 1 <= args.best_of_n <= args.k:
-        raise ValueError(f"--best-of-n={args.best_of_n} needs 1 <= N <= k={args.k}")
+    check_run_flags(args)
     ks = pass_ks(args.k, args.pass_k)
+    template_kwargs = parse_template_kwargs(args.chat_template_kwargs)
+    model_dir = check_model_dir(args.model)
     from reward_fns import compute_score
 
     problems_by_source: dict[str, list[Problem]] = {}
     for path in args.data:
         for prob in load_problems(path)[: args.max_problems or None]:
             problems_by_source.setdefault(prob.data_source, []).append(prob)
+    check_data_rows(args.data)
+    render_prompts(model_dir, [p for probs in problems_by_source.values() for p in probs], template_kwargs)
     generator = make_generator(args.backend, args.model, args.batch_size, args.dtype, args.max_model_len,
                                args.tensor_parallel_size)
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     datasets: dict[str, dict] = {}
+    logged: list[dict] = []
     with open(out_dir / "samples.jsonl", "w", encoding="utf-8") as sample_log:
-        log = lambda rec: sample_log.write(json.dumps(rec, ensure_ascii=False) + "\n")  # noqa: E731
+        def log(rec: dict) -> None:
+            logged.append({k: rec[k] for k in ("data_source", "method", "verdict")})
+            sample_log.write(json.dumps(rec, ensure_ascii=False) + "\n")
+
         for source, problems in problems_by_source.items():
             per_seed: dict[str, list[np.ndarray]] = {}
             for seed in args.seeds:
@@ -505,6 +607,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                 "scores": {m: [v.tolist() for v in mats] for m, mats in per_seed.items()},
                 "summary": summarize(per_seed, args.k, ks, args.num_boot),
             }
+    for source, by_method in verdict_counts(logged).items():
+        datasets[source]["verdicts"] = by_method
     results = {
         "label": args.label or out_dir.name, "model": args.model, "backend": generator.name,
         "sampling": asdict(sampling), "preset": args.preset, "k": args.k, "seeds": list(args.seeds),
@@ -564,13 +668,35 @@ def comparison_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def read_results(path: str) -> dict:
+    """A ``results.json`` of ``evaluate.py run`` (or the run's output directory holding one); anything else,
+    including ``compare``'s own output, is a ``ValueError`` saying what the file is."""
+    file = Path(path)
+    if file.is_dir():
+        file = file / "results.json"
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: not a readable results.json of `evaluate.py run` ({type(exc).__name__}: "
+                         f"{' '.join(str(exc).split())[:200]})") from exc
+    if isinstance(data, list) and data and all(isinstance(r, dict) and "diff" in r and "data_source" in r
+                                               for r in data):
+        raise ValueError(f"{path}: this is the output of `evaluate.py compare` (paired differences), not a "
+                         "results.json of `evaluate.py run`; compare takes two results.json")
+    datasets = data.get("datasets") if isinstance(data, dict) else None
+    if not isinstance(datasets, dict) or not all(isinstance(d, dict) and isinstance(d.get("scores"), dict)
+                                                 and isinstance(d.get("problem_ids"), list)
+                                                 for d in datasets.values()):
+        raise ValueError(f"{path}: not a results.json of `evaluate.py run` (expected an object with 'datasets': "
+                         "{source: {'problem_ids', 'scores', ...}})")
+    data.setdefault("label", file.parent.name)
+    return data
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
-    runs = []
-    for path in (args.run_a, args.run_b):
-        try:
-            runs.append(json.loads(Path(path).read_text(encoding="utf-8")))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ValueError(f"{path}: not a readable results.json ({exc})") from exc
+    if args.num_boot < 100:
+        raise ValueError(f"--num-boot={args.num_boot} must be >= 100 (a percentile interval needs replicates)")
+    runs = [read_results(path) for path in (args.run_a, args.run_b)]
     rows = compare_runs(runs[0], runs[1], args.method_a, args.method_b, args.num_boot, args.run_a, args.run_b)
     table = comparison_table(rows)
     print(table)
@@ -580,44 +706,61 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """The docstring as written, and every flag's default in its help."""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="generate, score and summarise")
+    run = sub.add_parser("run", help="generate, score and summarise", formatter_class=HelpFormatter,
+                         description="Generate k samples per problem, score them with reward_fns, summarise. "
+                                     "Model, rows and flags are checked before any generation.")
     run.add_argument("--model", required=True, help="HF checkpoint directory (verl model merger output)")
-    run.add_argument("--data", nargs="+", required=True, help="prepared parquet files (data_prep)")
+    run.add_argument("--data", nargs="+", required=True, help="prepared parquet files (data_prep); every row is "
+                                                                "checked before generating")
     run.add_argument("--out", required=True, help="output directory")
-    run.add_argument("--label", help="name of this run in comparisons (default: the output directory's name)")
-    run.add_argument("--preset", default="qwen3-32b", choices=sorted(PRESETS))
-    run.add_argument("--temperature", type=float)
-    run.add_argument("--top-p", type=float)
-    run.add_argument("--top-k", type=int)
-    run.add_argument("--min-p", type=float)
-    run.add_argument("--max-new-tokens", type=int)
+    run.add_argument("--label", help="name of this run in comparisons (None: the output directory's name)")
+    run.add_argument("--preset", default="qwen3-32b", choices=sorted(PRESETS),
+                     help="sampling settings of the paper's model family; the flags below override them")
+    run.add_argument("--temperature", type=float, help="sampling temperature (None: the preset's)")
+    run.add_argument("--top-p", type=float, help="nucleus sampling mass in (0, 1] (None: the preset's)")
+    run.add_argument("--top-k", type=int, help="top-k sampling, 0 or -1 = off (None: the preset's)")
+    run.add_argument("--min-p", type=float, help="min-p sampling in [0, 1) (None: the preset's)")
+    run.add_argument("--max-new-tokens", type=int, help="response length limit in tokens (None: the preset's)")
     run.add_argument("--k", type=int, default=64, help="samples per problem (paper: 64)")
-    run.add_argument("--seeds", type=int, nargs="+", default=[0])
-    run.add_argument("--pass-k", type=int, nargs="+", help="pass@k values to report (default 1, 8, k)")
+    run.add_argument("--seeds", type=int, nargs="+", default=[0], help="generation seeds; several give a CI over seeds")
+    run.add_argument("--pass-k", type=int, nargs="+", help="pass@k values to report (None: 1, 8, k)")
     run.add_argument("--best-of-n", type=int, default=0, help="Best-of-N baseline with this N (paper: 8); 0 = off")
-    run.add_argument("--bon-select", default="auto", choices=["auto", "majority", "logprob"])
+    run.add_argument("--bon-select", default="auto", choices=["auto", "majority", "logprob"],
+                     help="Best-of-N selection without the verifier (auto: majority vote for math, log-prob for code)")
     run.add_argument("--compare-and-correct", action="store_true", help="test-time compare-and-correct baseline")
-    run.add_argument("--candidate-view", default="full", choices=["full", "strip_thinking"])
-    run.add_argument("--max-candidate-tokens", type=int, default=0)
-    run.add_argument("--chat-template-kwargs", help='JSON, e.g. \'{"enable_thinking": true}\'')
-    run.add_argument("--backend", default="auto", choices=["auto", "vllm", "hf"])
+    run.add_argument("--candidate-view", default="full", choices=["full", "strip_thinking"],
+                     help="compare-and-correct: candidates shown whole or without their <think> block")
+    run.add_argument("--max-candidate-tokens", type=int, default=0,
+                     help="compare-and-correct: middle-truncate each candidate to this many tokens (0 = no limit)")
+    run.add_argument("--chat-template-kwargs",
+                     help="""JSON object passed to the chat template, e.g. '{"enable_thinking": true}' """
+                          "(checked on every prompt before generating)")
+    run.add_argument("--backend", default="auto", choices=["auto", "vllm", "hf"],
+                     help="generation backend (auto: vLLM when importable, else transformers)")
     run.add_argument("--batch-size", type=int, default=16, help="hf backend: sequences per generate call")
-    run.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"], help="hf backend")
-    run.add_argument("--max-model-len", type=int, help="vllm backend")
-    run.add_argument("--tensor-parallel-size", type=int, default=1, help="vllm backend")
-    run.add_argument("--score-workers", type=int, default=4)
+    run.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"], help="hf backend: weights dtype")
+    run.add_argument("--max-model-len", type=int, help="vllm backend: context length (None: the model's)")
+    run.add_argument("--tensor-parallel-size", type=int, default=1, help="vllm backend: GPUs per model")
+    run.add_argument("--score-workers", type=int, default=4, help="threads calling the verifier")
     run.add_argument("--max-problems", type=int, default=0, help="first N problems of each file (0 = all)")
-    run.add_argument("--num-boot", type=int, default=10_000)
+    run.add_argument("--num-boot", type=int, default=10_000, help="bootstrap replicates of the confidence intervals")
     run.set_defaults(func=cmd_run)
-    cmp_ = sub.add_parser("compare", help="paired bootstrap test between two results.json")
-    cmp_.add_argument("run_a")
-    cmp_.add_argument("run_b")
-    cmp_.add_argument("--method-a", default="sample")
-    cmp_.add_argument("--method-b", default="sample")
-    cmp_.add_argument("--num-boot", type=int, default=10_000)
+    cmp_ = sub.add_parser("compare", help="paired bootstrap test between two results.json",
+                          formatter_class=HelpFormatter,
+                          description="Paired bootstrap test (A - B) between two results.json of `evaluate.py run`.")
+    cmp_.add_argument("run_a", help="results.json of run A (or its output directory)")
+    cmp_.add_argument("run_b", help="results.json of run B (or its output directory)")
+    cmp_.add_argument("--method-a", default="sample", help="method of run A to compare (sample, best_of_N, "
+                                                            "compare_and_correct)")
+    cmp_.add_argument("--method-b", default="sample", help="method of run B to compare")
+    cmp_.add_argument("--num-boot", type=int, default=10_000, help="bootstrap replicates")
     cmp_.add_argument("--out", help="write the Markdown table here (and the rows as .json beside it)")
     cmp_.set_defaults(func=cmd_compare)
     return parser

@@ -30,11 +30,18 @@ reaching it), and the compute at which the smoothed curve first reaches the thre
 linearly between the two logged points around the crossing. With several seeds the crossing is taken on
 the mean of the seeds' smoothed curves (on the common grid), with a bootstrap CI over seeds. Without
 ``--threshold`` no threshold line is drawn and no table is written.
+
+Nothing is drawn of nothing (**Decision**: errors, exit status 2 with one line, rather than a clamped window
+and a warning, because a silently different smoothing changes the threshold numbers): a ``--smooth`` window
+longer than a run's logged rewards (the message gives the largest window that works), a ``--eval-key`` no run
+logs (the message lists the evaluation keys the logs hold), a panel without one finite point. A run missing
+from a panel that others fill is a warning on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import math
 import re
@@ -291,6 +298,38 @@ def plot(runs: dict[str, list[list[Record]]], reward_key: str, eval_keys: list[s
     plt.close(fig)
 
 
+def check_panels(runs: dict[str, list[list[Record]]], reward_key: str, eval_keys: list[str], x_key: str,
+                 window: int) -> list[str]:
+    """Refuse to draw nothing (**Decision**: errors, not a clamped window): a ``--eval-key`` no run logs (the
+    message lists the evaluation keys the logs hold), a reward curve whose ``--smooth`` window never fills
+    (naming the run, its points and the largest window that works), a panel no run has a point in. Returns
+    warnings for a run missing from a panel others fill."""
+    known = sorted({k for seeds in runs.values() for recs in seeds for r in recs for k in r.data})
+    for key in eval_keys:
+        if key not in known:
+            evals = [k for k in known if EVAL_KEY_PATTERN.match(k)] or [k for k in known if k.startswith("val")]
+            close = difflib.get_close_matches(key, known, n=3)
+            raise ValueError(f"--eval-key {key!r}: no run logs it; the logs hold the evaluation keys {evals}"
+                             + (f" (closest keys: {close})" if close else ""))
+    for label, seeds in runs.items():
+        for i, recs in enumerate(seeds):
+            points = series(recs, reward_key, x_key)[1].size
+            if points < window:
+                seed = f" (seed {i + 1} of {len(seeds)})" if len(seeds) > 1 else ""
+                raise ValueError(f"run {label!r}{seed}: {points} logged points of {reward_key!r}, but --smooth {window} "
+                                 f"needs {window} for its first smoothed point: the reward panel would be empty; "
+                                 f"pass --smooth {max(points, 1)} or fewer")
+    warnings = []
+    for key in eval_keys:
+        have = [label for label, seeds in runs.items() if seed_curves(seeds, key, x_key)]
+        if not have:
+            raise ValueError(f"panel {key!r}: no run has a finite value of it; the panel would be empty")
+        for label in runs:
+            if label not in have:
+                warnings.append(f"warning: run {label!r} has no {key!r}: it is missing from that panel")
+    return warnings
+
+
 def parse_runs(specs: list[str]) -> dict[str, list[list[Record]]]:
     """``LABEL=PATH`` specs -> label -> one record list per seed (a label repeated = several seeds)."""
     runs: dict[str, list[list[Record]]] = {}
@@ -305,16 +344,30 @@ def parse_runs(specs: list[str]) -> dict[str, list[list[Record]]]:
     return runs
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """The module docstring as written, and every option's default in its help."""
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--run", action="append", required=True,
                    help="LABEL=PATH (file-logger .jsonl or tensorboard dir); repeat a LABEL for several seeds")
-    p.add_argument("--baseline", help="label of the baseline run (default: the first --run)")
-    p.add_argument("--x", default=DEFAULT_X, help=f"compute counter (default {DEFAULT_X}; 'step' for steps)")
-    p.add_argument("--reward-key", default=DEFAULT_REWARD)
-    p.add_argument("--eval-key", action="append", help="evaluation metric(s) (default: all val-core/*/acc/mean@N)")
+    p.add_argument("--baseline", help="label of the baseline run (None: the first --run)")
+    p.add_argument("--x", default=DEFAULT_X, help="compute counter on the x axis ('step' for steps)")
+    p.add_argument("--reward-key", default=DEFAULT_REWARD, help="training-reward metric of the first panel")
+    p.add_argument("--eval-key", action="append",
+                   help="evaluation metric(s), one panel each; a key no run logs is an error (None: every "
+                        "val-core/*/acc/mean@N key in the logs)")
     p.add_argument("--threshold", type=float, help="training-reward threshold (paper: e.g. 0.75); none: no line, no table")
-    p.add_argument("--smooth", type=int, default=5, help="trailing-mean window for the reward (points)")
+    p.add_argument("--smooth", type=positive_int, default=5,
+                   help="trailing-mean window for the reward (logged points); a run with fewer points is an error")
     p.add_argument("--out", required=True, help="PNG path")
     p.add_argument("--table", help="also write the threshold table (Markdown) here, and its numbers as .json")
     args = p.parse_args(argv)
@@ -332,6 +385,8 @@ def main(argv: list[str] | None = None) -> int:
                 if args.x != "step" and not any(args.x in r.data for r in recs):
                     raise ValueError(f"run {label!r}: no record has the compute counter {args.x!r} (use --x step?)")
         eval_keys = args.eval_key or discover_eval_keys(runs)
+        for warning in check_panels(runs, args.reward_key, eval_keys, args.x, args.smooth):
+            print(warning, file=sys.stderr)
         plot(runs, args.reward_key, eval_keys, args.x, args.threshold, args.smooth, Path(args.out))
         table, numbers = (threshold_table(runs, baseline, args.reward_key, args.x, args.threshold, args.smooth)
                           if args.threshold is not None else ("", {}))

@@ -18,6 +18,13 @@ import hydra
 import ray
 from omegaconf import OmegaConf
 
+from recipe.ibpo.config import register_config_resolvers
+
+# At import, not in main(): Hydra's `--cfg job --resolve` prints the resolved config before main() runs, and
+# ibpo_trainer.yaml uses ${ibpo_prompt_length:...}.
+register_config_resolvers()
+
+
 def _task_runner_base():
     from verl.trainer.main_ppo_v0 import BaseTaskRunner
 
@@ -131,16 +138,18 @@ class IBPOTaskRunner(_task_runner_base()):
 def run_preflight(config) -> None:
     """:func:`recipe.ibpo.setup_checks.preflight` in the driver, before Ray starts: a configuration mistake
     exits (status 2) within seconds with one line naming the option instead of a worker traceback."""
-    from recipe.ibpo.setup_checks import IBPOSetupError, preflight
+    from recipe.ibpo.setup_checks import IBPOSetupError, preflight, resolve_config
 
     start = time.perf_counter()
     try:
+        resolve_config(config)
         preflight(config)
     except (IBPOSetupError, ValueError) as exc:
         print(f"[ibpo] configuration error: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
-    print(f"[ibpo] pre-flight checks passed in {time.perf_counter() - start:.1f} s (options, data files, tokenizer "
-          f"and prompt budget, reward function on one training row, verifier self-test); starting Ray", flush=True)
+    print(f"[ibpo] pre-flight checks passed in {time.perf_counter() - start:.1f} s (options and their types, verl's "
+          f"validate_config, data files and every row, reward function and its kwargs, context and prompt budget, "
+          f"verifier self-test); starting Ray", flush=True)
 
 
 @hydra.main(config_path="config", config_name="ibpo_trainer", version_base=None)
@@ -148,12 +157,8 @@ def main(config) -> None:
     from verl.trainer.main_ppo import run_ppo
     from verl.utils.device import auto_set_device
 
-    from recipe.ibpo.config import register_config_resolvers
-
-    register_config_resolvers()
     auto_set_device(config)
-    OmegaConf.resolve(config)
-    run_preflight(config)  # method, options, data, tokenizer, reward function: fails here, before Ray starts
+    run_preflight(config)  # resolves the config; options, data, reward, context: fails here, before Ray starts
     run_ppo(config, task_runner_class=ray.remote(num_cpus=1)(IBPOTaskRunner))
 
 

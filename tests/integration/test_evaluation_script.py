@@ -83,6 +83,7 @@ def test_cli_run_and_compare_on_tiny_model(tiny):
     table = (out / "results.md").read_text()
     assert "| aime25 | sample |" in table and "| aime25 | compare_and_correct |" in table and "best_of_2" in table
     assert table.splitlines()[0] in proc.stdout
+    assert "Verdicts of the scored responses" in proc.stdout and "- aime25 / sample: " in proc.stdout
 
     # paired comparison: a run against itself is a zero difference with p = 1; two methods of one run work
     cmp_out = tiny["root"] / "cmp.md"
@@ -171,3 +172,110 @@ def test_bad_rows_are_named(tmp_path):
     assert mod.resolve_sampling("qwen3-32b", {"temperature": 1.0}).temperature == 1.0
     with pytest.raises(ValueError, match="top-p"):
         mod.resolve_sampling("qwen3-32b", {"top_p": 0.0})
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Nothing is generated before model, rows and flags are checked; every flag shows its help and default
+
+
+def refused_before_generating(mod, monkeypatch, capsys, *argv: str) -> str:
+    """The one stderr line of a refused ``run`` (exit status 2); the generator is never built."""
+    monkeypatch.setattr(mod, "make_generator", lambda *a, **k: pytest.fail("generation started before the checks"))
+    assert mod.main(["run", *argv]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def test_bad_model_rows_and_flags_stop_before_generation(tiny, tmp_path, monkeypatch, capsys):
+    mod = load_script()
+    base = ["--data", str(tiny["data"]), "--out", str(tmp_path / "o"), "--backend", "hf"]
+    model = ["--model", tiny["model"]]
+    assert refused_before_generating(mod, monkeypatch, capsys, "--model", str(tmp_path / "nope"), *base) == (
+        f"error: --model {tmp_path / 'nope'}: no such directory (an HF checkpoint directory, e.g. the verl model "
+        "merger's output)")
+    assert refused_before_generating(mod, monkeypatch, capsys, "--model", str(tmp_path), *base) == (
+        f"error: --model {tmp_path}: no config.json in it; not an HF checkpoint directory")
+    assert refused_before_generating(mod, monkeypatch, capsys, *model, *base, "--chat-template-kwargs",
+                                     "{enable_thinking: true}").startswith(
+        "error: --chat-template-kwargs '{enable_thinking: true}': not JSON")
+    assert refused_before_generating(mod, monkeypatch, capsys, *model, *base, "--chat-template-kwargs", "[1]") == (
+        "error: --chat-template-kwargs '[1]': must be a JSON object, got list")
+    for flag, value, message in [("--k", "0", "--k=0 must be >= 1"), ("--score-workers", "0", "--score-workers=0"),
+                                 ("--best-of-n", "100", "--best-of-n=100 needs 1 <= N <= k=64"),
+                                 ("--seeds", "1", "--seeds [1, 1]: a seed is repeated")]:
+        extra = [flag, value] + (["1"] if flag == "--seeds" else [])
+        assert message in refused_before_generating(mod, monkeypatch, capsys, *model, *base, *extra)
+
+
+@pytest.mark.parametrize("edit, expected", [
+    (lambda r: r.__setitem__("data_source", "aime2025"), "row 1, field data_source: 'aime2025' is not a data source"),
+    (lambda r: r["reward_model"].__setitem__("ground_truth", "\\frac{1}{"),
+     "row 1, field reward_model.ground_truth: gold answer"),
+    (lambda r: r["prompt"].__setitem__(0, {"role": "bot", "content": "hi"}), "row 1, field prompt"),
+])
+def test_a_bad_later_row_stops_before_generation(tiny, tmp_path, monkeypatch, capsys, edit, expected):
+    mod = load_script()
+    rows = pq.read_table(tiny["data"]).to_pylist()
+    edit(rows[1])
+    bad = tmp_path / "bad_rows.parquet"
+    pq.write_table(pa.Table.from_pylist(rows, schema=pq.read_schema(tiny["data"])), bad)
+    message = refused_before_generating(mod, monkeypatch, capsys, "--model", tiny["model"], "--data", str(bad),
+                                        "--out", str(tmp_path / "o"), "--backend", "hf")
+    assert message.startswith(f"error: {bad}, {expected}"), message
+
+
+def test_every_flag_has_help_with_its_default():
+    mod = load_script()
+    parser = mod.build_parser()
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, sub in subparsers.choices.items():
+        assert sub.formatter_class is mod.HelpFormatter
+        for action in sub._actions:
+            if not isinstance(action, argparse._HelpAction):
+                assert action.help, f"{name} {action.option_strings or action.dest} has no help"
+        text = " ".join(sub.format_help().split())
+        assert "(default: 10000)" in text
+    run = subparsers.choices["run"]
+    assert "(default: 64)" in " ".join(run.format_help().split()) and "(default: qwen3-32b)" in run.format_help()
+
+
+def fake_results(verdicts: dict | None = None) -> dict:
+    ci = {"mean": 0.5, "low": 0.4, "high": 0.6, "num_problems": 2, "num_seeds": 1}
+    ds = {"problem_ids": ["A", "B"], "scores": {"sample": [[[1.0, 0.0], [0.0, 1.0]]]},
+          "summary": {"sample": {"mean": ci}}}
+    if verdicts:
+        ds["verdicts"] = verdicts
+    return {"label": "r", "model": "m", "backend": "hf", "k": 2, "pass_k": [1], "seeds": [0], "num_boot": 10,
+            "sampling": {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "min_p": 0.0, "max_new_tokens": 8},
+            "datasets": {"aime25": ds}}
+
+
+def test_verdict_counts_are_printed_under_the_table():
+    mod = load_script()
+    counts = mod.verdict_counts([{"data_source": "aime25", "method": "sample", "verdict": v}
+                                 for v in ["correct", "no_answer", "wrong_answer", "no_answer"]])
+    assert counts == {"aime25": {"sample": {"correct": 1, "no_answer": 2, "wrong_answer": 1}}}
+    table = mod.results_table(fake_results(counts["aime25"]))
+    assert table.splitlines()[-1] == "- aime25 / sample: no_answer 2, correct 1, wrong_answer 1"
+
+
+def test_compare_given_its_own_output_or_a_table_is_a_clear_error(tmp_path, capsys):
+    mod = load_script()
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "results.json").write_text(json.dumps(fake_results()))
+    cmp_md = tmp_path / "cmp.md"
+    assert mod.main(["compare", str(run), str(run / "results.json"), "--num-boot", "200", "--out", str(cmp_md)]) == 0
+    capsys.readouterr()
+    own = cmp_md.with_suffix(".json")
+    assert mod.main(["compare", str(own), str(run / "results.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"error: {own}: this is the output of `evaluate.py compare` (paired differences), not a "
+                   "results.json of `evaluate.py run`; compare takes two results.json")
+    assert mod.main(["compare", str(cmp_md), str(run)]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {cmp_md}: not a readable results.json of `evaluate.py run`")
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"datasets": {"aime25": [1, 2]}}))
+    assert mod.main(["compare", str(run), str(other)]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {other}: not a results.json of `evaluate.py run`")

@@ -151,3 +151,66 @@ def test_cli_groups_seeds_of_a_method(file_logs, tmp_path):
     numbers = json.loads((tmp_path / "t.json").read_text())
     # seed mean 0.125·s reaches 0.75 at s = 6
     assert numbers["GSPO"]["seeds"] == 2 and numbers["GSPO"]["compute"] == pytest.approx(6.0, abs=0.05)
+
+
+def short_log(tmp_path, points: int) -> Path:
+    path = tmp_path / f"short{points}.jsonl"
+    path.write_text("".join(json.dumps({"step": s, "data": {"ibpo/raw_score_mean": 0.1 * s, FLOPS: 10.0 * s}}) + "\n"
+                            for s in range(1, points + 1)))
+    return path
+
+
+def error_of(mod, capsys, *argv: str) -> str:
+    """The one stderr line of a refused plot_curves run (exit status 2, no PNG written)."""
+    assert mod.main(list(argv)) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def test_no_plot_of_nothing(file_logs, tmp_path, capsys):
+    mod = load_script()
+    out = tmp_path / "never.png"
+    # the default --smooth 5 on a 3-point log: the reward panel would be blank
+    assert error_of(mod, capsys, "--run", f"A={short_log(tmp_path, 3)}", "--out", str(out)) == (
+        "error: run 'A': 3 logged points of 'ibpo/raw_score_mean', but --smooth 5 needs 5 for its first smoothed "
+        "point: the reward panel would be empty; pass --smooth 3 or fewer")
+    # a seed of a method that is too short is named with its seed number
+    message = error_of(mod, capsys, "--run", f"A={file_logs['GSPO']}", "--run", f"A={short_log(tmp_path, 2)}",
+                       "--out", str(out))
+    assert message.startswith("error: run 'A' (seed 2 of 2): 2 logged points")
+    # an unknown --eval-key: the keys the logs hold are listed
+    assert error_of(mod, capsys, "--run", f"A={file_logs['GSPO']}", "--eval-key", "val-core/aime/acc/mean@4",
+                    "--smooth", "1", "--out", str(out)) == (
+        "error: --eval-key 'val-core/aime/acc/mean@4': no run logs it; the logs hold the evaluation keys "
+        "['val-core/aime25/acc/mean@4'] (closest keys: ['val-core/aime25/acc/mean@4'])")
+    with pytest.raises(SystemExit) as info:
+        mod.main(["--run", f"A={file_logs['GSPO']}", "--smooth", "0", "--out", str(out)])
+    assert info.value.code == 2 and "argument --smooth: 0 must be >= 1" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_a_panel_with_no_finite_point_is_refused(tmp_path, capsys):
+    mod = load_script()
+    path = tmp_path / "nan_eval.jsonl"
+    path.write_text("".join(json.dumps({"step": s, "data": {"ibpo/raw_score_mean": 0.5, FLOPS: 1.0 * s,
+                                                            "val-core/x/acc/mean@1": float("nan")}}) + "\n"
+                            for s in range(1, 4)))
+    assert error_of(mod, capsys, "--run", f"A={path}", "--smooth", "1", "--out", str(tmp_path / "n.png")) == (
+        "error: panel 'val-core/x/acc/mean@1': no run has a finite value of it; the panel would be empty")
+
+
+def test_a_run_missing_from_a_panel_is_warned_about(file_logs, tmp_path, capsys):
+    mod = load_script()
+    out = tmp_path / "w.png"
+    assert mod.main(["--run", f"A={file_logs['GSPO']}", "--run", f"B={short_log(tmp_path, 6)}", "--out", str(out)]) == 0
+    assert "warning: run 'B' has no 'val-core/aime25/acc/mean@4': it is missing from that panel" in capsys.readouterr().err
+    assert out.exists()
+
+
+def test_every_option_shows_its_default_in_help(capsys):
+    mod = load_script()
+    with pytest.raises(SystemExit):
+        mod.main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(default: 5)" in text and f"(default: {FLOPS})" in text and "(default: ibpo/raw_score_mean)" in text

@@ -15,7 +15,7 @@ from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
 from recipe.ibpo.config import register_config_resolvers
-from recipe.ibpo.setup_checks import IBPOSetupError, preflight
+from recipe.ibpo.setup_checks import IBPOSetupError, preflight, resolve_config
 from verl_cpu.launch import cpu_env, cpu_overrides, process_env
 
 REPO = Path(__file__).resolve().parents[2]
@@ -120,3 +120,188 @@ def test_a_user_reward_function_skips_the_project_self_test(tiny_run, tmp_path, 
     own = tmp_path / "own_reward.py"
     own.write_text("def score(data_source, solution_str, ground_truth, extra_info=None, **kw):\n    return 0.0\n")
     preflight(composed(tiny_run, f"reward.custom_reward_function.path={own}", "reward.custom_reward_function.name=score"))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Silent wrong paths (issue 17): each is refused in the driver with one line naming the key, file or row.
+
+def refused(tiny_run, *extra: str) -> str:
+    """The one-line message ``resolve_config`` + ``preflight`` (as ``main_ibpo.run_preflight`` runs them)
+    refuse the composed config with."""
+    register_config_resolvers()
+    with initialize_config_module(config_module="recipe.ibpo.config", version_base=None):
+        cfg = compose(config_name="ibpo_trainer", overrides=overrides_for(tiny_run, *extra))
+    with pytest.raises(IBPOSetupError) as info:
+        resolve_config(cfg)
+        preflight(cfg)
+    message = str(info.value)
+    assert "\n" not in message, message
+    return message
+
+
+@pytest.mark.parametrize("override, expected", [
+    # legacy top-level reward keys: verl 0.9.1's main_ppo reads only reward.*
+    ("+custom_reward_function.path=/somewhere/my_reward.py",
+     "custom_reward_function.path is a legacy top-level key that verl 0.9.1's main_ppo no longer reads (the run "
+     "would use reward.custom_reward_function.path=pkg://reward_fns instead); set reward.custom_reward_function.path"),
+    ("+custom_reward_function.name=my_score", "set reward.custom_reward_function.name"),
+    ("+reward_model.reward_manager=dapo", "reward_model.reward_manager is a legacy top-level key"),
+    ("+sandbox_fusion.url=http://localhost:8080", "set reward.sandbox_fusion.url"),
+    # reward kwargs against compute_score's signature
+    ("+reward.custom_reward_function.reward_kwargs.math_timout_s=5",
+     "reward.custom_reward_function.reward_kwargs.math_timout_s: reward.custom_reward_function.name=compute_score "
+     "takes no keyword 'math_timout_s'; it takes ['code_memory_mb', 'code_timeout_s', 'math_fallback_extraction', "
+     "'math_timeout_s']"),
+    ("+reward.custom_reward_function.reward_kwargs.math_timeout_s=abc",
+     "reward.custom_reward_function.reward_kwargs.math_timeout_s='abc' has type str; "
+     "reward.custom_reward_function.name=compute_score expects float"),
+    ("+reward.custom_reward_function.reward_kwargs.ground_truth=5", "verl passes ground_truth itself"),
+    ("+reward.reward_kwargs.math_timeout_s=5",
+     "reward.reward_kwargs.math_timeout_s: verl's reward manager 'naive' does not read it"),
+    # typed option errors, before the interpolations that read them
+    ("ibpo.lam=abc", "ibpo.lam='abc' has type str; expected float (default 0.6)"),
+    ("ibpo.num_references=abc", "ibpo.num_references='abc' has type str; expected int (default 1)"),
+    ("ibpo.enable=maybe", "ibpo.enable='maybe' has type str; expected bool (default True)"),
+    ("ibpo.num_references=1.5", "ibpo.num_references=1.5 has type float; expected int"),
+    ("ibpo.candidate_labels=[1,2]", "ibpo.candidate_labels=[1, 2] has type list; expected a list of str"),
+    ("data.train_batch_size=abc", "data.train_batch_size='abc' has type str; verl expects a number (default 1024)"),
+    ("trainer.val_before_train=sometimes", "trainer.val_before_train='sometimes' has type str; verl expects bool"),
+    # verl's own validation, in the driver
+    ("+actor_rollout_ref.actor.clip_ratio_hihg=0.3",
+     "actor_rollout_ref.actor.clip_ratio_hihg is not an option of verl's config"),
+    ("+actor_rollout_ref.rollout.tempreture=0.3",
+     "actor_rollout_ref.rollout.tempreture is not an option of verl's config"),
+    ("actor_rollout_ref.rollout.log_prob_micro_batch_size=2",
+     "verl's config validation (validate_config, as main_ppo runs it in the driver) failed: ValueError: "
+     "[actor_rollout_ref.rollout] You have set both"),
+    # the context length against the model (the tiny model: max_position_embeddings 4096)
+    ("actor_rollout_ref.rollout.max_model_len=100000",
+     "actor_rollout_ref.rollout.max_model_len=100000 exceeds the model's context 4096"),
+    ("data.max_response_length=8000", "data.max_prompt_length=64 + data.max_response_length=8000 = 8064 exceeds "
+                                      "the context 4096"),
+])
+def test_a_silent_wrong_path_is_refused_in_one_line(tiny_run, override, expected):
+    assert expected in refused(tiny_run, override)
+
+
+def test_the_counterfactual_block_is_typed_too(tiny_run):
+    register_config_resolvers()
+    with initialize_config_module(config_module="recipe.ibpo.config", version_base=None):
+        cfg = compose(config_name="counterfactual_trainer", overrides=overrides_for(tiny_run, "counterfactual.boost=abc"))
+    with pytest.raises(IBPOSetupError, match=r"^counterfactual\.boost='abc' has type str; expected float \(default 2\.0\)$"):
+        resolve_config(cfg)
+
+
+def test_an_ibpo_disabled_run_is_also_checked_against_the_context(tiny_run):
+    assert "exceeds the context 4096" in refused(tiny_run, "ibpo.enable=False", "data.max_response_length=5000")
+
+
+def test_a_user_reward_function_must_take_verls_keywords(tiny_run, tmp_path):
+    own = tmp_path / "positional_reward.py"
+    own.write_text("def score(source, text, gold, info=None):\n    return 0.0\n")
+    message = refused(tiny_run, f"reward.custom_reward_function.path={own}", "reward.custom_reward_function.name=score")
+    assert message == ("reward.custom_reward_function.name=score: verl calls it with the keywords ['data_source', "
+                       "'solution_str', 'ground_truth', 'extra_info'] but it takes no ['data_source', 'solution_str', "
+                       "'ground_truth', 'extra_info']; it takes ['source', 'text', 'gold', 'info']")
+
+
+def test_kwargs_of_a_user_function_taking_star_kwargs_cannot_be_checked_and_say_so(tiny_run, tmp_path):
+    own = tmp_path / "loose_reward.py"
+    own.write_text("def score(data_source, solution_str, ground_truth, extra_info=None, **kw):\n    return 0.0\n")
+    register_config_resolvers()
+    with initialize_config_module(config_module="recipe.ibpo.config", version_base=None):
+        cfg = compose(config_name="ibpo_trainer", overrides=overrides_for(
+            tiny_run, f"reward.custom_reward_function.path={own}", "reward.custom_reward_function.name=score",
+            "+reward.custom_reward_function.reward_kwargs.tiemout=3"))
+    resolve_config(cfg)
+    with pytest.warns(UserWarning, match=r"\['tiemout'\]: reward\.custom_reward_function\.name=score takes \*\*kwargs"):
+        preflight(cfg)
+
+
+def write_variant(tiny_run, tmp_path, name: str, edit) -> str:
+    """The synthetic training parquet with ``edit(rows)`` applied (rows as dicts), written to ``tmp_path`` with
+    the original schema, or an inferred one when ``edit`` returns True (a column changes type)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(tiny_run["train"])
+    rows = table.to_pylist()
+    schema = None if edit(rows) else table.schema
+    path = tmp_path / f"{name}.parquet"
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), path)
+    return str(path)
+
+
+def set_gold(row: int, gold: str):
+    def edit(rows):
+        rows[row]["reward_model"]["ground_truth"] = gold
+    return edit
+
+
+def set_field(row: int, name: str, value):
+    def edit(rows):
+        rows[row][name] = value
+    return edit
+
+
+@pytest.mark.parametrize("name, edit, expected", [
+    ("unknown_source", set_field(5, "data_source", "synthetic_arith"),
+     "row 5, field data_source: 'synthetic_arith' is not a data source the reward function knows"),
+    ("truncated_gold", set_gold(6, "\\frac{1}{"),
+     "row 6, field reward_model.ground_truth: gold answer '\\\\frac{1}{' stated plainly as \\boxed{...} scores 0.0 "
+     "(verdict no_answer), not 1"),
+    ("prose_gold", set_gold(3, "some words"),
+     "row 3, field reward_model.ground_truth: gold answer 'some words' reads as prose"),
+    ("empty_gold", set_gold(7, " "), "row 7, field reward_model.ground_truth: expected a non-empty string"),
+    ("empty_prompt", set_field(4, "prompt", []), "row 4, field prompt: no messages"),
+    ("bad_role", set_field(2, "prompt", [{"role": "human", "content": "What is 1 + 1?"}]),
+     "row 2, field prompt: a message's role is not one of"),
+    ("no_user", set_field(1, "prompt", [{"role": "system", "content": "Be brief."}]),
+     "row 1, field prompt: no user message with non-empty content"),
+])
+def test_every_row_is_checked_not_row_0(tiny_run, tmp_path, name, edit, expected):
+    path = write_variant(tiny_run, tmp_path, name, edit)
+    message = refused(tiny_run, f"data.train_files={path}")
+    assert message.startswith(path) and expected in message, message
+
+
+def test_a_prompt_stored_as_a_string_is_refused(tiny_run, tmp_path):
+    def stringify(rows):
+        for row in rows:
+            row["prompt"] = row["prompt"][0]["content"]
+        return True
+    path = write_variant(tiny_run, tmp_path, "string_prompt", stringify)
+    assert refused(tiny_run, f"data.train_files={path}").startswith(
+        f"{path}, row 0, field prompt: stored as string, not a chat list")
+
+
+def test_a_bad_row_of_the_validation_file_is_named_too(tiny_run, tmp_path):
+    path = write_variant(tiny_run, tmp_path, "val_bad", set_gold(2, "\\sqrt{"))
+    assert refused(tiny_run, f"data.val_files={path}").startswith(f"{path}, row 2, field reward_model.ground_truth")
+
+
+@pytest.mark.slow  # a fresh interpreter imports verl and Hydra (≈8 s)
+def test_cfg_job_resolve_prints_the_resolved_config(tiny_run, tmp_path):
+    env = process_env(os.environ, {**cpu_env(), "PYTHONPATH": str(REPO)})
+    cmd = [sys.executable, "-m", "recipe.ibpo.main_ibpo", *overrides_for(tiny_run), "--cfg", "job", "--resolve"]
+    out = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    cfg = OmegaConf.create(out.stdout)
+    assert isinstance(cfg.actor_rollout_ref.rollout.prompt_length, int)
+    assert cfg.actor_rollout_ref.rollout.prompt_length > cfg.data.max_prompt_length
+
+
+def test_the_readme_byo_yaml_passes_the_preflight(tiny_run, tmp_path):
+    """README "Bring your own verl YAML", composed from its own directory (as ``main_ibpo --config-path``)."""
+    from hydra import initialize_config_dir
+
+    sys.path.insert(0, str(REPO / "tests" / "integration"))
+    from test_byo_yaml import readme_yaml
+
+    (tmp_path / "my_ibpo_run.yaml").write_text(readme_yaml())
+    register_config_resolvers()
+    with initialize_config_dir(config_dir=str(tmp_path), version_base=None):
+        cfg = compose(config_name="my_ibpo_run", overrides=overrides_for(tiny_run))
+    resolve_config(cfg)
+    preflight(cfg)
+    assert cfg.actor_rollout_ref.rollout.prompt_length > cfg.data.max_prompt_length == 64

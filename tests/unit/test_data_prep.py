@@ -367,7 +367,8 @@ MALFORMED_CASES = [
     (_math(aime25.prepare_aime25, allow_partial=True), "aime/no_statement.jsonl", "problem", "missing"),
     (_math(hmmt25.prepare_hmmt25, allow_partial=True), "hmmt/answer_missing.parquet", "answer", "missing"),
     (_math(hmmt25.prepare_hmmt25, allow_partial=True), "hmmt/answer_int64.parquet", "answer", "LaTeX strings; got int"),
-    (_math(hmmt25.prepare_hmmt25, allow_partial=True), "hmmt/answer_unparsable.parquet", "answer", "cannot parse"),
+    (_math(hmmt25.prepare_hmmt25, allow_partial=True), "hmmt/answer_unparsable.parquet", "answer",
+     "gold answer '}{' has no math in it"),
     (_math(gsm8k.prepare_gsm8k), "gsm8k/no_final_answer.parquet", "answer", "no '#### <number>'"),
     (_math(dapo_math.prepare_dapo_math), "dapo/not_dapo_template.parquet", "prompt", "not in the DAPO 'Answer:' template"),
 ]
@@ -385,6 +386,31 @@ def test_malformed_row_error_names_file_row_and_field(prepare, name, field, mess
     where = f"{path}, row {BAD_ROW.get(name, 2)}" + (f", field '{field}'" if field else "")
     assert str(info.value).startswith(where + ": "), str(info.value)
     assert message in str(info.value)
+
+
+@pytest.mark.parametrize("answer, message", [
+    ("\\frac{1}{", "gold answer '\\\\frac{1}{' stated plainly as \\boxed{...} scores 0.0 (verdict no_answer), not 1"),
+    ("some words", "gold answer 'some words' reads as prose (words ['some', 'words'])"),
+    ("the answer is 5", "reads as prose"),
+    ("\\sqrt{", "gold answer '\\\\sqrt{'"),
+])
+def test_an_unusable_hmmt_gold_never_reaches_a_parquet(answer, message, tmp_path):
+    """The HMMT gold must be one the verifier scores as right when stated as \\boxed{gold} (the pre-flight's
+    check, data_prep.row_checks): a truncated expression or prose stops the run naming file, row and field."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    source = next((RAW / "MathArena").rglob("*.parquet"))
+    table = pq.read_table(source)
+    rows = table.to_pylist()[:2]
+    rows[1]["answer"] = answer
+    path = tmp_path / "hmmt_bad.parquet"
+    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), path)
+    with pytest.raises(PrepError) as info:
+        hmmt25.prepare_hmmt25(path, allow_partial=True)
+    assert str(info.value).startswith(f"{path}, row 2, field 'answer': "), str(info.value)
+    assert message in str(info.value)
+    assert "\n" not in str(info.value)
 
 
 def test_skip_invalid_counts_instead_of_stopping(tmp_path):
