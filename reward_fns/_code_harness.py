@@ -116,18 +116,57 @@ def limit_sysv_shm(job):
             fh.write(str(value))
 
 
-def block_user_namespaces():
-    """seccomp filter: clone/unshare with CLONE_NEWUSER fail with EPERM, clone3 with ENOSYS (glibc then uses
-    clone). x86_64 only; returns False elsewhere."""
+# x86_64 syscall numbers of the kernel-held state that no namespace in use separates per sample.
+SYS_KEYRING = (248, 249, 250)        # add_key, request_key, keyctl: keyrings are per uid/session, not per namespace
+SYS_SYSV_MSG_SEM = (64, 68)          # semget, msgget: host IPC namespace when the harness could not unshare it
+SYS_MQ_OPEN = 240                    # mq_open: POSIX message queues live in the IPC namespace too
+SYS_SOCKET, AF_UNIX = 41, 1          # abstract unix sockets are per network namespace
+KEYCTL_JOIN_SESSION_KEYRING = 1
+SYS_KEYCTL = {"x86_64": 250, "aarch64": 219}
+
+
+def join_private_session_keyring():
+    """Join a fresh, empty, anonymous session keyring (keyctl(KEYCTL_JOIN_SESSION_KEYRING, NULL)).
+
+    bwrap's ``--new-session`` is setsid(), not a keyring: without this the sandbox would keep the trainer's
+    session keyring (e.g. after an SSH/PAM login) and could read its keys or leave keys for a later sample.
+    Returns the new keyring's serial, or 0 where the syscall is unknown here."""
+    nr = SYS_KEYCTL.get(platform.machine())
+    if nr is None:
+        return 0
+    LIBC.syscall.restype = ctypes.c_long
+    serial = LIBC.syscall(ctypes.c_long(nr), ctypes.c_long(KEYCTL_JOIN_SESSION_KEYRING), ctypes.c_void_p(None))
+    if serial < 0:
+        raise OSError(ctypes.get_errno(), "keyctl(KEYCTL_JOIN_SESSION_KEYRING) failed")
+    return int(serial)
+
+
+def block_user_namespaces(private_ipc=True, private_net=True):
+    """seccomp filter (harness and every program process): clone/unshare with CLONE_NEWUSER fail with EPERM,
+    clone3 with ENOSYS (glibc then uses clone); the keyring syscalls fail with EPERM (a sample cannot leave a
+    key for a later sample nor read one, whatever uid it runs as); without a private IPC namespace SysV
+    message queues/semaphores and POSIX message queues fail too, and without a private network namespace
+    socket(AF_UNIX) does (abstract unix sockets would be shared with the host). x86_64 only; returns False
+    elsewhere."""
     if platform.machine() != "x86_64":
         return False
     allow, errno_ret = 0x7FFF0000, 0x00050000
     ld_w_abs, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    denied = list(SYS_KEYRING)
+    if not private_ipc:
+        denied += list(SYS_SYSV_MSG_SEM) + [SYS_MQ_OPEN]
     prog = [
         (ld_w_abs, 0, 0, 4), (jeq, 1, 0, 0xC000003E), (ret, 0, 0, allow),   # arch == AUDIT_ARCH_X86_64
         (ld_w_abs, 0, 0, 0),                                                # syscall number
         (jge, 0, 1, 0x40000000), (ret, 0, 0, errno_ret | 38),               # x32 ABI: ENOSYS
         (jeq, 0, 1, 435), (ret, 0, 0, errno_ret | 38),                      # clone3: ENOSYS
+    ]
+    for nr in denied:
+        prog += [(jeq, 0, 1, nr), (ret, 0, 0, errno_ret | 1)]
+    if not private_net:                                                     # socket(AF_UNIX, ...): EPERM
+        prog += [(jeq, 0, 4, SYS_SOCKET), (ld_w_abs, 0, 0, 16), (jeq, 0, 1, AF_UNIX), (ret, 0, 0, errno_ret | 1),
+                 (ret, 0, 0, allow)]
+    prog += [
         (jeq, 1, 0, 272), (jeq, 0, 3, 56),                                  # unshare / clone: check flags
         (ld_w_abs, 0, 0, 16), (jset, 0, 1, CLONE_NEWUSER), (ret, 0, 0, errno_ret | 1),
         (ret, 0, 0, allow),
@@ -185,13 +224,21 @@ def isolate_harness(job):
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
         report["uid"] = os.getuid()
+    # A fresh anonymous session keyring owned by the per-run uid: nothing of the trainer's session keyring is
+    # reachable, and the seccomp filter below refuses every keyring syscall to the program anyway.
+    try:
+        report["private_keyring"] = join_private_session_keyring() > 0
+    except OSError as exc:
+        report["private_keyring"] = False
+        report["keyring_error"] = str(exc)[:200]
     # The harness itself is never dumpable (the program cannot ptrace it or read its memory); program processes
     # make themselves dumpable so that this process can read their memory use.
     libc_call("prctl", PR_SET_DUMPABLE, 0, 0, 0, 0)
     libc_call("prctl", PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     report["no_new_privs"] = True
     try:
-        report["no_user_namespaces"] = block_user_namespaces()
+        report["no_user_namespaces"] = report["keyring_syscalls_blocked"] = block_user_namespaces(
+            private_ipc=report["ipc_namespace"], private_net=report["network_namespace"])
     except OSError as exc:
         report["no_user_namespaces"] = False
         report["seccomp_error"] = str(exc)[:200]
@@ -221,6 +268,29 @@ def sysv_segments():
     except (OSError, ValueError, KeyError):
         pass
     return out
+
+
+HARNESS_STOPS = []  # set by the SIGCONT handler: the harness was stopped (SIGSTOP/SIGTSTP) and continued
+STOP_SIGNALS = (signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU)
+
+
+def _on_continued(signum, frame):
+    HARNESS_STOPS.append(time.monotonic())
+
+
+def watch_for_stops():
+    """The program runs as the harness's uid, so it can SIGSTOP the harness, use memory while the monitor is
+    frozen, then SIGCONT it. SIGSTOP cannot be caught, but the SIGCONT that resumes us can: any stop voids the
+    sample (never continued: the parent's global deadline). The catchable stop signals are ignored."""
+    signal.signal(signal.SIGCONT, _on_continued)
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+
+
+def restore_child_signals():
+    """Program processes get the default dispositions back (a judge's interpreter has them)."""
+    for sig in (signal.SIGCONT,) + STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_DFL)
 
 
 class Violation(Exception):
@@ -275,12 +345,14 @@ class Monitor:
         return out
 
     def maybe_check(self):
-        if time.monotonic() >= self.next_check:
+        if time.monotonic() >= self.next_check or HARNESS_STOPS:
             self.check()
 
     def check(self):
-        """Raise :class:`Violation` when the sandbox as a whole is over a limit."""
+        """Raise :class:`Violation` when the sandbox as a whole is over a limit (or the harness was stopped)."""
         self.next_check = time.monotonic() + MONITOR_INTERVAL_S
+        if HARNESS_STOPS:
+            raise Violation("runtime_error", "the sandbox harness was stopped (SIGSTOP) while the program ran")
         pids = self.descendants()
         if len(pids) > self.max_processes:
             raise Violation("runtime_error", f"more than {self.max_processes} processes")
@@ -465,6 +537,7 @@ def describe_exit(status):
 def run_stdin_child(job, code_obj, input_text, out_w, err_w):
     """Child process body: the program reads the test input from a real stdin and writes to a real stdout."""
     try:
+        restore_child_signals()
         os.setpgid(0, 0)
         libc_call("prctl", PR_SET_DUMPABLE, 1, 0, 0, 0)  # readable by the harness's memory monitor
         memfd = os.memfd_create("stdin", 0)
@@ -495,8 +568,27 @@ def run_stdin_child(job, code_obj, input_text, out_w, err_w):
         finish_child(EXIT_EXCEPTION)
 
 
-def collect(pid, out_r, err_r, deadline, out_cap, monitor, last):
-    """Read a stdin-mode child's stdout (up to ``out_cap`` bytes) and stderr tail until it exits or times out."""
+def drain_nonblocking(fd, limit):
+    """Everything readable from ``fd`` right now (up to ``limit`` bytes, then stop), without blocking."""
+    os.set_blocking(fd, False)
+    data = bytearray()
+    try:
+        while len(data) < limit:
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            data.extend(chunk)
+    finally:
+        os.set_blocking(fd, True)
+    return bytes(data)
+
+
+def collect(pid, out_r, err_r, deadline, out_cap, monitor, last, job_delay_s=0.0):
+    """Read a stdin-mode child's stdout (up to ``out_cap`` bytes) and stderr tail until it exits or times out;
+    once it has exited, what is still in the pipes is read to the end (a grandchild may keep them open)."""
     out, err = bytearray(), bytearray()
     open_fds = {out_r, err_r}
     status, verdict = None, None
@@ -525,9 +617,20 @@ def collect(pid, out_r, err_r, deadline, out_cap, monitor, last):
         if verdict:
             break
         if not ready:
+            if job_delay_s:  # test hook: widen the window between the select timeout and the exit check
+                time.sleep(job_delay_s)
             done, st = os.waitpid(pid, os.WNOHANG)
-            if done:  # exited; a grandchild may still hold the pipes open, so stop waiting for EOF
-                status = st
+            if done:  # exited; a grandchild may still hold the pipes open, so do not wait for EOF, but read
+                status = st  # everything already in the pipes (written just before the exit) to the end
+                for fd in sorted(open_fds):
+                    chunk = drain_nonblocking(fd, out_cap + 1 - len(out) if fd == out_r else 1 << 20)
+                    if fd == out_r:
+                        out.extend(chunk)
+                        if len(out) > out_cap:
+                            verdict = ("output_limit", f"more than {out_cap} bytes on stdout")
+                    else:
+                        err.extend(chunk)
+                        del err[:-STDERR_TAIL]
                 break
     if verdict is None and status is None:
         status = reap(pid, deadline)
@@ -560,7 +663,8 @@ def run_stdin_tests(job, code_obj, monitor):
         os.close(out_w)
         os.close(err_w)
         (status, detail), out, err = collect(pid, out_r, err_r, start + job["timeout_s"], job["max_output_bytes"],
-                                             monitor, index == len(job["inputs"]) - 1)
+                                             monitor, index == len(job["inputs"]) - 1,
+                                             float(job.get("test_exit_check_delay_s") or 0.0))
         os.close(out_r)
         os.close(err_r)
         sweep_uid(job)
@@ -618,6 +722,7 @@ def to_wire(value, depth=0):
 def run_functional_child(job, code_text, req_r, rep_w):
     """Child process body: exec the solution once, then answer one call per request line (LCB grade_call_based)."""
     try:
+        restore_child_signals()
         os.setpgid(0, 0)
         libc_call("prctl", PR_SET_DUMPABLE, 1, 0, 0, 0)  # readable by the harness's memory monitor
         devnull = os.open(os.devnull, os.O_RDWR)
@@ -787,6 +892,7 @@ def main():
     sys.set_int_max_str_digits(LCB_INT_MAX_STR_DIGITS)
     exec(LCB_IMPORT_STRING, {"__name__": "_warm"})  # import the prefix modules once; children inherit them
     report = isolate_harness(job)
+    watch_for_stops()
     emit({"event": "ready", **report})
     monitor = Monitor(job)
     if job["mode"] == "stdin":

@@ -301,7 +301,60 @@ class SandboxProcess:
     def cleanup(self) -> None:
         """Remove the host work dir (fallback only); the bwrap tmpfs vanishes by itself."""
         if self.host_workdir:
-            shutil.rmtree(self.host_workdir, ignore_errors=True)
+            try:
+                remove_tree(self.host_workdir)
+            except OSError as exc:
+                logger.error("could not remove sandbox work dir %s: %s", self.host_workdir, exc)
+
+
+def remove_tree(root: str) -> None:
+    """Delete ``root`` and everything under it, however deep, without recursion and without long paths.
+
+    The program controls the work dir: ``shutil.rmtree`` recurses once per level (a chain of a few thousand
+    directories raises ``RecursionError``) and full paths beyond PATH_MAX fail. Here every subdirectory is
+    renamed up into ``root`` (relative to open directory fds, so path length never grows) and removed once empty;
+    at most two directory fds are open at a time. Unreadable modes the program set are reset first; symlinks are
+    unlinked, never followed."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+    try:
+        root_fd = os.open(root, flags)
+    except FileNotFoundError:
+        return
+    counter = 0
+    try:
+        queue = [None]  # None = root itself; other entries are names directly inside root
+        while queue:
+            name = queue.pop()
+            if name is None:
+                fd = os.dup(root_fd)
+            else:
+                os.chmod(name, 0o700, dir_fd=root_fd, follow_symlinks=False)
+                fd = os.open(name, flags, dir_fd=root_fd)
+            try:
+                with os.scandir(fd) as entries:
+                    children = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
+                for child, is_dir in children:
+                    if is_dir:
+                        counter += 1
+                        flat = f".ibpo-rm-{counter}"
+                        while True:  # a name the program chose may already exist in root
+                            try:
+                                os.stat(flat, dir_fd=root_fd, follow_symlinks=False)
+                            except FileNotFoundError:
+                                break
+                            counter += 1
+                            flat = f".ibpo-rm-{counter}"
+                        os.rename(child, flat, src_dir_fd=fd, dst_dir_fd=root_fd)
+                        queue.append(flat)
+                    else:
+                        os.unlink(child, dir_fd=fd)
+            finally:
+                os.close(fd)
+            if name is not None:
+                os.rmdir(name, dir_fd=root_fd)
+    finally:
+        os.close(root_fd)
+    os.rmdir(root)
 
 
 def sweep_uid(uid: int) -> None:
