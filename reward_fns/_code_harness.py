@@ -593,14 +593,14 @@ def collect(pid, out_r, err_r, deadline, out_cap, monitor, last, job_delay_s=0.0
     open_fds = {out_r, err_r}
     status, verdict = None, None
     while open_fds:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            verdict = ("timeout", "wall-clock limit per test")
-            break
-        try:
+        try:  # first: a stop of this harness voids the sample even when it also made the test time out
             monitor.maybe_check()
         except Violation as exc:
             verdict = (exc.status, exc.detail)
+            break
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            verdict = ("timeout", "wall-clock limit per test")
             break
         ready, _, _ = select.select(list(open_fds), [], [], min(remaining, MONITOR_INTERVAL_S))
         for fd in ready:
@@ -781,10 +781,10 @@ def run_functional_child(job, code_text, req_r, rep_w):
 
 def read_reply(fd, buffer, deadline, cap, monitor):
     while b"\n" not in buffer:
+        monitor.maybe_check()
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return None
-        monitor.maybe_check()
         ready, _, _ = select.select([fd], [], [], min(remaining, MONITOR_INTERVAL_S))
         if not ready:
             continue
