@@ -124,7 +124,7 @@ def main() -> None:
         if not parsed:
             raise ValueError("math-verify parses the ground truth to nothing")
         if extract.colon_form(gold) is None:
-            plain = parse_answer(extract.rewrite_admitted_forms(gold, gold), timeout)
+            plain = parse_answer(extract.rewrite_admitted_forms(gold, gold), timeout, keep_percent=True)
             if not plain or not safe_verify(parsed, plain, timeout):
                 raise ValueError("math-verify does not accept the ground truth itself stated plainly as "
                                  "\\boxed{gold}")
@@ -133,11 +133,11 @@ def main() -> None:
             gold_cache.popitem(last=False)
         return parsed
 
-    def parse_answer(answer: str, timeout: int) -> list:
+    def parse_answer(answer: str, timeout: int, keep_percent: bool = False) -> list:
         # The answer is parsed ONE way, as a whole: wrapped in \boxed{} and only the match spanning the whole
         # box is tried (extraction_mode="first_match"), so math-verify never picks a sub-expression out of it.
         try:
-            return parse("\\boxed{" + extract.answer_for_parsing(answer) + "}", answer_config,
+            return parse("\\boxed{" + extract.answer_for_parsing(answer, keep_percent) + "}", answer_config,
                          extraction_mode="first_match", parsing_timeout=timeout, raise_on_error=True)
         except TimeoutException:
             raise
@@ -183,7 +183,7 @@ def main() -> None:
         if colon_gold is not None:
             reply["correct"] = extract.colon_form(answer) == colon_gold
             return reply
-        pred = parse_answer(answer, pt)
+        pred = parse_answer(answer, pt, keep_percent="%" in gold_str)
         reply["correct"] = bool(pred) and safe_verify(gold, pred, vt)
         return reply
 

@@ -121,9 +121,9 @@ _AFTER_BOX_RE = re.compile(r"[-+*/^_=<>!'0-9(\[|≈≠≤≥±]|[ \t]{1,16}(?:[-
 # degree sign, an end-of-proof mark, closing braces/bold/math delimiters, LaTeX spaces, a unit in \text{} or
 # \mathrm{} (letters only: "\text{ (or 71)}" is not a unit).
 _AFTER_DECORATION_RE = re.compile(
-    r"(?:\s|\\[,;:! ]|~|\*\*|\}|\^\s*\{?\s*\\circ\s*\}?|°"
+    r"(?:[ \t]{0,8}(?:\\[,;:! ]|~|\*\*|\}|\^\s*\{?\s*\\circ\s*\}?|°"
     r"|\\(?:circ|degree|qed|blacksquare|square|Box|qedsymbol|hfill|quad|qquad)(?![A-Za-z])"
-    r"|\\(?:text|textrm|mathrm|mbox|textit|mathit|textnormal)\s*\{[ A-Za-z.]{0,40}\})*")
+    r"|\\(?:text|textrm|mathrm|mbox|textit|mathit|textnormal)\s*\{[ A-Za-z.]{0,40}\}))*")
 # Digits and a bullet-like "-", "+", "*" count only right next to the box ("2\boxed{35}", "-\boxed{984}"), so
 # prose such as "1 + 1 = 2 \boxed{2}" or a list item "- \boxed{3}" is not an expression. A brace counts only as
 # an argument ("\frac{1}{\boxed{2}}", "^{\boxed{2}}"); "\textbf{\boxed{70}}" and "{\boxed{70}}" are decoration,
@@ -132,6 +132,8 @@ _BEFORE_BOX_RE = re.compile(r"(?:(?<![-=*])[-+0-9]|(?<!\*)\*(?!\*)|(?:[}^_]|\\(?
                             r"(?:\[[^\]]{0,8}\])?)\{[ \t]{0,16}"
                             r"|(?:[/^_<|≈≠≤≥±]|(?<![-=])>|\\(?:cdot|times|div|pm|mp|approx|sim|frac|sqrt|dfrac|tfrac|"
                             r"le|ge|leq|geq|lt|gt|ne|neq|cancel|not)(?![A-Za-z]))[ \t]{0,16})\Z")
+# A remark right after the final box (same line): "\text{ (or 71)}", "(approximately)". Hedges there void the box.
+_AFTER_ASIDE_RE = re.compile(r"[ \t]{0,8}(\\text[a-z]*\s*\{[^{}\n]{0,60}\}|\([^()\n]{0,60}\)|(?:or|and)\b[^\n]{0,40})")
 # HTML emphasis around an answer ("<b>\boxed{70}</b>"); never <sup>/<sub>, which carry math.
 _HTML_TAG_RE = re.compile(r"</?(?:b|strong|i|em|u|span|div|p|mark|center|code|br|font|big|small)\b[^<>\n]{0,80}>",
                           re.IGNORECASE)
@@ -144,6 +146,10 @@ def boxes_embedded(text: str) -> bool:
         return False
     start, end = group[0][0], group[-1][2]
     end = _AFTER_DECORATION_RE.match(text, end).end()
+    aside = _AFTER_ASIDE_RE.match(text, end)
+    if aside and (_HEDGE_RE.search(aside.group(1)) or re.search(r"(?i)(?<![A-Za-z])or(?![A-Za-z])", aside.group(1))
+                  or any(ch.isdigit() for ch in aside.group(1))):
+        return True  # "\boxed{70} \text{ (or 71)}", "\boxed{70} (maybe 71)": a hedge right after the box
     return bool(_AFTER_BOX_RE.match(text, end) or _BEFORE_BOX_RE.search(text[max(0, start - 24):start]))
 
 
@@ -415,7 +421,7 @@ def answer_problem(answer: str, gold: str) -> str | None:
     return None
 
 
-def answer_for_parsing(answer: str) -> str:
+def answer_for_parsing(answer: str, keep_percent: bool = False) -> str:
     """The string math-verify parses (wrapped in ``\\boxed{}``): nested box commands removed (their braces
     stay), grouping braces around the whole answer removed, a trailing percent sign dropped (``70\\%`` ≡ 70, a
     documented leniency)."""
@@ -424,7 +430,7 @@ def answer_for_parsing(answer: str) -> str:
         if not (s.startswith("{") and s.endswith("}")) or not _outer_braces_match(s):
             break
         s = s[1:-1].strip()
-    return _PERCENT_RE.sub("", s) or s
+    return s if keep_percent else (_PERCENT_RE.sub("", s) or s)  # a gold "50\\%" parses only as text
 
 
 def _outer_braces_match(s: str) -> bool:
