@@ -61,10 +61,13 @@ def patch_numeric_comparison(grader, sympy) -> None:
             return original(a, b, float_rounding, numeric_precision)  # recurses into this function per element
         atomic = grader.is_atomic_or_pct_atomic
         if atomic(a, sympy.Number) or atomic(b, sympy.Number):
-            if atomic(a, sympy.Float) or atomic(b, sympy.Float):
-                return float_close(grader.safe_sympy_doit(a), grader.safe_sympy_doit(b))
+            da, db = grader.safe_sympy_doit(a), grader.safe_sympy_doit(b)
+            if atomic(a, sympy.Float) or atomic(b, sympy.Float) or da.has(sympy.Float) or db.has(sympy.Float):
+                return float_close(da, db)  # also 9.31 \times 10^{-10}, a Float inside a product
             return original(a, b, float_rounding, numeric_precision)
         try:  # exact expressions: an exact difference must be 0; otherwise zero to 60 digits RELATIVE to the gold
+            if a.has(sympy.Float) or b.has(sympy.Float):
+                return float_close(grader.safe_sympy_doit(a), grader.safe_sympy_doit(b))
             exact = a - b
             if exact.is_Rational:
                 return bool(exact == 0)

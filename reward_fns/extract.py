@@ -133,7 +133,7 @@ _BEFORE_BOX_RE = re.compile(r"(?:(?<![-=*])[-+0-9]|(?<!\*)\*(?!\*)|(?:[}^_]|\\(?
                             r"|(?:[/^_<|≈≠≤≥±]|(?<![-=])>|\\(?:cdot|times|div|pm|mp|approx|sim|frac|sqrt|dfrac|tfrac|"
                             r"le|ge|leq|geq|lt|gt|ne|neq|cancel|not)(?![A-Za-z]))[ \t]{0,16})\Z")
 # A remark right after the final box (same line): "\text{ (or 71)}", "(approximately)". Hedges there void the box.
-_AFTER_ASIDE_RE = re.compile(r"[ \t]{0,8}(\\text[a-z]*\s*\{[^{}\n]{0,60}\}|\([^()\n]{0,60}\)|(?:or|and)\b[^\n]{0,40})")
+_AFTER_ASIDE_RE = re.compile(r"[ \t]{0,8}(\\text[a-z]*\s*\{[^{}\n]{0,60}\}|\([^()\n]{0,60}\)|or\b[^\n]{0,40})")
 # HTML emphasis around an answer ("<b>\boxed{70}</b>"); never <sup>/<sub>, which carry math.
 _HTML_TAG_RE = re.compile(r"</?(?:b|strong|i|em|u|span|div|p|mark|center|code|br|font|big|small)\b[^<>\n]{0,80}>",
                           re.IGNORECASE)
@@ -174,12 +174,19 @@ def _has_answer_marker(text: str) -> bool:
     return bool(balanced_boxes(text)) or _ANSWER_WORD_RE.search(text) is not None
 
 
+# "Answer:" labels its line only when nothing but markup or (final/correct/my/short) precedes it on the line:
+# "Why this answer: ..." and "... of the form Answer: $Answer" are prose, not answer lines.
+_ANSWER_LABEL_PREFIX_RE = re.compile(r"(?i)(?:^|\n)[ \t>*#_\-|]*(?:\d{1,2}[.)][ \t]*)?(?:\*\*)?[ \t]*"
+                                    r"(?:(?:the|my|our)[ \t]+)?(?:(?:final|correct|short|numerical)[ \t]+)?\Z")
+
+
 def last_answer_line(text: str) -> str | None:
     """Value of the last ``Answer: <value>`` line (case-insensitive, ASCII or full-width colon) with a non-empty
     value, or ``None``. RULE "answer-line decorations": a later line whose value is prose or a placeholder
     (an echoed instruction "... in the form Answer: $ANSWER", "this answer: checks out because ...") does not
     replace an earlier real one; if every line is such, the last one is used (and scored as it is)."""
-    values = [m.group(1) for m in ANSWER_LINE_RE.finditer(text) if m.group(1).strip()]
+    values = [m.group(1) for m in ANSWER_LINE_RE.finditer(text)
+              if m.group(1).strip() and _ANSWER_LABEL_PREFIX_RE.search(text, max(0, m.start() - 40), m.start())]
     for value in reversed(values):
         if not _is_prose_or_placeholder(value):
             return value
@@ -486,6 +493,7 @@ _REPEATING_RE = re.compile(r"^(-?)(\d*)\.(\d*)(?:\\overline\s*\{(\d{1,12})\}|\\d
 _CONGRUENCE_RE = re.compile(r"^(?P<lhs>[^=]*?)\s*(?:\\equiv|≡)\s*(?P<value>[-\w{}\\]+?)\s*"
                             r"(?:\\pmod\s*\{?\s*(?P<m1>\w+)\s*\}?|\(\s*(?:\\bmod|\\mod|\\text\{\s*mod\s*\}|"
                             r"\\mathrm\{\s*mod\s*\}|mod)\s*(?P<m2>\w+)\s*\)|\\(?:bmod|mod)\s*\{?\s*(?P<m3>\w+)\s*\}?)\s*$")
+_E_NOTATION_RE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)[eE]([-+]?\d{1,4})(?![\w.])")
 _PM_RE = re.compile(r"^(?P<a>[^=,;]*?)\s*\\(?:pm|mp)\s*(?P<b>[^=,;]+)$")
 _HEDGE_WORDS = frozenset({"or", "and", "not", "approximately", "about", "around", "roughly", "nearly", "maybe",
                           "perhaps", "possibly", "probably", "either", "plus", "minus", "times", "over", "than",
@@ -546,6 +554,8 @@ def rewrite_admitted_forms(answer: str, gold: str) -> str:
         if unit and not (set(w.lower() for w in (unit.group(1) or unit.group(2)).split()) & _HEDGE_WORDS) \
                 and not gold_has("\\text") and not re.search(r"[A-Za-z]{2}", _MATH_SEGMENT_RE.sub("", gold)):
             s = s[:unit.start()].strip()
+    if not re.search(r"\d[eE]", gold):  # RULE "numbers": 9.31e-10 is 9.31 \times 10^{-10}, never Euler's e
+        s = _E_NOTATION_RE.sub(r"\1 \\times 10^{\2}", s)
     single_gold = len(_gold_items(gold)) == 1
     if single_gold and not re.search(r"\d(?: |\{,\}|,)\d", gold):
         s = _THOUSANDS_RE.sub(lambda m: re.sub(r"\D", "", m.group()), s)  # RULE "thousands": 1 000 000, 1{,}000
