@@ -431,6 +431,11 @@ def _is_zombie(pid):
 
 
 def child_limits(job, cpu_seconds):
+    # Deep recursion on the main thread (sys.setrecursionlimit + @lru_cache, whose C frames use the C stack):
+    # the main thread's stack grows on demand up to RLIMIT_STACK, checked when it grows, so raising it here lets
+    # the program recurse until the stack meets the mappings below it (>= 128 MiB away), as on a judge with a
+    # large stack. Stack pages are anonymous memory: the sample's memory limit counts them.
+    set_limit(resource.RLIMIT_STACK, job["memory_bytes"])
     set_limit(resource.RLIMIT_AS, job["memory_bytes"])
     set_limit(resource.RLIMIT_FSIZE, job["max_file_bytes"])
     set_limit(resource.RLIMIT_CPU, cpu_seconds, cpu_seconds + 1)
@@ -453,9 +458,20 @@ def fresh_std_streams(lcb_readlines=False):
                                   write_through=True)
 
 
+def program_module(name):
+    """A fresh module registered in ``sys.modules`` under ``name`` (``__main__`` for stdin programs), so that
+    pickle finds the program's functions by reference: ``multiprocessing.Pool.map(f, ...)`` works as on a judge
+    that runs the program as a script."""
+    import types
+    module = types.ModuleType(name)
+    module.__dict__["__builtins__"] = builtins
+    sys.modules[name] = module
+    return module.__dict__
+
+
 def lcb_globals():
     """A fresh ``__main__`` namespace with LiveCodeBench's import prefix executed in it."""
-    namespace = {"__name__": "__main__", "__builtins__": builtins}
+    namespace = program_module("__main__")
     exec(LCB_IMPORT_STRING, namespace)
     return namespace
 
@@ -745,7 +761,7 @@ def run_functional_child(job, code_text, req_r, rep_w):
 
     full_code = LCB_IMPORT_STRING + "\n\n" + code_text
     try:
-        module = {"__name__": "tmp_sol", "__builtins__": builtins}
+        module = program_module("tmp_sol")
         exec(compile(full_code, "<solution>", "exec"), module)
         target = module["Solution"]() if "class Solution" in full_code else None
         method = getattr(target, job["fn_name"]) if target is not None else module[job["fn_name"]]

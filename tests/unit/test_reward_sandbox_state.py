@@ -351,3 +351,46 @@ def test_forged_wire_values_are_cheap_and_unequal():
     assert not wire_equals({"__d": [["a", 1], ["a", 1]]}, {"a": 1, "b": 1})  # duplicate keys
     assert not wire_equals({"__d": colliding[:2]}, {(1 << 61) - 1: 0, 2 * ((1 << 61) - 1): 1})  # value differs
     assert wire_equals({"__d": colliding[:2]}, {(1 << 61) - 1: 0, 2 * ((1 << 61) - 1): 0})
+
+
+# ------------------------------------------------------------------------ LCB programs that must pass here
+POOL_STDIN = """from multiprocessing import Pool
+def square(x):
+    return x * x
+if __name__ == '__main__':
+    n = int(input())
+    with Pool(2) as pool:
+        print(sum(pool.map(square, range(n))))"""
+POOL_FUNCTIONAL = """from multiprocessing import Pool
+def square(x):
+    return x * x
+class Solution:
+    def total(self, n):
+        with Pool(2) as pool:
+            return sum(pool.map(square, range(n)))"""
+DEEP_CACHED_RECURSION = """import sys
+from functools import lru_cache
+sys.setrecursionlimit(10 ** 6)
+@lru_cache(None)
+def depth(n):
+    return 0 if n == 0 else 1 + depth(n - 1)
+print(depth(int(input())))"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_multiprocessing_pool_works_in_both_modes(backend):
+    limits = CodeLimits(timeout_s=6.0, memory_mb=2048)
+    assert run(backend, POOL_STDIN, ["5\n"], ["30"], limits=limits).verdict == "correct"
+    assert run(backend, POOL_FUNCTIONAL, ["5"], ["30"], fn_name="total", limits=limits).verdict == "correct"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_deep_recursion_on_the_main_thread_after_raising_the_limit(backend):
+    # lru_cache's C wrapper puts every level on the C stack: 8 MiB (the usual default) overflows near 40k levels.
+    result = run(backend, DEEP_CACHED_RECURSION, ["200000\n"], ["200000"], limits=CodeLimits(timeout_s=6.0,
+                                                                                               memory_mb=2048))
+    assert result.verdict == "correct", result
+    # ... and an unbounded recursion is still stopped by a limit, never by hanging the harness
+    endless = "import sys\nsys.setrecursionlimit(10 ** 9)\nfrom functools import lru_cache\n" \
+              "@lru_cache(None)\ndef f(n):\n    return f(n + 1)\nf(0)"
+    assert run(backend, endless, [""], ["x"]).verdict in ("runtime_error", "memory_limit", "timeout")
