@@ -94,13 +94,23 @@ def fallback_mounts(job):
     libc_call("unshare", CLONE_NEWNS)
     libc_call("mount", None, b"/", None, MS_REC | MS_PRIVATE, None)
     for hidden, prefixes in job.get("fallback_overlays", []):
-        fds = [(prefix, os.open(prefix, os.O_PATH | os.O_DIRECTORY)) for prefix in prefixes]
+        fds = []
+        for prefix in prefixes:
+            try:
+                fds.append((prefix, os.open(prefix, os.O_PATH), os.path.isdir(prefix)))
+            except OSError:
+                continue
         libc_call("mount", b"tmpfs", hidden.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=0755,size=1m")
-        for prefix, fd in fds:
-            os.makedirs(prefix, mode=0o755, exist_ok=True)
+        for prefix, fd, is_dir in fds:
+            if is_dir:
+                os.makedirs(prefix, mode=0o755, exist_ok=True)
+            else:  # a single file (/etc/passwd ...): an empty mount point for it
+                os.makedirs(os.path.dirname(prefix), mode=0o755, exist_ok=True)
+                os.close(os.open(prefix, os.O_CREAT | os.O_WRONLY, 0o644))
             libc_call("mount", f"/proc/self/fd/{fd}".encode(), prefix.encode(), None, MS_BIND | MS_REC, None)
             libc_call("mount", None, prefix.encode(), None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID, None)
             os.close(fd)
+        libc_call("mount", None, hidden.encode(), None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
     if os.path.isdir("/dev/shm"):
         libc_call("mount", b"tmpfs", b"/dev/shm", b"tmpfs", MS_NOSUID | MS_NODEV,
                   f"mode=1777,size={job['tmpfs_bytes']}".encode())
@@ -229,7 +239,9 @@ def isolate_harness(job):
     try:
         report["private_keyring"] = join_private_session_keyring() > 0
     except OSError as exc:
-        report["private_keyring"] = False
+        # EPERM/ENOSYS/EACCES: keyrings are refused to this process altogether (a container's seccomp profile, a
+        # kernel without keys), so there is no keyring to share; anything else is a failure the parent reports.
+        report["private_keyring"] = exc.errno in (1, 13, 38)
         report["keyring_error"] = str(exc)[:200]
     # The harness itself is never dumpable (the program cannot ptrace it or read its memory); program processes
     # make themselves dumpable so that this process can read their memory use.

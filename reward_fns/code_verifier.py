@@ -515,6 +515,13 @@ def _drive(sandbox, job: dict, tests: PreparedTests, deadline: float, start: flo
     if hello is None or hello.get("event") != "ready":
         raise SandboxError(f"code sandbox failed before running the program ({report.backend}); "
                            f"stderr: {reader.stderr.decode('utf-8', 'replace')[-2000:]}")
+    if report.backend == "fallback" and "minimal_filesystem" in report.enforced and hello.get("mount_error"):
+        # the report promises hidden host directories: never run the program without them
+        raise SandboxError(f"fallback sandbox could not hide the host's directories: {hello['mount_error']}")
+    if "private_keyrings" in report.enforced and not (hello.get("private_keyring")
+                                                      and hello.get("keyring_syscalls_blocked")):
+        raise SandboxError(f"code sandbox could not make the keyrings private: {hello.get('keyring_error', '')}"
+                           f"{hello.get('seccomp_error', '')}")
     passed = 0
     while True:
         if tests.mode == "functional":  # a reply too long to be right is never read whole, nor decoded

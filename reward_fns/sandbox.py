@@ -59,6 +59,8 @@ PROTECTIONS: dict[str, str] = {
     "ipc_namespace": "private IPC namespace: SysV segments are invisible to the host and die with the run",
     "no_new_privs": "PR_SET_NO_NEW_PRIVS: setuid binaries and file capabilities grant nothing",
     "no_user_namespaces": "creating user namespaces is refused (seccomp), so no namespace-root capabilities",
+    "private_keyrings": "a fresh empty session keyring per sample and every keyring syscall refused (seccomp): no key "
+                        "of the trainer is readable and no key survives into a later sample",
 }
 
 
@@ -125,7 +127,8 @@ def _fallback_report(is_root: bool, bwrap: str | None, note: str) -> IsolationRe
     enforced = ["fresh_interpreter", "process_group_kill", "resource_limits", "minimal_environment",
                 "expected_outputs_withheld", "no_new_privs", "sample_memory_limit"]
     if is_root:
-        enforced += ["private_uid", "network_namespace", "ipc_namespace", "sample_process_limit"]
+        enforced += ["private_uid", "network_namespace", "ipc_namespace", "sample_process_limit",
+                     "minimal_filesystem", "hidden_home", "private_keyrings"]
         limits = (("memory", MONITOR), ("pids", "RLIMIT_NPROC of the per-run uid"),
                   ("ipc", "private IPC namespace, SysV capped at the memory limit"))
     else:
@@ -134,6 +137,8 @@ def _fallback_report(is_root: bool, bwrap: str | None, note: str) -> IsolationRe
                   ("ipc", "none: host IPC namespace"))
     if _seccomp_supported():
         enforced.append("no_user_namespaces")
+        if "private_keyrings" not in enforced:
+            enforced.append("private_keyrings")
     missing = tuple(p for p in PROTECTIONS if p not in enforced)
     return IsolationReport("fallback", tuple(enforced), missing, is_root, bwrap, note, limits)
 
@@ -160,7 +165,7 @@ def detect_isolation(mode: str | None = None) -> IsolationReport:
         if ok:
             lacking = set() if is_root else {"private_uid", "sample_process_limit"}
             if not _seccomp_supported():
-                lacking.add("no_user_namespaces")
+                lacking.update({"no_user_namespaces", "private_keyrings"})
             enforced = tuple(p for p in PROTECTIONS if p not in lacking)
             missing = tuple(p for p in PROTECTIONS if p not in enforced)
             note = "" if is_root else "not root: cannot switch to a per-run uid, RLIMIT_NPROC left unset"
@@ -251,14 +256,38 @@ def _interpreter_dirs() -> list[str]:
     return sorted(d for d in dirs if not any(d != o and d.startswith(o + "/") for o in dirs))
 
 
-def _fallback_overlays() -> list[list]:
-    """Hidden directories (mode without o+x, e.g. /root) that contain interpreter prefixes: the root fallback
-    replaces each with a tmpfs holding read-only binds of just those prefixes, so the per-run uid can import."""
+# Top-level directories the root fallback leaves visible (bwrap shows the same system trees; /etc is reduced to
+# ETC_FILES below, /tmp holds the work dirs, /proc and /dev are the kernel's).
+FALLBACK_VISIBLE_TOP = frozenset({"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "proc", "dev", "tmp"})
+
+
+def _fallback_overlays(workdir: str | None = None) -> list[list]:
+    """What the root fallback hides, as ``[[directory, [paths kept visible inside it]], ...]``: every top-level
+    directory except :data:`FALLBACK_VISIBLE_TOP` (so ``/home``, ``/root``, ``/srv``, ``/opt``, ``/mnt``, ``/var``,
+    ``/work``, ``/sys``, ``/run`` ... are empty, as under bwrap), ``/etc`` except :data:`ETC_FILES`, and any deeper
+    directory the per-run uid cannot traverse that holds the interpreter. Each is replaced, inside the harness's
+    own mount namespace, by a tmpfs holding read-only binds of just the interpreter's prefixes (and the work dir
+    when it lives there)."""
+    keep = _interpreter_dirs() + ([os.path.realpath(workdir)] if workdir else [])
     plan: dict[str, list[str]] = {}
+    try:
+        tops = sorted(os.listdir("/"))
+    except OSError:
+        tops = []
+    for name in tops:
+        path = "/" + name
+        if name in FALLBACK_VISIBLE_TOP or os.path.islink(path) or not os.path.isdir(path):
+            continue
+        if name == "etc":
+            plan[path] = [p for p in ETC_FILES if os.path.exists(p)]
+        else:
+            plan[path] = [k for k in keep if k.startswith(path + "/")]
     for prefix in _interpreter_dirs():
         parts = Path(prefix).parts
         for depth in range(2, len(parts)):
             ancestor = str(Path(*parts[:depth]))
+            if any(ancestor == h or ancestor.startswith(h + "/") for h in plan):
+                break  # already under a hidden top-level directory
             try:
                 mode = os.stat(ancestor).st_mode
             except OSError:
@@ -266,7 +295,7 @@ def _fallback_overlays() -> list[list]:
             if not mode & 0o001:
                 plan.setdefault(ancestor, []).append(prefix)
                 break
-    return [[hidden, prefixes] for hidden, prefixes in plan.items()]
+    return [[hidden, sorted(set(prefixes))] for hidden, prefixes in plan.items()]
 
 
 @functools.lru_cache(maxsize=1)
@@ -400,7 +429,7 @@ def launch(job: dict, report: IsolationReport) -> SandboxProcess:
         os.chown(workdir, uid, uid)
     job.update(workdir=workdir, unshare_network=report.is_root, network_isolated_by_launcher=False,
                in_pid_namespace=False, preimport=True, in_ipc_namespace=False,
-               fallback_overlays=_fallback_overlays() if report.is_root else [],
+               fallback_overlays=_fallback_overlays(workdir) if report.is_root else [],
                tmpfs_dirs=["/dev/shm"] if report.is_root else [])
     env = dict(MINIMAL_ENV, HOME=workdir, TMPDIR=workdir)
     try:
