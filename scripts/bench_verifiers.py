@@ -79,7 +79,8 @@ def compare_with_verl(threads: int, rounds: int) -> list[tuple[str, float, str]]
                   for prog, tc in code]
 
     def timed(fn, items):
-        fn(items[0])  # warm: worker pools, managers, caches are started outside the timed region
+        with ThreadPoolExecutor(max_workers=threads) as pool:  # warm: every worker/pool/manager starts untimed
+            list(pool.map(fn, items[:2 * threads]))
         start = time.perf_counter()
         with ThreadPoolExecutor(max_workers=threads) as pool:
             out = list(pool.map(fn, items))
