@@ -73,8 +73,17 @@ for ring in (-3, -4, -5):
 print(stored)"""
 
 
+def host_invalidate_key(key_id: int) -> None:
+    if key_id > 0:
+        LIBC.syscall(ctypes.c_long(250), ctypes.c_long(21), ctypes.c_long(key_id))  # KEYCTL_INVALIDATE
+
+
 def _host_keyrings_work() -> bool:
-    return X86 and host_add_key("ibpo-probe-" + secrets.token_hex(4), b"x", KEY_SPEC_SESSION) > 0
+    if not X86:
+        return False
+    probe = host_add_key("ibpo-probe-" + secrets.token_hex(4), b"x", KEY_SPEC_SESSION)
+    host_invalidate_key(probe)
+    return probe > 0
 
 
 @pytest.mark.skipif(not X86, reason="keyring syscall numbers are x86_64's")
@@ -83,12 +92,16 @@ def test_program_cannot_read_a_key_of_the_trainers_session_keyring(backend):
     if not _host_keyrings_work():
         pytest.skip("this kernel/container refuses keyrings to the test process itself")
     desc, payload = "ibpo-" + secrets.token_hex(4), "answer" + secrets.token_hex(3)
-    assert host_add_key(desc, payload.encode(), KEY_SPEC_SESSION) > 0
-    assert host_add_key(desc, payload.encode(), KEY_SPEC_USER) > 0
-    code = READ_KEY.replace("{desc}", desc)
-    # The expected output IS the key: only a program that read it could be scored correct.
-    assert run(backend, code, [""], [payload]).verdict == "wrong_answer"
-    assert run(backend, code, [""], ["none"]).verdict == "correct"  # it ran, and saw nothing
+    keys = [host_add_key(desc, payload.encode(), KEY_SPEC_SESSION), host_add_key(desc, payload.encode(), KEY_SPEC_USER)]
+    try:
+        assert min(keys) > 0
+        code = READ_KEY.replace("{desc}", desc)
+        # The expected output IS the key: only a program that read it could be scored correct.
+        assert run(backend, code, [""], [payload]).verdict == "wrong_answer"
+        assert run(backend, code, [""], ["none"]).verdict == "correct"  # it ran, and saw nothing
+    finally:  # the user keyring outlives this process: leave nothing behind
+        for key in keys:
+            host_invalidate_key(key)
 
 
 @pytest.mark.skipif(not X86, reason="keyring syscall numbers are x86_64's")
