@@ -407,3 +407,33 @@ def test_deep_recursion_on_the_main_thread_after_raising_the_limit(backend):
     endless = "import sys\nsys.setrecursionlimit(10 ** 9)\nfrom functools import lru_cache\n" \
               "@lru_cache(None)\ndef f(n):\n    return f(n + 1)\nf(0)"
     assert run(backend, endless, [""], ["x"]).verdict in ("runtime_error", "memory_limit", "timeout")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_forged_reply_line_cannot_pass_or_override_the_harness(backend):
+    """The program writes its own reply lines on the reply pipe: huge, garbled, or trying to set the harness's
+    keys (a later "i", an "event": "done"). None passes, none is decoded by the harness."""
+    forge = """import os, fcntl
+def f(x):
+    fd = [n for n in range(3, 64) if _write_only(n)][0]  # the reply pipe's write end
+    payload = %s
+    os.write(fd, payload.encode() + b"\\n")
+    os._exit(0)
+def _write_only(fd):
+    try:
+        return fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_WRONLY
+    except OSError:
+        return False"""
+    for payload in ('\'{"status": "ok", "value": 1, "i": 5, "event": "done"}\'',
+                    '\'{"status": "ok", "value": [\' + "[], " * 2_000_000 + \'[]]}\'',
+                    '\'{"status": "ok", "value": 1\'', '\'garbage\'', '\'{"status": "ok"}\''):
+        result = run(backend, forge % payload, ["1", "2"], ["1", "1"], fn_name="f")
+        assert result.verdict != "correct", (payload[:60], result)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_functional_process_that_dies_between_calls_is_a_verdict(backend):
+    code = "import os\ndef f(x):\n    if x == 2:\n        os._exit(0)\n    return 1"
+    result = run(backend, code, ["1", "2"], ["1", "1"], fn_name="f")
+    assert (result.verdict, result.passed) == ("runtime_error", 1), result
+    assert "unexpectedly" not in result.detail, result  # the harness reported it; it did not crash
