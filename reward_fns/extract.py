@@ -185,8 +185,16 @@ def last_answer_line(text: str) -> str | None:
     value, or ``None``. RULE "answer-line decorations": a later line whose value is prose or a placeholder
     (an echoed instruction "... in the form Answer: $ANSWER", "this answer: checks out because ...") does not
     replace an earlier real one; if every line is such, the last one is used (and scored as it is)."""
-    values = [m.group(1) for m in ANSWER_LINE_RE.finditer(text)
-              if m.group(1).strip() and _ANSWER_LABEL_PREFIX_RE.search(text, max(0, m.start() - 40), m.start())]
+    values = []
+    for m in ANSWER_LINE_RE.finditer(text):
+        if not _ANSWER_LABEL_PREFIX_RE.search(text, max(0, m.start() - 40), m.start()):
+            continue
+        value = m.group(1)
+        if not value.strip():  # "Answer:" alone on its line: the value is the next non-empty line (if short)
+            following = text[m.end():m.end() + 400].lstrip("\n \t").split("\n", 1)[0]
+            value = following if 0 < len(following.strip()) <= 200 and not ANSWER_LINE_RE.match(following) else ""
+        if value.strip():
+            values.append(value)
     for value in reversed(values):
         if not _is_prose_or_placeholder(value):
             return value
@@ -486,7 +494,8 @@ _ROOT_RE = re.compile(r"([√∛∜])\s*(\d+(?:\.\d+)?|[A-Za-z]|\([^()]*\)|\{[^{
 _DEGREE_RE = re.compile(r"\s*(?:\^\s*\{?\s*\\circ\s*\}?|\\circ|\\degree|°|\^\s*\{\s*\\text\{\s*o\s*\}\s*\})\s*$")
 _END_MARK_RE = re.compile(r"\s*\\(?:qed|blacksquare|square|Box|qedsymbol)\s*$")
 _TRAILING_UNIT_RE = re.compile(r"(?<=[\d}])(?:\s|\\[,;! ]|~)*\\(?:text|textrm|mathrm|mbox)\s*\{\s*([A-Za-z][A-Za-z .]{0,30})\}\s*$"
-                               r"|(?<=\d)\s+([A-Za-z]{2,15}(?:\s+[A-Za-z]{2,15}){0,2})\s*$")
+                               r"|(?<=[\d$])\s+\(?([A-Za-z]{2,15}(?:\s+[A-Za-z]{2,15}){0,2})\)?"
+                               r"(?:\^\{?[23]\}?|[²³])?\s*$")
 _LATEX_SPACE_RE = re.compile(r"\\[,;:! ]|~|\\q?quad(?![A-Za-z])")
 _THOUSANDS_RE = re.compile(r"(?<![\d.,])\d{1,3}(?:(?: |\{,\}|,)\d{3})+(?![\d])")
 _REPEATING_RE = re.compile(r"^(-?)(\d*)\.(\d*)(?:\\overline\s*\{(\d{1,12})\}|\\dot\s*\{?(\d)\}?|\((\d{1,12})\))$")
@@ -554,6 +563,8 @@ def rewrite_admitted_forms(answer: str, gold: str) -> str:
         if unit and not (set(w.lower() for w in (unit.group(1) or unit.group(2)).split()) & _HEDGE_WORDS) \
                 and not gold_has("\\text") and not re.search(r"[A-Za-z]{2}", _MATH_SEGMENT_RE.sub("", gold)):
             s = s[:unit.start()].strip()
+            if s.startswith("$") and s.endswith("$"):  # "$70$ dollars"
+                s = s.strip("$").strip()
     if not re.search(r"\d[eE]", gold):  # RULE "numbers": 9.31e-10 is 9.31 \times 10^{-10}, never Euler's e
         s = _E_NOTATION_RE.sub(r"\1 \\times 10^{\2}", s)
     single_gold = len(_gold_items(gold)) == 1
