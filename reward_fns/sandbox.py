@@ -120,6 +120,12 @@ def _bwrap_works(bwrap: str, is_root: bool) -> tuple[bool, str]:
     return True, ""
 
 
+# What the trusted (trainer-side) process does with a sample's output is bounded before the work; see
+# reward_fns/README.md "Trusted side's bounds" and code_verifier.reply_cap / wire_equals.
+TRUSTED_SIDE = ("stdout capped at clamp(10 x longest expected, 1 MiB, 64 MiB), compared line by line; a functional "
+                "reply over 16 x expected JSON + 64 KiB is wrong_answer unread, under it refused if nested > 200 "
+                "levels, then compared on its JSON form in linear time (no value rebuilt, no set/dict built from "
+                "untrusted keys, no Fraction normalised); the harness forwards values undecoded")
 MONITOR = "harness monitor (RSS counters of every process, confirmed by PSS, + memfds + SysV + tmpfs, every 20 ms) and RLIMIT_AS per process"
 
 
@@ -130,11 +136,12 @@ def _fallback_report(is_root: bool, bwrap: str | None, note: str) -> IsolationRe
         enforced += ["private_uid", "network_namespace", "ipc_namespace", "sample_process_limit",
                      "minimal_filesystem", "hidden_home", "private_keyrings"]
         limits = (("memory", MONITOR), ("pids", "RLIMIT_NPROC of the per-run uid"),
-                  ("ipc", "private IPC namespace, SysV capped at the memory limit"))
+                  ("ipc", "private IPC namespace, SysV capped at the memory limit"), ("trusted_side", TRUSTED_SIDE))
     else:
         limits = (("memory", MONITOR + " (SysV segments of the host namespace not attributed)"),
                   ("pids", "harness monitor count only (racy: no RLIMIT_NPROC without root)"),
-                  ("ipc", "none: host IPC namespace"))
+                  ("ipc", "none: host IPC namespace; SysV msg/sem and POSIX mqueues refused (seccomp)"),
+                  ("trusted_side", TRUSTED_SIDE))
     if _seccomp_supported():
         enforced.append("no_user_namespaces")
         if "private_keyrings" not in enforced:
@@ -171,7 +178,7 @@ def detect_isolation(mode: str | None = None) -> IsolationReport:
             note = "" if is_root else "not root: cannot switch to a per-run uid, RLIMIT_NPROC left unset"
             limits = (("memory", MONITOR + "; /tmp and /dev/shm tmpfs capped"),
                       ("pids", "RLIMIT_NPROC of the per-run uid" if is_root else "harness monitor count only"),
-                      ("ipc", "private IPC namespace (--unshare-ipc)"))
+                      ("ipc", "private IPC namespace (--unshare-ipc)"), ("trusted_side", TRUSTED_SIDE))
             report = IsolationReport("bwrap", enforced, missing, is_root, bwrap, note, limits)
             if missing:
                 logger.warning(report.describe())
