@@ -506,7 +506,13 @@ _E_NOTATION_RE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)[eE]([-+]?\d{1,4})(?![\w.
 _PM_RE = re.compile(r"^(?P<a>[^=,;]*?)\s*\\(?:pm|mp)\s*(?P<b>[^=,;]+)$")
 _HEDGE_WORDS = frozenset({"or", "and", "not", "approximately", "about", "around", "roughly", "nearly", "maybe",
                           "perhaps", "possibly", "probably", "either", "plus", "minus", "times", "over", "than",
-                          "less", "more", "at", "least", "most", "to", "if", "unless", "except", "wrong", "no"})
+                          "less", "more", "at", "least", "most", "to", "if", "unless", "except", "wrong", "no",
+                          # words that change the value: "70 thousand", "2 pi", "3 squared", "5 factorial"
+                          "hundred", "hundreds", "thousand", "thousands", "million", "millions", "billion",
+                          "billions", "trillion", "dozen", "dozens", "squared", "cubed", "half", "halves", "third",
+                          "thirds", "quarter", "quarters", "tenth", "tenths", "hundredths", "thousandths", "pi",
+                          "sqrt", "root", "roots", "log", "ln", "sin", "cos", "tan", "factorial", "infinity",
+                          "inf", "power", "percent", "per", "divided", "by", "mod", "modulo", "remainder"})
 
 
 def _unicode_math(s: str) -> str:
