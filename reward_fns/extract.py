@@ -47,7 +47,9 @@ _BOX_TOKEN_RE = re.compile(r"\\(?:boxed|fbox)[ \t]*\{|\\.|[{}]", re.DOTALL)  # "
 _NAME = r"(?:[A-Za-z]|\\(?:alpha|beta|gamma|delta|epsilon|varepsilon|zeta|eta|theta|vartheta|iota|kappa|lambda|mu|nu|xi|" \
         r"pi|rho|sigma|tau|upsilon|phi|varphi|chi|psi|omega|Gamma|Delta|Theta|Lambda|Xi|Pi|Sigma|Phi|Psi|Omega)" \
         r"(?![A-Za-z]))(?:_(?:\{[A-Za-z0-9, ]{1,8}\}|[A-Za-z0-9]))?'*"
-_GAP_RE = re.compile(r"(?:\s|\$|\\[\[\]()]|\\\\|[,;&]|\\q?quad(?![A-Za-z])|\\[,;:! ]"
+_GAP_RE = re.compile(r"(?:\s|\$|\\[\[\]()]|\\\\|[,;&]|\\q?quad(?![A-Za-z])|\\[,;:! ]|\*|[{}]|~"
+                     r"|\\(?:textbf|textit|mathbf|boldsymbol|bm|underline|emph)\s*\{"  # decoration around boxes
+                     r"|\\(?:Rightarrow|implies|Longrightarrow|longrightarrow|to)(?![A-Za-z])|[→⇒⟹]|=>|->"
                      r"|\\(?:text|mbox|textrm)\{[\s,]*(?:(?:and|or)[\s,]*)?\}|(?<![A-Za-z])(?:and|or)(?![A-Za-z])"
                      rf"|{_NAME} ?=)*", re.IGNORECASE)
 MAX_BOXES_IN_ANSWER = 16
