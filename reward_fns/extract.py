@@ -179,6 +179,7 @@ def _has_answer_marker(text: str) -> bool:
 # "Answer:" labels its line only when nothing but markup or (final/correct/my/short) precedes it on the line:
 # "Why this answer: ..." and "... of the form Answer: $Answer" are prose, not answer lines.
 _ANSWER_LABEL_PREFIX_RE = re.compile(r"(?i)(?:^|\n)[ \t>*#_\-|]*(?:\d{1,2}[.)][ \t]*)?(?:\*\*)?[ \t]*"
+                                    r"(?:(?:so|thus|therefore|hence|finally|overall)[ \t]*,?[ \t]+)?"
                                     r"(?:(?:the|my|our)[ \t]+)?(?:(?:final|correct|short|numerical)[ \t]+)?\Z")
 
 
