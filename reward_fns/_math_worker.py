@@ -42,6 +42,60 @@ def _load_extract():
     return module
 
 
+# RULE "numbers" (README): an integer gold is matched exactly (a float approximation never equals 10^20 + 1);
+# any other numeric gold accepts a decimal within this RELATIVE error (about six significant digits: 3.14159 for
+# pi, 0.333333 for 1/3), never a fixed number of decimal places (rounding to 6 places made 0.0 equal to every
+# gold below 5e-7 and accepted a wrong first significant digit there).
+REL_TOL = 5e-6
+EXACT_PRECISION = 60  # digits used to evaluate an exact difference (no chop: tiny values are not zero); a
+# difference below 10^-45 of the gold's size is taken as zero (mathematically equal forms evaluate to ~10^-60)
+
+
+def patch_numeric_comparison(grader, sympy) -> None:
+    """Replace math-verify 0.9.0's ``sympy_numeric_eq`` (fixed-decimal rounding, ``evalf(chop=True)``) in this
+    worker with the relative rule above; matrices and integer/percentage comparisons keep its own logic."""
+    original = grader.sympy_numeric_eq
+
+    def numeric_eq(a, b, float_rounding, numeric_precision):
+        if isinstance(a, (sympy.MatrixBase, sympy.MatrixExpr)) or isinstance(b, (sympy.MatrixBase, sympy.MatrixExpr)):
+            return original(a, b, float_rounding, numeric_precision)  # recurses into this function per element
+        atomic = grader.is_atomic_or_pct_atomic
+        if atomic(a, sympy.Number) or atomic(b, sympy.Number):
+            da, db = grader.safe_sympy_doit(a), grader.safe_sympy_doit(b)
+            if atomic(a, sympy.Float) or atomic(b, sympy.Float) or da.has(sympy.Float) or db.has(sympy.Float):
+                return float_close(da, db)  # also 9.31 \times 10^{-10}, a Float inside a product
+            return original(a, b, float_rounding, numeric_precision)
+        try:  # exact expressions: an exact difference must be 0; otherwise zero to 60 digits RELATIVE to the gold
+            if a.has(sympy.Float) or b.has(sympy.Float):
+                return float_close(grader.safe_sympy_doit(a), grader.safe_sympy_doit(b))
+            exact = a - b
+            if exact.is_Rational:
+                return bool(exact == 0)
+            diff = exact.evalf(n=EXACT_PRECISION)
+            if diff == 0:
+                return True
+            scale = abs(sympy.sympify(a).evalf(n=EXACT_PRECISION))
+            return bool(diff.is_comparable and scale.is_comparable and scale > 0
+                        and abs(diff) <= sympy.Float(10, EXACT_PRECISION) ** (15 - EXACT_PRECISION) * scale)
+        except Exception:
+            return False
+
+    def float_close(gold, pred):
+        try:
+            if not (gold.is_number and pred.is_number):
+                return False
+            if gold.is_Integer:
+                return bool(pred.is_Float and sympy.Rational(str(pred)) == gold) or bool(pred == gold)
+            g, p = gold.evalf(30), pred.evalf(30)
+            if not (g.is_comparable and p.is_comparable):
+                return False
+            return bool(abs(g - p) <= sympy.Float(REL_TOL, 30) * abs(g))
+        except Exception:
+            return False
+
+    grader.sympy_numeric_eq = numeric_eq
+
+
 def main() -> None:
     max_bytes = int(sys.argv[1]) if len(sys.argv) > 1 else 0
     # Keep the protocol on a private copy of stdout; anything the libraries print goes to /dev/null (a pipe
@@ -50,29 +104,43 @@ def main() -> None:
     os.dup2(2, 1)
     _limit_memory(max_bytes)
 
-    from math_verify import LatexExtractionConfig, parse, verify
+    import sympy
+    from math_verify import LatexExtractionConfig, grader, parse, verify
     from math_verify.errors import TimeoutException
 
+    patch_numeric_comparison(grader, sympy)
     extract = _load_extract()
     gold_config = [LatexExtractionConfig()]
     answer_config = [LatexExtractionConfig(boxed_match_priority=0)]
     gold_cache: OrderedDict[str, list] = OrderedDict()
 
     def parse_gold(gold: str, timeout: int) -> list:
+        """The parsed gold; raises ValueError when the gold is unusable: it fails the structural check, parses to
+        nothing, or math-verify does not accept the gold itself stated plainly (``\\boxed{gold}``)."""
         if gold in gold_cache:
             gold_cache.move_to_end(gold)
             return gold_cache[gold]
+        problem = extract.gold_problem(gold)
+        if problem is not None:
+            raise ValueError(f"the ground truth {problem}")
         parsed = parse("\\boxed{" + gold + "}", gold_config, parsing_timeout=timeout, raise_on_error=True)
+        if not parsed:
+            raise ValueError("math-verify parses the ground truth to nothing")
+        if extract.colon_form(gold) is None:
+            plain = parse_answer(extract.rewrite_admitted_forms(gold, gold), timeout, keep_percent=True)
+            if not plain or not safe_verify(parsed, plain, timeout):
+                raise ValueError("math-verify does not accept the ground truth itself stated plainly as "
+                                 "\\boxed{gold}")
         gold_cache[gold] = parsed
         if len(gold_cache) > GOLD_CACHE_SIZE:
             gold_cache.popitem(last=False)
         return parsed
 
-    def parse_answer(answer: str, timeout: int) -> list:
+    def parse_answer(answer: str, timeout: int, keep_percent: bool = False) -> list:
         # The answer is parsed ONE way, as a whole: wrapped in \boxed{} and only the match spanning the whole
         # box is tried (extraction_mode="first_match"), so math-verify never picks a sub-expression out of it.
         try:
-            return parse("\\boxed{" + extract.answer_for_parsing(answer) + "}", answer_config,
+            return parse("\\boxed{" + extract.answer_for_parsing(answer, keep_percent) + "}", answer_config,
                          extraction_mode="first_match", parsing_timeout=timeout, raise_on_error=True)
         except TimeoutException:
             raise
@@ -96,10 +164,10 @@ def main() -> None:
             gold = parse_gold(gold_str, pt)
         except TimeoutException:
             return {"status": "bad_gold", "detail": "parsing the ground truth timed out"}
+        except ValueError as exc:
+            return {"status": "bad_gold", "detail": str(exc)[:500]}
         except Exception as exc:
             return {"status": "bad_gold", "detail": f"math-verify cannot parse the ground truth: {exc!r}"[:500]}
-        if not gold:
-            return {"status": "bad_gold", "detail": "math-verify parses the ground truth to nothing"}
         text = req.get("text") or ""
         answer, how = extract.extract_math_answer(text)
         if answer is None and req.get("fallback"):
@@ -107,12 +175,18 @@ def main() -> None:
         if answer is None:
             return {"status": "no_answer", "how": "none"}
         reply = {"status": "ok", "correct": False, "pred": answer[:PRED_REPLY_CHARS], "how": how}
+        if how != "boxed_embedded":
+            answer = extract.rewrite_admitted_forms(answer, gold_str)
         problem = ("the final box is an operand of a larger expression" if how == "boxed_embedded"
                    else extract.answer_problem(answer, gold_str))
         if problem is not None:
             reply["detail"] = problem
             return reply
-        pred = parse_answer(answer, pt)
+        colon_gold = extract.colon_form(gold_str)
+        if colon_gold is not None:
+            reply["correct"] = extract.colon_form(answer) == colon_gold
+            return reply
+        pred = parse_answer(answer, pt, keep_percent="%" in gold_str)
         reply["correct"] = bool(pred) and safe_verify(gold, pred, vt)
         return reply
 

@@ -49,7 +49,9 @@ def decode_tests(ground_truth: str) -> dict:
     """Decode a ground truth written by :func:`encode_tests` (or plain JSON) and validate it."""
     if not isinstance(ground_truth, str):
         raise TestsDecodeError(f"code ground truth must be a str, got {type(ground_truth).__name__}")
-    text = ground_truth.strip()
+    text = ground_truth.strip().lstrip("\ufeff").strip()  # a UTF-8 byte-order mark written by some editors/tools
+    if not text:
+        raise TestsDecodeError("code ground truth is empty")
     if text.startswith("{"):
         try:
             return validate_tests(json.loads(text))
@@ -57,6 +59,8 @@ def decode_tests(ground_truth: str) -> dict:
             raise TestsDecodeError(f"code ground truth looks like JSON but does not parse: {exc}") from exc
     try:
         raw = zlib.decompress(base64.b64decode(text, validate=True))
-        return validate_tests(json.loads(raw.decode("utf-8")))
-    except (binascii.Error, zlib.error, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return validate_tests(json.loads(raw.decode("utf-8-sig")))
+    except TestsDecodeError:
+        raise
+    except (binascii.Error, zlib.error, UnicodeDecodeError, json.JSONDecodeError, ValueError) as exc:
         raise TestsDecodeError(f"code ground truth is neither JSON nor base64(zlib(JSON)): {exc}") from exc

@@ -107,6 +107,7 @@ class PreparedTests:
     fn_name: str | None
     inputs: tuple
     expected: tuple
+    reply_caps: tuple = ()  # functional: largest reply decoded per test (see :func:`reply_cap`)
 
     @property
     def mode(self) -> str:
@@ -137,7 +138,8 @@ def prepare_tests(ground_truth: str) -> PreparedTests:
             expected.append(json.loads(raw_out, parse_int=_parse_json_int))
         except ValueError as exc:
             raise BadCodeGroundTruth(f"functional test {i}: 'outputs'[{i}] is not JSON: {exc}")
-    return PreparedTests(fn_name, tuple(tests["inputs"]), tuple(expected))
+    caps = tuple(reply_cap(len(raw.encode("utf-8"))) for raw in tests["outputs"])
+    return PreparedTests(fn_name, tuple(tests["inputs"]), tuple(expected), caps)
 
 
 def _parse_json_int(text: str) -> int:
@@ -227,11 +229,125 @@ def _hashable(value: Any) -> Any:
     return value if not isinstance(value, (list, dict, set)) else _Opaque("unhashable")
 
 
+# Bounds on what the trusted process decodes and compares (stated in the isolation report, README "Code").
+# A functional reply may be at most REPLY_BYTES_PER_EXPECTED_BYTE x the expected output's JSON size plus
+# REPLY_BYTES_FLOOR bytes (a right answer's encoding is within a few times the expected text: tuples, floats'
+# repr); longer replies are wrong answers and are never decoded. Decoding is then linear in that size, and
+# comparison never rebuilds the program's value: no set or dict is built from untrusted elements (keys that all
+# hash alike cannot cost quadratic time), no Fraction is normalised (megabit gcds), no reference is expanded
+# (a million references to one list arrive as a million bytes, capped above).
+REPLY_BYTES_PER_EXPECTED_BYTE = 16
+REPLY_BYTES_FLOOR = 64 * 1024
+MAX_WIRE_TEXT = 1 << 20  # longest hex/decimal text of one number decoded in the trusted process
+_MISSING = object()
+
+
+def reply_cap(expected_json_bytes: int) -> int:
+    """Largest functional reply (bytes on the wire) decoded for an expected output of this JSON size."""
+    return REPLY_BYTES_PER_EXPECTED_BYTE * expected_json_bytes + REPLY_BYTES_FLOOR
+
+
+def _wire_number(wire: Any) -> Any:
+    """A number from the wire as a cheap exact Python value (int, float, Decimal, complex) or ``(n, d)`` for a
+    Fraction (never normalised); ``_MISSING`` when ``wire`` is not a number."""
+    if isinstance(wire, (bool, int, float)):
+        return wire
+    if not isinstance(wire, dict) or len(wire) != 1:
+        return _MISSING
+    (marker, payload), = wire.items()
+    if marker == "__x" and isinstance(payload, str) and len(payload) <= MAX_WIRE_TEXT:
+        return int(payload, 16)
+    if marker == "__q" and isinstance(payload, list) and len(payload) == 2 \
+            and all(isinstance(p, str) and len(p) <= MAX_WIRE_TEXT for p in payload):
+        return (int(payload[0], 16), int(payload[1], 16))
+    if marker == "__m" and isinstance(payload, str) and len(payload) <= MAX_WIRE_TEXT:
+        return Decimal(payload)
+    if marker == "__c" and isinstance(payload, list) and len(payload) == 2 \
+            and all(isinstance(p, (int, float)) and not isinstance(p, bool) for p in payload):
+        return complex(float(payload[0]), float(payload[1]))
+    return _MISSING
+
+
+def _number_equals(wire: Any, expected: Any) -> bool:
+    got = _wire_number(wire)
+    if got is _MISSING:
+        return False
+    if isinstance(got, tuple):  # Fraction n/d == expected, by cross-multiplication (exact, no gcd)
+        n, d = got
+        if d == 0:
+            return False
+        if isinstance(expected, float):
+            if not math.isfinite(expected):
+                return False
+            p, q = expected.as_integer_ratio()
+        else:
+            p, q = int(expected), 1
+        return n * q == p * d
+    return bool(got == expected)
+
+
+def _wire_key(wire: Any) -> Any:
+    """A dict key or set element from the wire: only scalars can equal a JSON key; else ``_MISSING``."""
+    if wire is None or isinstance(wire, str):
+        return wire
+    got = _wire_number(wire)
+    return _MISSING if isinstance(got, tuple) else got
+
+
+def _keyed_equals(items: list, expected: Any, values: bool) -> bool:
+    """Dict pairs / set elements against a TRUSTED dict/set: each untrusted key is only looked up in the
+    trusted container (no container is built from untrusted keys, so colliding hashes cost nothing)."""
+    if not isinstance(items, list) or len(items) != len(expected):
+        return False
+    used: set = set()  # holds only keys equal to expected ones (at most len(expected))
+    for item in items:
+        if values:
+            if not (isinstance(item, list) and len(item) == 2):
+                return False
+            key_wire, value_wire = item
+        else:
+            key_wire, value_wire = item, None
+        key = _wire_key(key_wire)
+        if key is _MISSING or key not in expected or key in used:
+            return False
+        used.add(key)
+        if values and not wire_equals(value_wire, expected[key]):
+            return False
+    return True
+
+
+def wire_equals(wire: Any, expected: Any) -> bool:
+    """``prediction == expected`` (Python semantics, LCB ``grade_call_based``) evaluated on the harness's wire
+    encoding WITHOUT rebuilding the prediction: linear in the reply's size, bounded recursion (the reply's
+    depth is capped before decoding)."""
+    if expected is None:
+        return wire is None
+    if isinstance(expected, (bool, int, float)):
+        return _number_equals(wire, expected)
+    if isinstance(expected, str):
+        return isinstance(wire, str) and wire == expected
+    if isinstance(expected, list):
+        return isinstance(wire, list) and len(wire) == len(expected) \
+            and all(wire_equals(w, e) for w, e in zip(wire, expected))
+    if not isinstance(wire, dict) or len(wire) != 1:
+        return False
+    (marker, payload), = wire.items()
+    if isinstance(expected, tuple):
+        return marker == "__t" and isinstance(payload, list) and len(payload) == len(expected) \
+            and all(wire_equals(w, e) for w, e in zip(payload, expected))
+    if isinstance(expected, dict):
+        return marker == "__d" and _keyed_equals(payload, expected, values=True)
+    if isinstance(expected, (set, frozenset)):
+        return marker in ("__s", "__f") and _keyed_equals(payload, expected, values=False)
+    return False
+
+
 def functional_matches(value_wire: Any, expected: Any) -> bool:
-    """LCB ``grade_call_based``: ``prediction == json.loads(output)`` on the rebuilt builtin value."""
+    """LCB ``grade_call_based``: ``prediction == json.loads(output)``, decided on the wire encoding
+    (:func:`wire_equals`; the program's value is never rebuilt in the trusted process)."""
     try:
-        return bool(from_wire(value_wire) == expected)
-    except Exception:  # RecursionError, decimal.InvalidOperation (sNaN), malformed wire values: never equal
+        return wire_equals(value_wire, expected)
+    except Exception:  # decimal.InvalidOperation (sNaN), malformed hex: never equal
         return False
 
 
@@ -280,9 +396,14 @@ def _output_cap(expected: tuple, limits: CodeLimits) -> int:
     return int(min(max(10 * longest, limits.min_output_mb * MIB), limits.max_output_mb * MIB))
 
 
+# Test hook only: extra job fields (e.g. ``test_exit_check_delay_s``, a delay the harness inserts between a
+# select timeout and its exit check, to prove output is drained after the child exits).
+TEST_JOB_OVERRIDES: dict = {}
+
+
 def _build_job(code: str, tests: PreparedTests, limits: CodeLimits) -> dict:
     n = len(tests.inputs)
-    return {
+    return {**TEST_JOB_OVERRIDES,
         "mode": tests.mode, "code": code, "fn_name": tests.fn_name, "inputs": list(tests.inputs),
         "timeout_s": limits.timeout_s,
         "cpu_seconds_per_test": int(math.ceil(limits.timeout_s)) + 1,
@@ -308,6 +429,8 @@ class _LineReader:
         """Next message, ``None`` on EOF; raises ``TimeoutError`` at the deadline."""
         while True:
             newline = self.buffer.find(b"\n")
+            if newline > self.max_line_bytes:
+                raise HarnessMessageTooLong("harness message too long")
             if newline >= 0:
                 line = bytes(self.buffer[:newline])
                 del self.buffer[:newline + 1]
@@ -341,7 +464,7 @@ class _LineReader:
                     self.eof = True
                 else:
                     self.buffer.extend(chunk)
-                    if len(self.buffer) > self.max_line_bytes:
+                    if len(self.buffer) > self.max_line_bytes and self.buffer.find(b"\n") < 0:
                         raise HarnessMessageTooLong("harness message too long")
 
 
@@ -392,13 +515,25 @@ def _drive(sandbox, job: dict, tests: PreparedTests, deadline: float, start: flo
     if hello is None or hello.get("event") != "ready":
         raise SandboxError(f"code sandbox failed before running the program ({report.backend}); "
                            f"stderr: {reader.stderr.decode('utf-8', 'replace')[-2000:]}")
+    if report.backend == "fallback" and "minimal_filesystem" in report.enforced and hello.get("mount_error"):
+        # the report promises hidden host directories: never run the program without them
+        raise SandboxError(f"fallback sandbox could not hide the host's directories: {hello['mount_error']}")
+    if "private_keyrings" in report.enforced and not (hello.get("private_keyring")
+                                                      and hello.get("keyring_syscalls_blocked")):
+        raise SandboxError(f"code sandbox could not make the keyrings private: {hello.get('keyring_error', '')}"
+                           f"{hello.get('seccomp_error', '')}")
     passed = 0
     while True:
+        if tests.mode == "functional":  # a reply too long to be right is never read whole, nor decoded
+            reader.max_line_bytes = tests.reply_caps[min(passed, n - 1)] + 4096
         try:
             message = reader.next(deadline)
         except TimeoutError:
             return result("global_timeout", passed, "overall (timeout+1)*n+5 s budget exhausted")
         except HarnessMessageTooLong as exc:
+            if tests.mode == "functional":
+                return result("wrong_answer", passed, f"test {passed}: return value far larger than the expected "
+                                                      f"output ({exc})")
             return result("output_limit", passed, str(exc))
         except HarnessMessageError as exc:
             return result("wrong_answer" if tests.mode == "functional" else "runtime_error", passed, str(exc))

@@ -17,7 +17,7 @@ BOXED_COMMANDS = ("\\boxed", "\\fbox")
 # "answer" + optional whitespace/bold + ":"; the value is the rest of the line. No two adjacent quantifiers can
 # match the same character, so a long whitespace run costs linear time (the old pattern backtracked
 # quadratically: "answer" + 1 MB of spaces took about a minute).
-ANSWER_LINE_RE = re.compile(r"(?i)answer\s*(?:\*\*[^\S\n]*)?:([^\n]*)")
+ANSWER_LINE_RE = re.compile(r"(?i)answer\s*(?:\*\*[^\S\n]*)?[:：]([^\n]*)")  # ASCII or full-width colon
 # How much of the final answer text the fallback (stated final answer) extraction may look at.
 FALLBACK_TAIL_CHARS = 2000
 # Longer extracted answers are not answers (a real final answer is a short expression); scored wrong_answer.
@@ -41,13 +41,15 @@ def strip_thinking(text: str) -> str | None:
 
 
 # One token per match: a box opening, an escaped character (skipped, so \{ and \} never count), or a brace.
-_BOX_TOKEN_RE = re.compile(r"\\(?:boxed|fbox)\{|\\.|[{}]", re.DOTALL)
+_BOX_TOKEN_RE = re.compile(r"\\(?:boxed|fbox)[ \t]*\{|\\.|[{}]", re.DOTALL)  # "\boxed {x}" is legal LaTeX
 # Connective text allowed between the boxes of one multi-valued answer: math delimiters, spaces, commas,
 # "and"/"or", and an assignment such as "x =" or "x_2 =" ("$x=\boxed{3}$ and $x=\boxed{5}$").
 _NAME = r"(?:[A-Za-z]|\\(?:alpha|beta|gamma|delta|epsilon|varepsilon|zeta|eta|theta|vartheta|iota|kappa|lambda|mu|nu|xi|" \
         r"pi|rho|sigma|tau|upsilon|phi|varphi|chi|psi|omega|Gamma|Delta|Theta|Lambda|Xi|Pi|Sigma|Phi|Psi|Omega)" \
         r"(?![A-Za-z]))(?:_(?:\{[A-Za-z0-9, ]{1,8}\}|[A-Za-z0-9]))?'*"
-_GAP_RE = re.compile(r"(?:\s|\$|\\[\[\]()]|\\\\|[,;&]|\\q?quad(?![A-Za-z])|\\[,;:! ]"
+_GAP_RE = re.compile(r"(?:\s|\$|\\[\[\]()]|\\\\|[,;&]|\\q?quad(?![A-Za-z])|\\[,;:! ]|\*|[{}]|~"
+                     r"|\\(?:textbf|textit|mathbf|boldsymbol|bm|underline|emph)\s*\{"  # decoration around boxes
+                     r"|\\(?:Rightarrow|implies|Longrightarrow|longrightarrow|to)(?![A-Za-z])|[→⇒⟹]|=>|->"
                      r"|\\(?:text|mbox|textrm)\{[\s,]*(?:(?:and|or)[\s,]*)?\}|(?<![A-Za-z])(?:and|or)(?![A-Za-z])"
                      rf"|{_NAME} ?=)*", re.IGNORECASE)
 MAX_BOXES_IN_ANSWER = 16
@@ -117,10 +119,26 @@ _AFTER_BOX_RE = re.compile(r"[-+*/^_=<>!'0-9(\[|≈≠≤≥±]|[ \t]{1,16}(?:[-
                            r"approx|sim|simeq|cong|le|ge|leq|geq|lt|gt|ne|neq|to|equiv)(?![A-Za-z]))"
                            r"|\\(?!(?:text|mbox|textrm|textbf|quad|qquad|end|right|tag|label|hfill|hspace|newline|nonumber)(?![A-Za-z]))"
                            r"[A-Za-z]")
+# Decoration that may follow the final box without making it an operand (RULE "box decorations", README): a
+# degree sign, an end-of-proof mark, closing braces/bold/math delimiters, LaTeX spaces, a unit in \text{} or
+# \mathrm{} (letters only: "\text{ (or 71)}" is not a unit).
+_AFTER_DECORATION_RE = re.compile(
+    r"(?:[ \t]{0,8}(?:\\[,;:! ]|~|\*\*|\}|\^\s*\{?\s*\\circ\s*\}?|°"
+    r"|\\(?:circ|degree|qed|blacksquare|square|Box|qedsymbol|hfill|quad|qquad)(?![A-Za-z])"
+    r"|\\(?:text|textrm|mathrm|mbox|textit|mathit|textnormal)\s*\{[ A-Za-z.]{0,40}\}))*")
 # Digits and a bullet-like "-", "+", "*" count only right next to the box ("2\boxed{35}", "-\boxed{984}"), so
-# prose such as "1 + 1 = 2 \boxed{2}" or a list item "- \boxed{3}" is not an expression.
-_BEFORE_BOX_RE = re.compile(r"(?:[-+*0-9]|(?:[/^_<>|≈≠≤≥±{]|\\(?:cdot|times|div|pm|mp|approx|sim|frac|sqrt|dfrac|tfrac|"
+# prose such as "1 + 1 = 2 \boxed{2}" or a list item "- \boxed{3}" is not an expression. A brace counts only as
+# an argument ("\frac{1}{\boxed{2}}", "^{\boxed{2}}"); "\textbf{\boxed{70}}" and "{\boxed{70}}" are decoration,
+# and so are an arrow ("\Rightarrow", "=>", "->"), bold "**" and HTML tags (removed before extraction).
+_BEFORE_BOX_RE = re.compile(r"(?:(?<![-=*])[-+0-9]|(?<!\*)\*(?!\*)|(?:[}^_]|\\(?:frac|dfrac|tfrac|cfrac|sqrt|binom)"
+                            r"(?:\[[^\]]{0,8}\])?)\{[ \t]{0,16}"
+                            r"|(?:[/^_<|≈≠≤≥±]|(?<![-=])>|\\(?:cdot|times|div|pm|mp|approx|sim|frac|sqrt|dfrac|tfrac|"
                             r"le|ge|leq|geq|lt|gt|ne|neq|cancel|not)(?![A-Za-z]))[ \t]{0,16})\Z")
+# A remark right after the final box (same line): "\text{ (or 71)}", "(approximately)". Hedges there void the box.
+_AFTER_ASIDE_RE = re.compile(r"[ \t]{0,8}(\\text[a-z]*\s*\{[^{}\n]{0,60}\}|\([^()\n]{0,60}\)|or\b[^\n]{0,40})")
+# HTML emphasis around an answer ("<b>\boxed{70}</b>"); never <sup>/<sub>, which carry math.
+_HTML_TAG_RE = re.compile(r"</?(?:b|strong|i|em|u|span|div|p|mark|center|code|br|font|big|small)\b[^<>\n]{0,80}>",
+                          re.IGNORECASE)
 
 
 def boxes_embedded(text: str) -> bool:
@@ -129,16 +147,81 @@ def boxes_embedded(text: str) -> bool:
     if not group:
         return False
     start, end = group[0][0], group[-1][2]
+    end = _AFTER_DECORATION_RE.match(text, end).end()
+    aside = _AFTER_ASIDE_RE.match(text, end)
+    if aside and (_HEDGE_RE.search(aside.group(1)) or re.search(r"(?i)(?<![A-Za-z])or(?![A-Za-z])", aside.group(1))
+                  or any(ch.isdigit() for ch in aside.group(1))):
+        return True  # "\boxed{70} \text{ (or 71)}", "\boxed{70} (maybe 71)": a hedge right after the box
     return bool(_AFTER_BOX_RE.match(text, end) or _BEFORE_BOX_RE.search(text[max(0, start - 24):start]))
 
 
+def math_final_text(text: str) -> str | None:
+    """The final-answer text of a math response: after ``</think>``; ``None`` if a ``<think>`` never closes.
+
+    RULE "stray </think>": a ``</think>`` echoed AFTER the answer (``...\\boxed{70}</think>``) does not erase
+    it: when the text after the last ``</think>`` holds no box and no "answer", and no ``<think>`` reopened
+    after the first ``</think>``, the final text is everything after the first ``</think>`` (tags removed).
+    """
+    close = text.find(THINK_CLOSE)
+    if close < 0:
+        return None if THINK_OPEN in text else text
+    after_last = text[text.rfind(THINK_CLOSE) + len(THINK_CLOSE):]
+    rest = text[close + len(THINK_CLOSE):]
+    if THINK_OPEN in rest or _has_answer_marker(after_last):
+        return after_last
+    return rest.replace(THINK_CLOSE, "\n")
+
+
+def _has_answer_marker(text: str) -> bool:
+    return bool(balanced_boxes(text)) or _ANSWER_WORD_RE.search(text) is not None
+
+
+# "Answer:" labels its line only when nothing but markup or (final/correct/my/short) precedes it on the line:
+# "Why this answer: ..." and "... of the form Answer: $Answer" are prose, not answer lines.
+_ANSWER_LABEL_PREFIX_RE = re.compile(r"(?i)(?:^|\n)[ \t>*#_\-|]*(?:\d{1,2}[.)][ \t]*)?(?:\*\*)?[ \t]*"
+                                    r"(?:(?:so|thus|therefore|hence|finally|overall)[ \t]*,?[ \t]+)?"
+                                    r"(?:(?:the|my|our)[ \t]+)?(?:(?:final|correct|short|numerical)[ \t]+)?\Z")
+
+
 def last_answer_line(text: str) -> str | None:
-    """Value of the last ``Answer: <value>`` line (case-insensitive) with a non-empty value, or ``None``."""
-    value = None
-    for match in ANSWER_LINE_RE.finditer(text):
-        if match.group(1).strip():
-            value = match.group(1)
-    return value
+    """Value of the last ``Answer: <value>`` line (case-insensitive, ASCII or full-width colon) with a non-empty
+    value, or ``None``. RULE "answer-line decorations": a later line whose value is prose or a placeholder
+    (an echoed instruction "... in the form Answer: $ANSWER", "this answer: checks out because ...") does not
+    replace an earlier real one; if every line is such, the last one is used (and scored as it is)."""
+    values = []
+    for m in ANSWER_LINE_RE.finditer(text):
+        if not _ANSWER_LABEL_PREFIX_RE.search(text, max(0, m.start() - 40), m.start()):
+            continue
+        value = m.group(1)
+        if not value.strip():  # "Answer:" alone on its line: the value is the next non-empty line (if short)
+            following = text[m.end():m.end() + 400].lstrip("\n \t").split("\n", 1)[0]
+            value = following if 0 < len(following.strip()) <= 200 and not ANSWER_LINE_RE.match(following) else ""
+        if value.strip():
+            values.append(value)
+    for value in reversed(values):
+        if not _is_prose_or_placeholder(value):
+            return value
+    return values[-1] if values else None
+
+
+_STATEMENT_OPENING_RE = re.compile(r"(?i)^[ \t]{0,8}(?:\*\*[ \t]{0,4})?(?:so,?\s+|thus,?\s+|therefore,?\s+)?(?:the\s+|my\s+)?"
+                                   r"(?:final\s+)?answer\s+is\b")
+_MATH_SEGMENT_RE = re.compile(r"\$[^$]*\$|\\\(.*?\\\)|\\\[.*?\\\]|\\[A-Za-z]+\s*\{[^{}]*\}|\\[A-Za-z]+")
+_WORD_RE = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}")
+
+
+def _is_prose_or_placeholder(value: str) -> bool:
+    value = value.strip()[:MAX_ANSWER_CHARS]  # longer values are rejected later anyway; keeps this linear
+    if _STATEMENT_OPENING_RE.match(value):
+        return False  # "The final answer is $70$." is read as a statement
+    plain = _MATH_SEGMENT_RE.sub(" ", value)
+    if _ANSWER_WORD_RE.search(plain) or re.search(r"(?i)\$?\b(?:your|final)[ _]?answer\b|<[a-z_ ]+>|\[[a-z_ ]+\]", value):
+        return True  # "$ANSWER", "<answer>", "[your answer]", "... answer ..."
+    return len(_WORD_RE.findall(plain)) >= 4 or (
+        len(_WORD_RE.findall(plain)) >= 2 and not re.search(r"[0-9$\\]", value))
+
+
+_FOOTNOTE_RE = re.compile(r"(?<=\S)\[\^[^\]\s]{1,8}\]\s*$")  # a markdown footnote mark: "70[^1]"
 
 
 def normalise_answer(answer: str) -> str:
@@ -156,6 +239,9 @@ def normalise_answer(answer: str) -> str:
             if s.startswith(left) and s.endswith(right) and len(s) >= 4:
                 s = s[2:-2].strip()
         s = s.rstrip(".,;").strip()
+        if len(s) >= 2 and s.startswith("`") and s.endswith("`"):  # a code span
+            s = s.strip("`").strip()
+        s = _FOOTNOTE_RE.sub("", s).strip()
         if s == previous:
             break
     return s
@@ -172,6 +258,7 @@ def extract_math_answer(final_text: str) -> tuple[str | None, str]:
     ``how == "boxed_embedded"``: the stated answer is the expression, not the box, and is scored wrong.
     Returns ``(answer, how)`` with ``how`` in ``{"boxed", "boxed_list", "boxed_embedded", "answer_line", "none"}``.
     """
+    final_text = _HTML_TAG_RE.sub("", final_text)
     contents = [normalise_answer(c) for c in final_boxes(final_text)]
     contents = [c for c in contents if c]
     if contents and boxes_embedded(final_text):
@@ -183,7 +270,14 @@ def extract_math_answer(final_text: str) -> tuple[str | None, str]:
     line = last_answer_line(final_text)
     if line is not None:
         # "Answer: \boxed{70}" was handled above; "Answer: $70$." is normalised here.
+        if _STATEMENT_OPENING_RE.match(line.strip()[:MAX_ANSWER_CHARS]):  # "Final Answer: The final answer is $70$. I hope it is correct."
+            stated = stated_final_answer(line.strip())
+            if stated is None:
+                return None, "none"
+            return stated, "answer_line"
         value = normalise_answer(line)
+        if value.endswith("?"):  # "Answer: 70?" asks, it does not state
+            return None, "none"
         if value:
             return value, "answer_line"
     return None, "none"
@@ -197,6 +291,10 @@ _STATEMENT_PREFIX_WORDS = frozenset({"so", "thus", "therefore", "hence", "finall
 _STATEMENT_VERB_RE = re.compile(r"(?i)(?:\*\*)? ?(?:is|=|:)(?![A-Za-z]) ?:? ?(?:\*\*)? ?")
 _SENTENCE_END_RE = re.compile(r"[.!?](?=\s|$)")
 MAX_STATEMENT_VALUE_CHARS = 200
+# Doubt right after a stated answer withdraws it (RULE "stated answer"): the statement is not a final answer.
+_DOUBT_RE = re.compile(r"(?i)\?|(?<![A-Za-z])(?:not\s+(?:sure|certain|confident)|unsure|uncertain|maybe|perhaps|"
+                       r"possibly|probably|i\s+think|i\s+guess|might\s+be|could\s+be|double[- ]check|let\s+me\s+check|"
+                       r"wait|hmm|or\s+(?:maybe|perhaps|possibly)|i'?m\s+not)(?![A-Za-z])")
 
 
 def _statement_value(text: str, match: re.Match) -> str | None:
@@ -223,9 +321,15 @@ def _statement_value(text: str, match: re.Match) -> str | None:
             after = rest[close + len(right):].lstrip(" \t*")
             if after and after[0] not in ".!\n":
                 return None  # "the answer is $70$ if ..." -- not a plain statement
+            if _DOUBT_RE.search(after.split("\n", 1)[0][:200]):
+                return None  # "The answer is $70$. Not sure."
             return value.strip() or None
     line = rest.split("\n", 1)[0]
     end = _SENTENCE_END_RE.search(line)
+    if end and end.group() == "?":
+        return None  # "The answer is 70? Not sure." asks, it does not state
+    if end and _DOUBT_RE.search(line[end.end():end.end() + 200]):
+        return None  # "The answer is 70. Not sure."
     value = (line[:end.start()] if end else line).strip().strip("*").strip()
     if not value or len(value) > MAX_STATEMENT_VALUE_CHARS:
         return None
@@ -335,7 +439,7 @@ def answer_problem(answer: str, gold: str) -> str | None:
     return None
 
 
-def answer_for_parsing(answer: str) -> str:
+def answer_for_parsing(answer: str, keep_percent: bool = False) -> str:
     """The string math-verify parses (wrapped in ``\\boxed{}``): nested box commands removed (their braces
     stay), grouping braces around the whole answer removed, a trailing percent sign dropped (``70\\%`` ≡ 70, a
     documented leniency)."""
@@ -344,7 +448,7 @@ def answer_for_parsing(answer: str) -> str:
         if not (s.startswith("{") and s.endswith("}")) or not _outer_braces_match(s):
             break
         s = s[1:-1].strip()
-    return _PERCENT_RE.sub("", s) or s
+    return s if keep_percent else (_PERCENT_RE.sub("", s) or s)  # a gold "50\\%" parses only as text
 
 
 def _outer_braces_match(s: str) -> bool:
@@ -378,3 +482,192 @@ def truncate_middle(text: str, limit: int) -> str:
         return text
     half = max(1, (limit - 5) // 2)
     return text[:half] + " ... " + text[-half:]
+
+
+# --- admitted forms: rewritten to the value they state before the rule and math-verify see them ---------------
+# Each rewrite is one RULE of reward_fns/README.md ("Leniency rules"), with the hedge it must not admit.
+_UNICODE_FRACTIONS = {"½": (1, 2), "⅓": (1, 3), "⅔": (2, 3), "¼": (1, 4), "¾": (3, 4), "⅕": (1, 5), "⅖": (2, 5),
+                      "⅗": (3, 5), "⅘": (4, 5), "⅙": (1, 6), "⅚": (5, 6), "⅛": (1, 8), "⅜": (3, 8), "⅝": (5, 8),
+                      "⅞": (7, 8), "⅐": (1, 7), "⅑": (1, 9), "⅒": (1, 10)}
+_SUPERSCRIPTS = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹⁻⁺", "0123456789-+")
+_SUPERSCRIPT_RUN_RE = re.compile("[⁰¹²³⁴⁵⁶⁷⁸⁹⁻⁺]+")
+_UNICODE_SYMBOLS = {"−": "-", "–": "-", "×": r"\times ", "·": r"\cdot ", "⋅": r"\cdot ", "÷": r"\div ", "π": r"\pi ",
+                    "∞": r"\infty ", "±": r"\pm ", "∓": r"\mp ", "\u2009": " ", "\u202f": " ", "\u00a0": " "}
+_ROOT_RE = re.compile(r"([√∛∜])\s*(\d+(?:\.\d+)?|[A-Za-z]|\([^()]*\)|\{[^{}]*\})")
+_DEGREE_RE = re.compile(r"\s*(?:\^\s*\{?\s*\\circ\s*\}?|\\circ|\\degree|°|\^\s*\{\s*\\text\{\s*o\s*\}\s*\})\s*$")
+_END_MARK_RE = re.compile(r"\s*\\(?:qed|blacksquare|square|Box|qedsymbol)\s*$")
+_TRAILING_UNIT_RE = re.compile(r"(?<=[\d}])(?:\s|\\[,;! ]|~)*\\(?:text|textrm|mathrm|mbox)\s*\{\s*([A-Za-z][A-Za-z .]{0,30})\}\s*$"
+                               r"|(?<=[\d$])\s+\(?([A-Za-z]{2,15}(?:\s+[A-Za-z]{2,15}){0,2})\)?"
+                               r"(?:\^\{?[23]\}?|[²³])?\s*$")
+_LATEX_SPACE_RE = re.compile(r"\\[,;:! ]|~|\\q?quad(?![A-Za-z])")
+_THOUSANDS_RE = re.compile(r"(?<![\d.,])\d{1,3}(?:(?: |\{,\}|,)\d{3})+(?![\d])")
+_REPEATING_RE = re.compile(r"^(-?)(\d*)\.(\d*)(?:\\overline\s*\{(\d{1,12})\}|\\dot\s*\{?(\d)\}?|\((\d{1,12})\))$")
+_CONGRUENCE_RE = re.compile(r"^(?P<lhs>[^=]*?)\s*(?:\\equiv|≡)\s*(?P<value>[-\w{}\\]+?)\s*"
+                            r"(?:\\pmod\s*\{?\s*(?P<m1>\w+)\s*\}?|\(\s*(?:\\bmod|\\mod|\\text\{\s*mod\s*\}|"
+                            r"\\mathrm\{\s*mod\s*\}|mod)\s*(?P<m2>\w+)\s*\)|\\(?:bmod|mod)\s*\{?\s*(?P<m3>\w+)\s*\}?)\s*$")
+_E_NOTATION_RE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)[eE]([-+]?\d{1,4})(?![\w.])")
+_PM_RE = re.compile(r"^(?P<a>[^=,;]*?)\s*\\(?:pm|mp)\s*(?P<b>[^=,;]+)$")
+_HEDGE_WORDS = frozenset({"or", "and", "not", "approximately", "about", "around", "roughly", "nearly", "maybe",
+                          "perhaps", "possibly", "probably", "either", "plus", "minus", "times", "over", "than",
+                          "less", "more", "at", "least", "most", "to", "if", "unless", "except", "wrong", "no",
+                          # words that change the value: "70 thousand", "2 pi", "3 squared", "5 factorial"
+                          "hundred", "hundreds", "thousand", "thousands", "million", "millions", "billion",
+                          "billions", "trillion", "dozen", "dozens", "squared", "cubed", "half", "halves", "third",
+                          "thirds", "quarter", "quarters", "tenth", "tenths", "hundredths", "thousandths", "pi",
+                          "sqrt", "root", "roots", "log", "ln", "sin", "cos", "tan", "factorial", "infinity",
+                          "inf", "power", "percent", "per", "divided", "by", "mod", "modulo", "remainder"})
+
+
+def _unicode_math(s: str) -> str:
+    """RULE "Unicode math": ½ → \\frac{1}{2} (2½ → 2+\\frac{1}{2}), √2 → \\sqrt{2}, x² → x^{2}, ° → ^\\circ,
+    − × · ÷ π ∞ ± → their LaTeX. Hedge kept: ± stays a hedge unless the gold lists both roots (RULE "±")."""
+    if s.isascii():
+        return s
+    for char, (num, den) in _UNICODE_FRACTIONS.items():
+        if char in s:
+            s = re.sub(rf"(\d)\s*{char}", rf"(\1+\\frac{{{num}}}{{{den}}})", s)
+            s = s.replace(char, rf"\frac{{{num}}}{{{den}}}")
+    s = _ROOT_RE.sub(lambda m: {"√": r"\sqrt", "∛": r"\sqrt[3]", "∜": r"\sqrt[4]"}[m.group(1)]
+                     + "{" + m.group(2).strip("(){}") + "}", s)
+    s = _SUPERSCRIPT_RUN_RE.sub(lambda m: "^{" + m.group().translate(_SUPERSCRIPTS) + "}", s)
+    for char, latex in _UNICODE_SYMBOLS.items():
+        s = s.replace(char, latex)
+    return s.replace("°", r"^\circ").strip()
+
+
+def _label_side(side: str) -> bool:
+    """RULE "labelled statement": does ``side`` NAME a quantity (``m+n``, ``|AB|``, ``\\angle ABC``, ``[ABC]``,
+    ``f(3)``, ``a_1``, ``x``)? No free numeral (``x+1``, ``2x`` are equations, not names), no relation."""
+    t = side.strip()
+    if not t or len(t) > 60:
+        return False
+    has_name = bool(re.search(r"[A-Za-z]", re.sub(r"\\(?:angle|measuredangle|triangle|overline|left|right|text|"
+                                                   r"mathrm|operatorname|lvert|rvert|vert|lbrack|rbrack)", "", t)))
+    t = re.sub(r"\\(?:left|right|big|Big|bigg|Bigg)(?![A-Za-z])", "", t)
+    t = re.sub(r"[_^](?:\{[^{}]*\}|\\?[A-Za-z0-9])", "", t)          # subscripts, superscripts: a_1, x^{(2)}
+    t = re.sub(r"(?<=[A-Za-z)}])\s*\([^()=]*\)", "", t)               # arguments: f(3), P(A)
+    if re.search(r"\d", t) or _relation_tokens(t):
+        return False
+    t = re.sub(r"\\[A-Za-z]+", "", t)
+    return has_name and re.fullmatch(r"[A-Za-z{}|\[\]()+\-*/ ,'.:]*", t) is not None
+
+
+def _gold_items(gold: str) -> list[str]:
+    return [g for g in split_top_level(_LIST_WORD_RE.sub(",", gold)) if g.strip()]
+
+
+def rewrite_admitted_forms(answer: str, gold: str) -> str:
+    """The extracted answer with every ADMITTED form rewritten to the value it states (README "Leniency
+    rules"); everything else is left for :func:`answer_problem` to judge. Pure, linear-ish in the answer."""
+    if len(answer) > MAX_ANSWER_CHARS:
+        return answer  # rejected by answer_problem; no rewrite scans it
+    s = _unicode_math(answer)
+    s = _LATEX_SPACE_RE.sub(" ", s).strip()
+    gold_has = lambda token: token in gold  # noqa: E731
+    for _ in range(2):
+        s = _END_MARK_RE.sub("", s)
+        if not any(gold_has(t) for t in ("circ", "°", "degree")):
+            s = _DEGREE_RE.sub("", s)
+        unit = _TRAILING_UNIT_RE.search(s)
+        if unit and not (set(w.lower() for w in (unit.group(1) or unit.group(2)).split()) & _HEDGE_WORDS) \
+                and not gold_has("\\text") and not re.search(r"[A-Za-z]{2}", _MATH_SEGMENT_RE.sub("", gold)):
+            s = s[:unit.start()].strip()
+            if s.startswith("$") and s.endswith("$"):  # "$70$ dollars"
+                s = s.strip("$").strip()
+    if not re.search(r"\d[eE]", gold):  # RULE "numbers": 9.31e-10 is 9.31 \times 10^{-10}, never Euler's e
+        s = _E_NOTATION_RE.sub(r"\1 \\times 10^{\2}", s)
+    single_gold = len(_gold_items(gold)) == 1
+    if single_gold and not re.search(r"\d(?: |\{,\}|,)\d", gold):
+        s = _THOUSANDS_RE.sub(lambda m: re.sub(r"\D", "", m.group()), s)  # RULE "thousands": 1 000 000, 1{,}000
+    items = split_top_level(s)
+    if not any(gold_has(t) for t in ("\\equiv", "≡", "mod")):
+        rewritten = []
+        for item in items:
+            m = _CONGRUENCE_RE.match(item.strip())
+            if m and (not m.group("lhs").strip() or _label_side(m.group("lhs"))):
+                item = m.group("value")  # RULE "congruence": x \equiv 3 \pmod 7 states the remainder 3
+            rewritten.append(item)
+        items = rewritten
+    if "=" not in gold:
+        rewritten = []
+        for item in items:
+            if item.count("=") == 1 and not re.search(r"[<>!]=|=[<>]|\\(?:le|ge|ne)q?", item):
+                left, right = item.split("=")
+                if _label_side(left) and not _label_side(right):
+                    item = right  # RULE "labelled statement": m+n = 70, |AB| = 70
+                elif _label_side(right) and not _label_side(left):
+                    item = left   # 70 = x
+            rewritten.append(item)
+        items = rewritten
+    items = [_repeating_decimal(item.strip()) for item in items]
+    if len(items) == 1 and len(_gold_items(gold)) == 2 and not any(gold_has(t) for t in ("\\pm", "±", "\\mp")):
+        m = _PM_RE.match(items[0].strip())
+        if m and not _relation_tokens(m.group("a") + m.group("b")) and m.group("b").strip():
+            a, b = m.group("a").strip(), m.group("b").strip()
+            b = f"({b})" if re.search(r"(?<!^)[-+]", b) else b
+            items = [f"{a}+{b}" if a else b, f"{a}-{b}"]  # RULE "±": a \pm b lists a+b, a-b for a two-root gold
+    return ", ".join(item.strip() for item in items)
+
+
+def _repeating_decimal(item: str) -> str:
+    """RULE "repeating decimal": 0.\\overline{3}, 0.1\\dot{6}, 0.(142857) → the exact fraction. A truncated
+    decimal (0.333) stays a decimal (relative tolerance, not exactness)."""
+    m = _REPEATING_RE.match(item)
+    if not m:
+        return item
+    sign, whole, fixed = m.group(1), m.group(2) or "0", m.group(3)
+    repeat = m.group(4) or m.group(5) or m.group(6)
+    numerator = int(whole + fixed + repeat) - int(whole + fixed)
+    denominator = (10 ** len(repeat) - 1) * 10 ** len(fixed)
+    return f"{sign}\\frac{{{numerator}}}{{{denominator}}}"
+
+
+# --- gold answers with a colon (clock times, ratios): compared as normalised text ---------------------------
+_COLON_GOLD_RE = re.compile(r"^\d{1,4}(?::\d{1,4}){1,2}$")
+
+
+def colon_form(text: str) -> str | None:
+    """``12:00``, ``12 : 00``, ``12\\colon 00``, ``\\text{12:00}`` → ``"12:00"``; ``None`` if ``text`` is not
+    digits separated by colons (RULE "colon golds": math-verify reads ``12:00`` as something else)."""
+    t = re.sub(r"\\(?:text|mathrm|textrm|mbox)\s*\{([^{}]*)\}", r"\1", text)
+    t = re.sub(r"\\colon|\\!:|\\mathrel\{:\}|：", ":", t)
+    t = re.sub(r"\s|\\[,;! ]|~|\$", "", t)
+    return t if _COLON_GOLD_RE.match(t) else None
+
+
+# --- ground-truth check (fast, no math-verify): an unusable gold is a dataset bug ---------------------------
+MAX_GOLD_CHARS = 1000
+
+
+def gold_problem(gold: object) -> str | None:
+    """Why ``gold`` cannot be a math ground truth (``None`` if it can), without math-verify (microseconds):
+    not a non-empty string, longer than MAX_GOLD_CHARS, unbalanced braces (``\\frac{1}{``, ``{70``), an
+    unclosed ``\\left``/``$``, or prose (two or more plain words and no digit or LaTeX: ``some words``).
+    The math worker additionally checks that math-verify parses the gold and accepts ``\\boxed{gold}``."""
+    if not isinstance(gold, str):
+        return f"must be a string, got {type(gold).__name__}"
+    g = gold.strip()
+    if not g:
+        return "is empty"
+    if len(g) > MAX_GOLD_CHARS:
+        return f"is longer than {MAX_GOLD_CHARS} characters"
+    depth = 0
+    for match in re.finditer(r"\\.|[{}]", g):
+        token = match.group()
+        if token == "{":
+            depth += 1
+        elif token == "}":
+            depth -= 1
+            if depth < 0:
+                return "has an unmatched '}'"
+    if depth:
+        return "has an unclosed '{'"
+    if g.count("\\left") != g.count("\\right"):
+        return "has unmatched \\left/\\right"
+    if len(re.findall(r"(?<!\\)\$", g)) % 2:
+        return "has an unclosed '$'"
+    if re.search(r"\\(?:frac|dfrac|tfrac|sqrt|binom)\s*$|[\^_]\s*$|\\$", g):
+        return "ends inside a command"
+    if not re.search(r"[0-9\\^_=+*/()\[\]<>|]", g) and len(re.findall(r"[A-Za-z]+", g)) >= 2:
+        return "is prose, not a math answer"
+    return None

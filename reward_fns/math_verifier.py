@@ -21,7 +21,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from .extract import strip_thinking, truncate_middle
+from .extract import gold_problem, math_final_text, truncate_middle
 from .worker_pool import WorkerDied, WorkerPool, WorkerTimeout
 
 logger = logging.getLogger(__name__)
@@ -139,9 +139,10 @@ def compute_math_score(solution_str: str, ground_truth: str, *, fallback_extract
     """
     if not isinstance(solution_str, str):
         raise TypeError(f"solution_str must be str, got {type(solution_str).__name__}")
-    if not isinstance(ground_truth, str) or not ground_truth.strip():
-        raise BadGroundTruth(f"math ground truth must be a non-empty string, got {ground_truth!r}")
-    final_text = strip_thinking(solution_str)
+    problem = gold_problem(ground_truth)
+    if problem is not None:
+        raise BadGroundTruth(f"math ground truth {ground_truth!r} {problem}")
+    final_text = math_final_text(solution_str)
     if final_text is None or not final_text.strip():
         return math_result(False, "no_answer", "")
     request = {"gold": ground_truth.strip(), "text": final_text[-MAX_FINAL_TEXT_CHARS:],

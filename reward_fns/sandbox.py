@@ -59,6 +59,8 @@ PROTECTIONS: dict[str, str] = {
     "ipc_namespace": "private IPC namespace: SysV segments are invisible to the host and die with the run",
     "no_new_privs": "PR_SET_NO_NEW_PRIVS: setuid binaries and file capabilities grant nothing",
     "no_user_namespaces": "creating user namespaces is refused (seccomp), so no namespace-root capabilities",
+    "private_keyrings": "a fresh empty session keyring per sample and every keyring syscall refused (seccomp): no key "
+                        "of the trainer is readable and no key survives into a later sample",
 }
 
 
@@ -118,6 +120,12 @@ def _bwrap_works(bwrap: str, is_root: bool) -> tuple[bool, str]:
     return True, ""
 
 
+# What the trusted (trainer-side) process does with a sample's output is bounded before the work; see
+# reward_fns/README.md "Trusted side's bounds" and code_verifier.reply_cap / wire_equals.
+TRUSTED_SIDE = ("stdout capped at clamp(10 x longest expected, 1 MiB, 64 MiB), compared line by line; a functional "
+                "reply over 16 x expected JSON + 64 KiB is wrong_answer unread, under it refused if nested > 200 "
+                "levels, then compared on its JSON form in linear time (no value rebuilt, no set/dict built from "
+                "untrusted keys, no Fraction normalised); the harness forwards values undecoded")
 MONITOR = "harness monitor (RSS counters of every process, confirmed by PSS, + memfds + SysV + tmpfs, every 20 ms) and RLIMIT_AS per process"
 
 
@@ -125,15 +133,19 @@ def _fallback_report(is_root: bool, bwrap: str | None, note: str) -> IsolationRe
     enforced = ["fresh_interpreter", "process_group_kill", "resource_limits", "minimal_environment",
                 "expected_outputs_withheld", "no_new_privs", "sample_memory_limit"]
     if is_root:
-        enforced += ["private_uid", "network_namespace", "ipc_namespace", "sample_process_limit"]
+        enforced += ["private_uid", "network_namespace", "ipc_namespace", "sample_process_limit",
+                     "minimal_filesystem", "hidden_home", "private_keyrings"]
         limits = (("memory", MONITOR), ("pids", "RLIMIT_NPROC of the per-run uid"),
-                  ("ipc", "private IPC namespace, SysV capped at the memory limit"))
+                  ("ipc", "private IPC namespace, SysV capped at the memory limit"), ("trusted_side", TRUSTED_SIDE))
     else:
         limits = (("memory", MONITOR + " (SysV segments of the host namespace not attributed)"),
                   ("pids", "harness monitor count only (racy: no RLIMIT_NPROC without root)"),
-                  ("ipc", "none: host IPC namespace"))
+                  ("ipc", "none: host IPC namespace; SysV msg/sem and POSIX mqueues refused (seccomp)"),
+                  ("trusted_side", TRUSTED_SIDE))
     if _seccomp_supported():
         enforced.append("no_user_namespaces")
+        if "private_keyrings" not in enforced:
+            enforced.append("private_keyrings")
     missing = tuple(p for p in PROTECTIONS if p not in enforced)
     return IsolationReport("fallback", tuple(enforced), missing, is_root, bwrap, note, limits)
 
@@ -160,13 +172,13 @@ def detect_isolation(mode: str | None = None) -> IsolationReport:
         if ok:
             lacking = set() if is_root else {"private_uid", "sample_process_limit"}
             if not _seccomp_supported():
-                lacking.add("no_user_namespaces")
+                lacking.update({"no_user_namespaces", "private_keyrings"})
             enforced = tuple(p for p in PROTECTIONS if p not in lacking)
             missing = tuple(p for p in PROTECTIONS if p not in enforced)
             note = "" if is_root else "not root: cannot switch to a per-run uid, RLIMIT_NPROC left unset"
             limits = (("memory", MONITOR + "; /tmp and /dev/shm tmpfs capped"),
                       ("pids", "RLIMIT_NPROC of the per-run uid" if is_root else "harness monitor count only"),
-                      ("ipc", "private IPC namespace (--unshare-ipc)"))
+                      ("ipc", "private IPC namespace (--unshare-ipc)"), ("trusted_side", TRUSTED_SIDE))
             report = IsolationReport("bwrap", enforced, missing, is_root, bwrap, note, limits)
             if missing:
                 logger.warning(report.describe())
@@ -251,14 +263,38 @@ def _interpreter_dirs() -> list[str]:
     return sorted(d for d in dirs if not any(d != o and d.startswith(o + "/") for o in dirs))
 
 
-def _fallback_overlays() -> list[list]:
-    """Hidden directories (mode without o+x, e.g. /root) that contain interpreter prefixes: the root fallback
-    replaces each with a tmpfs holding read-only binds of just those prefixes, so the per-run uid can import."""
+# Top-level directories the root fallback leaves visible (bwrap shows the same system trees; /etc is reduced to
+# ETC_FILES below, /tmp holds the work dirs, /proc and /dev are the kernel's).
+FALLBACK_VISIBLE_TOP = frozenset({"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "proc", "dev", "tmp"})
+
+
+def _fallback_overlays(workdir: str | None = None) -> list[list]:
+    """What the root fallback hides, as ``[[directory, [paths kept visible inside it]], ...]``: every top-level
+    directory except :data:`FALLBACK_VISIBLE_TOP` (so ``/home``, ``/root``, ``/srv``, ``/opt``, ``/mnt``, ``/var``,
+    ``/work``, ``/sys``, ``/run`` ... are empty, as under bwrap), ``/etc`` except :data:`ETC_FILES`, and any deeper
+    directory the per-run uid cannot traverse that holds the interpreter. Each is replaced, inside the harness's
+    own mount namespace, by a tmpfs holding read-only binds of just the interpreter's prefixes (and the work dir
+    when it lives there)."""
+    keep = _interpreter_dirs() + ([os.path.realpath(workdir)] if workdir else [])
     plan: dict[str, list[str]] = {}
+    try:
+        tops = sorted(os.listdir("/"))
+    except OSError:
+        tops = []
+    for name in tops:
+        path = "/" + name
+        if name in FALLBACK_VISIBLE_TOP or os.path.islink(path) or not os.path.isdir(path):
+            continue
+        if name == "etc":
+            plan[path] = [p for p in ETC_FILES if os.path.exists(p)]
+        else:
+            plan[path] = [k for k in keep if k.startswith(path + "/")]
     for prefix in _interpreter_dirs():
         parts = Path(prefix).parts
         for depth in range(2, len(parts)):
             ancestor = str(Path(*parts[:depth]))
+            if any(ancestor == h or ancestor.startswith(h + "/") for h in plan):
+                break  # already under a hidden top-level directory
             try:
                 mode = os.stat(ancestor).st_mode
             except OSError:
@@ -266,13 +302,25 @@ def _fallback_overlays() -> list[list]:
             if not mode & 0o001:
                 plan.setdefault(ancestor, []).append(prefix)
                 break
-    return [[hidden, prefixes] for hidden, prefixes in plan.items()]
+    return [[hidden, sorted(set(prefixes))] for hidden, prefixes in plan.items()]
 
 
 @functools.lru_cache(maxsize=1)
 def harness_source() -> str:
     """The harness program, passed with ``-c`` so it needs no file visible inside the sandbox."""
     return HARNESS_PATH.read_text(encoding="utf-8")
+
+
+@functools.lru_cache(maxsize=1)
+def harness_command() -> tuple[str, ...]:
+    """``python -I -S -c <site dirs + harness>``. ``-S`` skips ``site``: processing the environment's ``.pth``
+    files (an editable install's import finder pulls in pathlib and more) cost about 25 of the 40 ms an idle
+    interpreter needs to start, once per sample. The site-packages directories themselves are appended to
+    ``sys.path`` exactly where ``site`` would put them, so the program still imports numpy & co."""
+    import site
+    dirs = [d for d in site.getsitepackages() if os.path.isdir(d)]
+    prefix = f"import sys\nsys.path.extend({dirs!r})\n"
+    return (sys.executable, "-I", "-S", "-c", prefix + harness_source())
 
 
 @dataclass
@@ -301,7 +349,60 @@ class SandboxProcess:
     def cleanup(self) -> None:
         """Remove the host work dir (fallback only); the bwrap tmpfs vanishes by itself."""
         if self.host_workdir:
-            shutil.rmtree(self.host_workdir, ignore_errors=True)
+            try:
+                remove_tree(self.host_workdir)
+            except OSError as exc:
+                logger.error("could not remove sandbox work dir %s: %s", self.host_workdir, exc)
+
+
+def remove_tree(root: str) -> None:
+    """Delete ``root`` and everything under it, however deep, without recursion and without long paths.
+
+    The program controls the work dir: ``shutil.rmtree`` recurses once per level (a chain of a few thousand
+    directories raises ``RecursionError``) and full paths beyond PATH_MAX fail. Here every subdirectory is
+    renamed up into ``root`` (relative to open directory fds, so path length never grows) and removed once empty;
+    at most two directory fds are open at a time. Unreadable modes the program set are reset first; symlinks are
+    unlinked, never followed."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+    try:
+        root_fd = os.open(root, flags)
+    except FileNotFoundError:
+        return
+    counter = 0
+    try:
+        queue = [None]  # None = root itself; other entries are names directly inside root
+        while queue:
+            name = queue.pop()
+            if name is None:
+                fd = os.dup(root_fd)
+            else:
+                os.chmod(name, 0o700, dir_fd=root_fd, follow_symlinks=False)
+                fd = os.open(name, flags, dir_fd=root_fd)
+            try:
+                with os.scandir(fd) as entries:
+                    children = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
+                for child, is_dir in children:
+                    if is_dir:
+                        counter += 1
+                        flat = f".ibpo-rm-{counter}"
+                        while True:  # a name the program chose may already exist in root
+                            try:
+                                os.stat(flat, dir_fd=root_fd, follow_symlinks=False)
+                            except FileNotFoundError:
+                                break
+                            counter += 1
+                            flat = f".ibpo-rm-{counter}"
+                        os.rename(child, flat, src_dir_fd=fd, dst_dir_fd=root_fd)
+                        queue.append(flat)
+                    else:
+                        os.unlink(child, dir_fd=fd)
+            finally:
+                os.close(fd)
+            if name is not None:
+                os.rmdir(name, dir_fd=root_fd)
+    finally:
+        os.close(root_fd)
+    os.rmdir(root)
 
 
 def sweep_uid(uid: int) -> None:
@@ -331,7 +432,7 @@ def launch(job: dict, report: IsolationReport) -> SandboxProcess:
     """
     uid = new_sandbox_uid() if report.is_root else None
     job["sandbox_uid"] = uid
-    interpreter = [sys.executable, "-I", "-c", harness_source()]
+    interpreter = list(harness_command())
     job.setdefault("sample_memory_bytes", job.get("memory_bytes", 4 << 30))
     job["tmpfs_bytes"] = SANDBOX_TMPFS_BYTES
     if report.backend == "bwrap":
@@ -347,7 +448,7 @@ def launch(job: dict, report: IsolationReport) -> SandboxProcess:
         os.chown(workdir, uid, uid)
     job.update(workdir=workdir, unshare_network=report.is_root, network_isolated_by_launcher=False,
                in_pid_namespace=False, preimport=True, in_ipc_namespace=False,
-               fallback_overlays=_fallback_overlays() if report.is_root else [],
+               fallback_overlays=_fallback_overlays(workdir) if report.is_root else [],
                tmpfs_dirs=["/dev/shm"] if report.is_root else [])
     env = dict(MINIMAL_ENV, HOME=workdir, TMPDIR=workdir)
     try:

@@ -35,6 +35,71 @@ def throughput(items: list[tuple], threads: int) -> float:
     return len(items) / elapsed
 
 
+# --- comparison with verl's own verifiers on the same samples ------------------------------------------------
+# LiveCodeBench-style stdin problems (verl's prime_code runs APPS-style stdin tests; its call-based format differs
+# from LCB's, so the comparison uses stdin problems only): a right and a wrong program per problem, and the real
+# LCB row 1873_A from tests/fixtures.
+_FIXTURE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "fixtures", "reward",
+                        "lcb_1873_A.json")
+_PROBLEMS = [
+    ("a, b = map(int, input().split())\nprint(a + b)", "a, b = map(int, input().split())\nprint(a - b)",
+     [f"{i} {3 * i + 1}\n" for i in range(8)], [f"{4 * i + 1}\n" for i in range(8)]),
+    ("n = int(input())\nxs = list(map(int, input().split()))\nprint(max(xs) - min(xs))",
+     "n = int(input())\nxs = list(map(int, input().split()))\nprint(max(xs))",
+     [f"5\n{i} {i + 7} 3 {2 * i} 1\n" for i in range(1, 9)],
+     [f"{max(i, i + 7, 3, 2 * i, 1) - min(i, i + 7, 3, 2 * i, 1)}\n" for i in range(1, 9)]),
+    ("import sys\nfor line in sys.stdin.read().split()[1:]:\n    print(line[::-1])",
+     "import sys\nfor line in sys.stdin.read().split()[1:]:\n    print(line)",
+     [f"2\nab{i}\nxyz{i}\n" for i in range(8)], [f"{i}ba\n{i}zyx\n" for i in range(8)]),
+]
+
+
+def comparison_samples() -> list[tuple[str, dict]]:
+    """(program, {"inputs", "outputs"}) pairs: for each problem its right and its wrong program."""
+    import json
+    samples = []
+    for right, wrong, inputs, outputs in _PROBLEMS:
+        samples += [(right, {"inputs": inputs, "outputs": outputs}), (wrong, {"inputs": inputs, "outputs": outputs})]
+    with open(_FIXTURE, encoding="utf-8") as fh:
+        row = json.load(fh)
+    solution = ("t = int(input())\nfor _ in range(t):\n    s = input().strip()\n"
+                "    print('YES' if sum(a != b for a, b in zip(s, 'abc')) <= 2 else 'NO')")
+    samples.append((solution, {"inputs": row["inputs"], "outputs": row["outputs"]}))
+    return samples
+
+
+def compare_with_verl(threads: int, rounds: int) -> list[tuple[str, float, str]]:
+    """Samples/s and agreement of ours vs verl's prime_code (code) and verl's math_verify (math)."""
+    from verl.utils.reward_score import math_verify as verl_math_verify
+    from verl.utils.reward_score import prime_code
+
+    rows = []
+    code = comparison_samples() * rounds
+    ours_items = [("livecodebench_v6", f"```python\n{prog}\n```", encode_tests(dict(tc, fn_name=None)))
+                  for prog, tc in code]
+
+    def timed(fn, items):
+        with ThreadPoolExecutor(max_workers=threads) as pool:  # warm: every worker/pool/manager starts untimed
+            list(pool.map(fn, items[:2 * threads]))
+        start = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            out = list(pool.map(fn, items))
+        return len(items) / (time.perf_counter() - start), out
+
+    rate, ours = timed(lambda it: compute_score(*it)["score"], ours_items)
+    rows.append((f"code, ours (compute_score, sandboxed), {threads} thread(s)", rate,
+                 f"{sum(ours):.0f}/{len(ours)} right"))
+    rate, theirs = timed(lambda it: float(prime_code.compute_score(f"```python\n{it[0]}\n```", it[1], continuous=True)[0] == 1),
+                         code)
+    rows.append((f"code, verl prime_code, {threads} thread(s)", rate, f"{sum(theirs):.0f}/{len(theirs)} right"))
+    math_items = [MATH_ITEMS[i % len(MATH_ITEMS)] for i in range(16 * rounds)]
+    rate, ours = timed(lambda it: compute_score(*it)["score"], math_items)
+    rows.append((f"math, ours (compute_score), {threads} thread(s)", rate, f"{sum(ours):.0f}/{len(ours)} right"))
+    rate, theirs = timed(lambda it: float(verl_math_verify.compute_score(it[1], it[2])), math_items)
+    rows.append((f"math, verl math_verify, {threads} thread(s)", rate, f"{sum(theirs):.0f}/{len(theirs)} right"))
+    return rows
+
+
 def per_call_seconds(fn, repeats: int) -> float:
     fn()  # warm
     start = time.perf_counter()
@@ -47,9 +112,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--samples", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--compare-rounds", type=int, default=2,
+                        help="passes over the comparison samples (7 code, 16 math per pass); 0 skips the comparison")
+    parser.add_argument("--only-compare", action="store_true", help="print only the comparison with verl")
     args = parser.parse_args()
     report = detect_isolation()
     print(report.describe(), file=sys.stderr)
+    if args.compare_rounds:
+        print(f"\n| {'same samples: ours vs verl':<58} | {'samples/s':>9} | {'agreement':<12} |\n"
+              f"|{'-' * 60}|{'-' * 11}|{'-' * 14}|")
+        for threads in (1, 2):
+            set_max_concurrent_sandboxes(threads)
+            for name, rate, note in compare_with_verl(threads, args.compare_rounds):
+                print(f"| {name:<58} | {rate:>9.2f} | {note:<12} |", flush=True)
+        if args.only_compare:
+            return
     rows = []
     for workers in (1, 2):
         os.environ["IBPO_MATH_WORKERS"] = str(workers)

@@ -131,7 +131,8 @@ def test_sequential_allocations_under_the_limit_pass(backend):
 def test_report_names_each_limit_mechanism_honestly():
     for backend in BACKENDS:
         limits = detect_isolation(backend).limit_mechanisms
-        assert set(limits) == {"memory", "pids", "ipc"}
+        assert set(limits) == {"memory", "pids", "ipc", "trusted_side"}
+        assert "64 KiB" in limits["trusted_side"] and "200 levels" in limits["trusted_side"]
         # No cgroup is used (see README): the report must not claim one.
         assert all("cgroup" not in how for how in limits.values()), limits
     if os.geteuid() == 0:
