@@ -90,7 +90,9 @@ def check_math_gold(data_source: str, gold: Any, score_fn: Callable[..., Any] | 
     except BadGold:
         raise
     except ValueError as exc:  # BadGroundTruth and the checker's errors are ValueErrors
-        raise BadGold(f"gold answer {gold!r:.{SHOWN_CHARS}} is unusable: {exc}") from exc
+        # the caller names file, row and field: keep the verifier's reason, not its own row label
+        reason = str(exc).split(", field reward_model.ground_truth: ", 1)[-1]
+        raise BadGold(f"gold answer {gold!r:.{SHOWN_CHARS}} is unusable: {reason}") from exc
     score = result.get("score") if isinstance(result, dict) else result
     if score != 1.0:
         verdict = result.get("verdict") if isinstance(result, dict) else None

@@ -248,10 +248,11 @@ def set_field(row: int, name: str, value):
     ("unknown_source", set_field(5, "data_source", "synthetic_arith"),
      "row 5, field data_source: 'synthetic_arith' is not a data source the reward function knows"),
     ("truncated_gold", set_gold(6, "\\frac{1}{"),
-     "row 6, field reward_model.ground_truth: gold answer '\\\\frac{1}{' stated plainly as \\boxed{...} scores 0.0 "
-     "(verdict no_answer), not 1"),
+     "row 6, field reward_model.ground_truth: gold answer '\\\\frac{1}{' is unusable: math ground truth "
+     "'\\\\frac{1}{' has an unclosed '{'"),
     ("prose_gold", set_gold(3, "some words"),
-     "row 3, field reward_model.ground_truth: gold answer 'some words' reads as prose"),
+     "row 3, field reward_model.ground_truth: gold answer 'some words' is unusable: math ground truth 'some words' "
+     "is prose, not a math answer"),
     ("empty_gold", set_gold(7, " "), "row 7, field reward_model.ground_truth: expected a non-empty string"),
     ("empty_prompt", set_field(4, "prompt", []), "row 4, field prompt: no messages"),
     ("bad_role", set_field(2, "prompt", [{"role": "human", "content": "What is 1 + 1?"}]),

@@ -368,7 +368,7 @@ MALFORMED_CASES = [
     (_math(hmmt25.prepare_hmmt25, allow_partial=True), "hmmt/answer_missing.parquet", "answer", "missing"),
     (_math(hmmt25.prepare_hmmt25, allow_partial=True), "hmmt/answer_int64.parquet", "answer", "LaTeX strings; got int"),
     (_math(hmmt25.prepare_hmmt25, allow_partial=True), "hmmt/answer_unparsable.parquet", "answer",
-     "gold answer '}{' has no math in it"),
+     "gold answer '}{' is unusable: math ground truth '}{' has an unmatched '}'"),
     (_math(gsm8k.prepare_gsm8k), "gsm8k/no_final_answer.parquet", "answer", "no '#### <number>'"),
     (_math(dapo_math.prepare_dapo_math), "dapo/not_dapo_template.parquet", "prompt", "not in the DAPO 'Answer:' template"),
 ]
@@ -389,8 +389,8 @@ def test_malformed_row_error_names_file_row_and_field(prepare, name, field, mess
 
 
 @pytest.mark.parametrize("answer, message", [
-    ("\\frac{1}{", "gold answer '\\\\frac{1}{' stated plainly as \\boxed{...} scores 0.0 (verdict no_answer), not 1"),
-    ("some words", "gold answer 'some words' reads as prose (words ['some', 'words'])"),
+    ("\\frac{1}{", "gold answer '\\\\frac{1}{' is unusable: math ground truth '\\\\frac{1}{' has an unclosed '{'"),
+    ("some words", "gold answer 'some words' is unusable: math ground truth 'some words' is prose, not a math answer"),
     ("the answer is 5", "reads as prose"),
     ("\\sqrt{", "gold answer '\\\\sqrt{'"),
 ])

@@ -49,9 +49,10 @@ def test_a_good_file_passes_and_reports_what_it_checked(tmp_path):
     (row(prompt=[{"role": "user", "content": None}]), "row 3, field prompt: a message's content is null"),
     (row(prompt=[{"role": "human", "content": "hi"}]), "row 3, field prompt: a message's role is not one of"),
     (row(prompt=[{"role": "user", "content": "  "}]), "row 3, field prompt: no user message with non-empty content"),
-    (row("\\frac{1}{"), "row 3, field reward_model.ground_truth: gold answer '\\\\frac{1}{' stated plainly as "
-                        "\\boxed{...} scores 0.0 (verdict no_answer), not 1"),
-    (row("some words"), "row 3, field reward_model.ground_truth: gold answer 'some words' reads as prose"),
+    (row("\\frac{1}{"), "row 3, field reward_model.ground_truth: gold answer '\\\\frac{1}{' is unusable: math "
+                        "ground truth '\\\\frac{1}{' has an unclosed '{'"),
+    (row("some words"), "row 3, field reward_model.ground_truth: gold answer 'some words' is unusable: math ground "
+                        "truth 'some words' is prose, not a math answer"),
     (row(""), "row 3, field reward_model.ground_truth: expected a non-empty string, got ''"),
 ])
 def test_a_bad_later_row_is_named(tmp_path, bad, expected):
