@@ -44,7 +44,7 @@ from toy_task.addition import DATA_SOURCE, AdditionProblem, sample_problems
 
 TEST_SEED = 5000  # test problems: disjoint from SFT (1000+), RL train (0) and val (1) seeds
 MAX_RESPONSE_TOKENS = 96
-MILESTONES = (0.25, 0.5, 0.75, 1.0)
+MILESTONES = (0.5, 1.0)
 
 
 @dataclass(frozen=True)
@@ -146,7 +146,7 @@ def generate(generator, prompts: list[list[int]], seeds: list[int] | None, chunk
 
 def evaluate(toy: Toy, generator) -> np.ndarray:
     """Greedy correctness (0/1) on every test problem."""
-    responses = generate(generator, [toy.prompt_ids(p) for p in toy.test], None)
+    responses = generate(generator, [toy.prompt_ids(p) for p in toy.test], None, chunk=512)
     return np.array([toy.score(r, p) for r, p in zip(responses, toy.test)], dtype=np.float64)
 
 
@@ -175,9 +175,13 @@ def gspo_loss(model: torch.nn.Module, prompts: list[list[int]], responses: list[
     return per_row.mean()
 
 
-def run(toy: Toy, arm: Arm, seed: int, budget: float, n: int, batch_size: int, lr: float, warmup_steps: int,
-        max_steps: int = 10_000, log=None) -> dict:
-    """One arm, one seed, to ``budget`` FLOPs; returns per-step records, milestone evaluations and localisation."""
+def run(toy: Toy, arm: Arm, seed: int, budget: float, n: int, batch_size: int, lr: float, warmup_flops: float,
+        max_steps: int = 10_000, log=None, milestones: tuple[float, ...] = MILESTONES) -> dict:
+    """One arm, one seed, to ``budget`` FLOPs; returns per-step records, milestone evaluations and localisation.
+
+    The learning rate warms up linearly over the first ``warmup_flops`` of compute (not steps: at equal compute
+    an arm with 4x costlier steps would otherwise spend its few updates at a fraction of the rate); step k uses
+    lr · min(1, FLOPs after step k / warmup_flops)."""
     from verl_cpu.hf_rollout import HFGenerator, request_seed
 
     torch.manual_seed(seed)
@@ -190,7 +194,8 @@ def run(toy: Toy, arm: Arm, seed: int, budget: float, n: int, batch_size: int, l
     group = arm.group_multiplier * n
     newline_tokens = {i: toy.tokenizer.decode([i]) for i in range(len(toy.tokenizer))}
     flops, steps, evals, localisations = 0.0, [], [], []
-    milestones = [m * budget for m in MILESTONES]
+    fractions = list(milestones)
+    milestones = [m * budget for m in fractions]
     step = 0
     while milestones and step < max_steps:
         step += 1
@@ -252,19 +257,19 @@ def run(toy: Toy, arm: Arm, seed: int, budget: float, n: int, batch_size: int, l
                                       arm.ibpo.mask_sign)[0].numpy()
                 a = a * m
             token_adv.append(a)
+        main_lengths = [len(p) + len(r) for p, r in zip(prompts, responses)]
+        work = StepWork(main_gen=main_lengths, correction_gen=corr_lengths, train_main=main_lengths,
+                        old_log_prob_forward=False)
+        step_f = step_flops(work, shape)
         model.train()
         for g in optim.param_groups:
-            g["lr"] = lr * min(1.0, step / max(1, warmup_steps))
+            g["lr"] = lr * min(1.0, (flops + step_f.total) / warmup_flops) if warmup_flops > 0 else lr
         loss = gspo_loss(model, prompts, responses, token_adv, generator.pad_id)
         optim.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
         optim.step()
         t_update = time.perf_counter()
-        main_lengths = [len(p) + len(r) for p, r in zip(prompts, responses)]
-        work = StepWork(main_gen=main_lengths, correction_gen=corr_lengths, train_main=main_lengths,
-                        old_log_prob_forward=False)
-        step_f = step_flops(work, shape)
         flops += step_f.total
         rec = {"step": step, "flops": flops, "reward": float(rewards.mean()), "grad_norm": grad_norm,
                "mixed_groups": float(np.mean([0 < rewards[k * group:(k + 1) * group].sum() < group
@@ -278,7 +283,7 @@ def run(toy: Toy, arm: Arm, seed: int, budget: float, n: int, batch_size: int, l
             e0 = time.perf_counter()
             model.eval()
             correct = evaluate(toy, generator)
-            evals.append({"milestone": MILESTONES[len(MILESTONES) - len(milestones)], "step": step, "flops": flops,
+            evals.append({"milestone": fractions[len(fractions) - len(milestones)], "step": step, "flops": flops,
                           "accuracy": float(correct.mean()), "correct": correct.astype(int).tolist()})
             rec.setdefault("time", {})["eval"] = rec["time"].get("eval", 0.0) + time.perf_counter() - e0
             milestones.pop(0)
@@ -303,7 +308,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n", type=int, default=4)
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--lr", type=float, default=3e-4)
-    p.add_argument("--warmup-steps", type=int, default=5)
+    p.add_argument("--warmup-steps", type=float, default=5,
+                   help="linear lr warmup over this many baseline steps' worth of FLOPs (every arm the same compute)")
+    p.add_argument("--milestones", type=float, nargs="+", default=list(MILESTONES),
+                   help="fractions of the budget at which every arm is evaluated on the test set")
     p.add_argument("--test-size", type=int, default=512)
     p.add_argument("--train-size", type=int, default=1024)
     p.add_argument("--deadline", type=float, default=None, help="unix time after which no new seed is started")
@@ -327,9 +335,10 @@ def main(argv: list[str] | None = None) -> int:
         budget = args.budget_flops
         if budget is None:  # baseline FLOPs per step: a no-update step's generation + update on the warm start
             probe = run(toy, chosen[0], 10_000, budget=float("inf"), n=args.n, batch_size=args.batch_size, lr=0.0,
-                        warmup_steps=1, max_steps=3)
-            budget = args.budget_steps * probe["steps"][-1]["flops"] / len(probe["steps"])
-        meta = {"warm_start_sha256": sha256_of_dir(model_dir), "budget_flops": budget,
+                        warmup_flops=0.0, max_steps=3)
+            step_cost = probe["steps"][-1]["flops"] / len(probe["steps"])
+            budget = args.budget_steps * step_cost
+        meta = {"baseline_step_flops": budget / args.budget_steps,"warm_start_sha256": sha256_of_dir(model_dir), "budget_flops": budget,
                 "warm_start_test_accuracy": float(warm.mean()), "warm_start_correct": warm.astype(int).tolist(),
                 "command": "python -m analysis.toy_loop " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
                 "args": vars(args)}
@@ -345,7 +354,8 @@ def main(argv: list[str] | None = None) -> int:
             if path.exists():
                 continue
             start = time.perf_counter()
-            result = run(toy, arm, seed, meta["budget_flops"], args.n, args.batch_size, args.lr, args.warmup_steps)
+            result = run(toy, arm, seed, meta["budget_flops"], args.n, args.batch_size, args.lr,
+                         args.warmup_steps * meta["baseline_step_flops"], milestones=tuple(args.milestones))
             result["wall_s"] = time.perf_counter() - start
             path.write_text(json.dumps(result))
             print(f"[toy_loop] {arm.name} s{seed}: {len(result['steps'])} steps, final eval "
