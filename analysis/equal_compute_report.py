@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -103,6 +104,7 @@ def summarise_runs(meta: dict, results: dict[str, dict[int, dict]], baseline: st
             entry["localisation"] = {
                 "reference right": summarise([l for _, l, _ in locs if l.reference_right]),
                 "reference wrong (control)": summarise([l for _, l, _ in locs if not l.reference_right]),
+                "not a copy of the reference": summarise([l for _, l, _ in locs if not l.copy_of_reference]),
                 "shaped only": summarise([l for _, l, sh in locs if sh]),
                 "by_step": {str(lo): summarise([l for st, l, _ in locs if lo <= st < lo + 5])
                             for lo in range(1, max(st for st, _, _ in locs) + 1, 5)},
@@ -123,7 +125,7 @@ def format_report(summary: dict) -> str:
     last = max(max(e["milestones"], key=float) for e in summary["arms"].values() if e["milestones"])
     lines = [f"Warm start sha256 `{summary['warm_start_sha256']}`; test accuracy of the warm start "
              f"{summary['warm_start_test_accuracy']:.3f}; FLOP budget {budget:.3g}.",
-             f"Command: `{summary['command']}`", "",
+             f"Runs: `{summary['command']}`" + (f"; table: `{summary['report_command']}`" if summary.get("report_command") else ""), "",
              f"**At equal compute (the full budget, {budget:.3g} FLOPs).** Test accuracy: greedy, on the held-out "
              f"test problems; Δ: paired difference to {base} over seeds (same seed = same warm start, data order "
              f"and sampling streams), 95% Student-t CI; power: of the paired t-test for a true Δ of "
@@ -189,7 +191,7 @@ def format_report(summary: dict) -> str:
                   "| arm | corrections of | count | precision | recall | first error covered | copy of reference |",
                   "|---|---|---:|---:|---:|---:|---:|"]
         for arm, e in loc_arms:
-            for kind in ("reference right", "reference wrong (control)", "shaped only"):
+            for kind in ("reference right", "reference wrong (control)", "not a copy of the reference", "shaped only"):
                 s = e["localisation"][kind]
                 lines.append(f"| {arm} | {kind} | {s['count']} | {_f(s['precision'])} | {_f(s['recall'])} | "
                              f"{_f(s['covers_first_error'])} | {_f(s['copy_of_reference'])} |")
@@ -228,7 +230,9 @@ def plot(summary: dict, results: dict[str, dict[int, dict]], path: str | Path) -
             rw = np.array([s["reward"] for s in r["steps"]])
             per_seed.append([rw[(f > a) & (f <= b)].mean() if ((f > a) & (f <= b)).any() else np.nan
                              for a, b in zip(bins[:-1], bins[1:])])
-        ax2.plot(bins[1:], np.nanmean(np.array(per_seed), axis=0), color=line.get_color(), label=arm)
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a bin no seed has a step in: NaN, not plotted
+            ax2.plot(bins[1:], np.nanmean(np.array(per_seed), axis=0), color=line.get_color(), label=arm)
     ax1.set_xlabel("training compute (× budget)")
     ax1.set_ylabel("greedy test accuracy")
     ax1.set_title("test accuracy; band: 95% Student-t CI over seeds")

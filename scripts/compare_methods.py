@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup-steps", type=int, default=5, help="linear learning-rate warmup (steps)")
     p.add_argument("--max-response-length", type=int, default=96)
     p.add_argument("--test-freq", type=int, default=10, help="greedy eval on the val set every N steps (and at 0)")
-    p.add_argument("--threshold", type=float, default=0.5, help="training-reward threshold for compute-to-threshold")
+    p.add_argument("--threshold", type=float, default=0.4, help="training-reward threshold for compute-to-threshold")
     p.add_argument("--smooth", type=int, default=5, help="trailing window (steps) of the training reward")
     p.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of every process of a run")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds before one run is killed")
