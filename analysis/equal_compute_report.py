@@ -52,6 +52,10 @@ def compute_to_threshold(steps: list[dict], threshold: float, window: int) -> fl
     return float("inf")
 
 
+def _k(result: dict, window: int) -> int:
+    return max(1, min(window, len(result["steps"]) // 2))
+
+
 def _eval_at(result: dict, milestone: float) -> dict | None:
     return next((e for e in result["evals"] if abs(e["milestone"] - milestone) < 1e-9), None)
 
@@ -92,8 +96,9 @@ def summarise_runs(meta: dict, results: dict[str, dict[int, dict]], baseline: st
                                                       for r in final])) for p in PHASES}
         entry["wall_s"] = float(np.mean([r.get("wall_s", float("nan")) for r in final]))
         # collapse: training reward rises (last window vs first window) while test accuracy falls below the warm start
-        rises = [np.mean([s["reward"] for s in r["steps"][-window:]]) - np.mean([s["reward"] for s in r["steps"][:window]])
-                 for r in final]
+        # (k = min(window, steps // 2) so the two windows never overlap: an arm with 3 steps compares step 1 with 3)
+        rises = [np.mean([s["reward"] for s in r["steps"][-_k(r, window):]])
+                 - np.mean([s["reward"] for s in r["steps"][:_k(r, window)]]) for r in final]
         falls = [r["evals"][-1]["accuracy"] - meta["warm_start_test_accuracy"] for r in final]
         entry["collapse"] = {"train_reward_change": t_interval(rises).as_dict(), "test_change": t_interval(falls).as_dict(),
                              "seeds_reward_up_test_down": int(sum(1 for a, b in zip(rises, falls) if a > 0 and b < 0))}
@@ -172,7 +177,7 @@ def format_report(summary: dict) -> str:
         sp = e["seconds_per_step"]
         lines.append(f"| {arm} | " + " | ".join(f"{sp[p]:.2f}" for p in PHASES)
                      + f" | {sum(sp.values()):.2f} | {e['wall_s']:.0f} |")
-    lines += ["", "**Collapse check** (training reward: mean of the last 5 steps minus the first 5; test: final minus "
+    lines += ["", "**Collapse check** (training reward: mean of the last k steps minus the first k, k = min(5, steps/2); test: final minus "
               "the warm start; mean [95% t CI]; seeds whose training reward rose while test accuracy fell below the "
               "warm start):", "", "| arm | training reward change | test accuracy change | seeds reward ↑ test ↓ |",
               "|---|---:|---:|---:|"]
