@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -212,7 +211,7 @@ def format_report(summary: dict) -> str:
 
 def plot(summary: dict, results: dict[str, dict[int, dict]], path: str | Path) -> None:
     """Test accuracy at the compute milestones (seed mean, band = 95% Student-t CI over seeds) and the training
-    reward against FLOPs (seed mean of per-step values binned on the FLOP axis)."""
+    reward against FLOPs (per step index, the seed mean of the reward at the seed-mean FLOPs)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -228,22 +227,21 @@ def plot(summary: dict, results: dict[str, dict[int, dict]], path: str | Path) -
         hi = [y[0]] + [e["milestones"][k]["accuracy"]["high"] for k in ks]
         line, = ax1.plot(x, y, marker="o", label=f"{arm} ({e['seeds']} seeds)")
         ax1.fill_between(x, lo, hi, alpha=0.2, color=line.get_color())
-        bins = np.linspace(0, 1.0, 21)
-        per_seed = []
-        for r in results[arm].values():
-            f = np.array([s["flops"] for s in r["steps"]]) / budget
-            rw = np.array([s["reward"] for s in r["steps"]])
-            per_seed.append([rw[(f > a) & (f <= b)].mean() if ((f > a) & (f <= b)).any() else np.nan
-                             for a, b in zip(bins[:-1], bins[1:])])
-        with np.errstate(all="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # a bin no seed has a step in: NaN, not plotted
-            ax2.plot(bins[1:], np.nanmean(np.array(per_seed), axis=0), color=line.get_color(), label=arm)
+        # per step index k: mean over the seeds that ran step k of its FLOPs and of its training reward
+        runs = list(results[arm].values())
+        longest = max(len(r["steps"]) for r in runs)
+        xs, ys = [], []
+        for k in range(longest):
+            at = [r["steps"][k] for r in runs if len(r["steps"]) > k]
+            xs.append(float(np.mean([s["flops"] for s in at])) / budget)
+            ys.append(float(np.mean([s["reward"] for s in at])))
+        ax2.plot(xs, ys, marker=".", color=line.get_color(), label=arm)
     ax1.set_xlabel("training compute (× budget)")
     ax1.set_ylabel("greedy test accuracy")
     ax1.set_title("test accuracy; band: 95% Student-t CI over seeds")
     ax2.set_xlabel("training compute (× budget)")
     ax2.set_ylabel("training reward (sampled)")
-    ax2.set_title("training reward, seed mean")
+    ax2.set_title("training reward (sampled), seed mean per step")
     ax1.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
