@@ -1,6 +1,17 @@
 """Evaluation statistics as pure functions: avg@k, unbiased pass@k, Best-of-N selection without a verifier,
-bootstrap confidence intervals over problems and seeds, and a paired bootstrap test (paper §5, Table 1:
-"mean and 95% bootstrap CI over 5 random seeds; paired bootstrap tests").
+t-intervals over seeds and paired differences to a baseline (the comparison's primary statistics), the
+number of seeds a power target needs, bootstrap confidence intervals over problems and seeds, and a paired
+bootstrap test (paper §5, Table 1: "mean and 95% bootstrap CI over 5 random seeds; paired bootstrap tests").
+
+**Which interval to report.** Training seeds are the unit of replication: the between-seed spread of a
+trained policy includes the spread of the evaluation problems' mean, so an interval over seeds already
+contains the problem noise. :func:`t_interval` (Student t over the per-seed values) and
+:func:`paired_difference` (t over the per-seed differences A_s − B_s of arms that share seed s: warm
+start, data order and sampling streams) have their stated coverage for normal per-seed values and close
+to it for means of hundreds of problems (tests/unit/test_evaluation_stats.py checks 95% coverage by
+simulation). A percentile bootstrap over a handful of seeds does not: with 2 seeds its "95%" interval is
+the seeds' range, a 50% interval. Use the bootstrap functions for one run's problems (one seed) or many
+seeds (>= 20).
 
 Shapes: a run's scores are a ``(num_problems, k)`` array (one row per problem, one column per sample);
 several runs of one method (seeds) stack to ``(num_seeds, num_problems)`` per-problem values. Problems are
@@ -12,8 +23,9 @@ Bootstrap conventions (**Decision**, documented here once):
   with replacement; the statistic is the mean of the resampled ``seeds × problems`` block. With one seed
   this is the ordinary bootstrap over problems.
 - The interval is the percentile interval of the replicate means.
-- The paired test resamples the *same* problems for both methods (pairing), seeds independently per
-  method (training seeds of two methods are not paired), and reports the two-sided p-value of the
+- The paired test resamples the *same* problems for both methods and, when both have the same number of
+  seeds, the *same* seeds (seed s of A is paired with seed s of B: same warm start, data order and sampling
+  streams); with different seed counts the seeds cannot be paired and are resampled per method. It reports the two-sided p-value of the
   centred bootstrap: p = (1 + #{|d* − d̂| ≥ |d̂|}) / (B + 1), i.e. the bootstrap distribution of
   d* − d̂ stands in for the null distribution of d̂ (Efron & Tibshirani 1993, §16.4).
 """
@@ -23,6 +35,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Sequence
+
+import math
 
 import numpy as np
 
@@ -219,9 +233,10 @@ def bootstrap_ci(values: np.ndarray, num_boot: int = 10_000, confidence: float =
 
 def paired_bootstrap_test(a: np.ndarray, b: np.ndarray, num_boot: int = 10_000, confidence: float = 0.95,
                           seed: int = 0) -> PairedTest:
-    """Paired bootstrap of mean(A) − mean(B): problems resampled jointly for A and B, seeds independently
-    per method. ``a`` and ``b`` are ``(num_problems,)`` or ``(num_seeds, num_problems)`` with the same
-    problems in the same column order (seed counts may differ)."""
+    """Paired bootstrap of mean(A) − mean(B): problems resampled jointly for A and B; seeds resampled
+    jointly when A and B have the same number of seeds (row s of ``a`` and of ``b`` is the same training
+    seed), independently per method otherwise. ``a`` and ``b`` are ``(num_problems,)`` or
+    ``(num_seeds, num_problems)`` with the same problems in the same column order."""
     a = _as_seed_matrix(a, "a")
     b = _as_seed_matrix(b, "b")
     if a.shape[1] != b.shape[1]:
@@ -234,7 +249,9 @@ def paired_bootstrap_test(a: np.ndarray, b: np.ndarray, num_boot: int = 10_000, 
     def seeds_of(m: np.ndarray) -> np.ndarray:
         return draw_bootstrap_indices(m.shape[0], num_boot, rng) if m.shape[0] > 1 else np.zeros((num_boot, 1), int)
 
-    reps = bootstrap_means(a, seeds_of(a), problem_idx) - bootstrap_means(b, seeds_of(b), problem_idx)
+    seeds_a = seeds_of(a)
+    seeds_b = seeds_a if a.shape[0] == b.shape[0] else seeds_of(b)  # paired seeds when they can be
+    reps = bootstrap_means(a, seeds_a, problem_idx) - bootstrap_means(b, seeds_b, problem_idx)
     diff = float(a.mean() - b.mean())
     low, high = np.quantile(reps, [(1 - confidence) / 2, (1 + confidence) / 2])
     extreme = int(np.sum(np.abs(reps - diff) >= abs(diff) - 1e-12))
@@ -250,7 +267,158 @@ def _check_boot(num_boot: int, confidence: float) -> None:
         raise ValueError(f"confidence={confidence} must lie in (0, 1)")
 
 
+# ----------------------------------------------------------------------------------------------------------
+# Student t over seeds (the primary statistics of scripts/compare_methods.py)
+
+
+def student_t_cdf(t: float, df: int) -> float:
+    """P(T <= t) for Student's t with an integer ``df`` >= 1, in closed form (Abramowitz & Stegun 26.7.3/4:
+    with θ = atan(t/√ν), P(|T| <= t) = sinθ Σ_{k<ν/2} c_k cos^{2k}θ for even ν, and
+    (2/π)(θ + sinθ Σ_{k<(ν−1)/2} c'_k cos^{2k+1}θ) for odd ν)."""
+    if int(df) != df or df < 1:
+        raise ValueError(f"df={df} must be an integer >= 1")
+    df = int(df)
+    if math.isinf(t):
+        return 1.0 if t > 0 else 0.0
+    theta = math.atan(abs(t) / math.sqrt(df))
+    s, c = math.sin(theta), math.cos(theta)
+    if df % 2 == 0:
+        term, total = 1.0, 1.0
+        for k in range(1, df // 2):
+            term *= c * c * (2 * k - 1) / (2 * k)
+            total += term
+        two_sided = s * total
+    else:
+        total = 0.0
+        if df > 1:
+            term = c
+            total = term
+            for k in range(1, (df - 1) // 2):
+                term *= c * c * (2 * k) / (2 * k + 1)
+                total += term
+        two_sided = (2.0 / math.pi) * (theta + s * total)
+    two_sided = min(max(two_sided, 0.0), 1.0)
+    return 0.5 + 0.5 * two_sided if t >= 0 else 0.5 - 0.5 * two_sided
+
+
+def student_t_quantile(q: float, df: int) -> float:
+    """The ``q`` quantile of Student's t (bisection on :func:`student_t_cdf`, |error| < 1e-10)."""
+    if not 0.0 < q < 1.0:
+        raise ValueError(f"q={q} must lie in (0, 1)")
+    if q < 0.5:
+        return -student_t_quantile(1.0 - q, df)
+    low, high = 0.0, 1.0
+    while student_t_cdf(high, df) < q:
+        high *= 2.0
+    for _ in range(200):
+        mid = 0.5 * (low + high)
+        if student_t_cdf(mid, df) < q:
+            low = mid
+        else:
+            high = mid
+        if high - low < 1e-10:
+            break
+    return 0.5 * (low + high)
+
+
+@dataclass(frozen=True)
+class SeedInterval:
+    """Mean over seeds with a Student-t interval (``low``/``high`` NaN with fewer than 2 seeds)."""
+
+    mean: float
+    low: float
+    high: float
+    sd: float  # between-seed standard deviation (ddof = 1)
+    seeds: int
+    confidence: float
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def t_interval(values: Sequence[float] | np.ndarray, confidence: float = 0.95) -> SeedInterval:
+    """Mean of per-seed values with the Student-t interval mean ± t_{(1+c)/2, n−1} · sd/√n."""
+    x = np.asarray(values, dtype=np.float64).ravel()
+    if not np.isfinite(x).all():
+        raise ValueError("t_interval: values contain NaN or infinite values")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence={confidence} must lie in (0, 1)")
+    n = x.size
+    if n == 0:
+        return SeedInterval(float("nan"), float("nan"), float("nan"), float("nan"), 0, confidence)
+    mean = float(x.mean())
+    if n < 2:
+        return SeedInterval(mean, float("nan"), float("nan"), float("nan"), 1, confidence)
+    sd = float(x.std(ddof=1))
+    half = student_t_quantile((1.0 + confidence) / 2.0, n - 1) * sd / math.sqrt(n)
+    return SeedInterval(mean, mean - half, mean + half, sd, n, confidence)
+
+
+@dataclass(frozen=True)
+class PairedDifference:
+    """Arm A minus baseline B over seeds that pair them (same seed, warm start, data order)."""
+
+    mean_a: float
+    mean_b: float
+    diff: float  # mean over seeds of (A_s − B_s)
+    low: float  # Student-t interval of the mean difference
+    high: float
+    sd_diff: float  # SD over seeds of A_s − B_s (ddof = 1)
+    sd_a: float
+    sd_b: float
+    correlation: float  # Pearson correlation of A_s and B_s over seeds (how much pairing removes)
+    p_value: float  # two-sided paired t-test of mean difference 0
+    seeds: int
+    confidence: float
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def paired_difference(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray,
+                      confidence: float = 0.95) -> PairedDifference:
+    """Paired t over seeds: ``a[s]`` and ``b[s]`` are the same seed's values in the two arms."""
+    a = np.asarray(a, dtype=np.float64).ravel()
+    b = np.asarray(b, dtype=np.float64).ravel()
+    if a.shape != b.shape:
+        raise ValueError(f"paired_difference needs one value per seed in both arms; got {a.size} and {b.size}")
+    if not (np.isfinite(a).all() and np.isfinite(b).all()):
+        raise ValueError("paired_difference: values contain NaN or infinite values")
+    d = t_interval(a - b, confidence)
+    nan = float("nan")
+    if a.size < 2:
+        return PairedDifference(float(a.mean()) if a.size else nan, float(b.mean()) if b.size else nan, d.mean,
+                                nan, nan, nan, nan, nan, nan, nan, int(a.size), confidence)
+    sd_a, sd_b = float(a.std(ddof=1)), float(b.std(ddof=1))
+    corr = float(np.corrcoef(a, b)[0, 1]) if sd_a > 0 and sd_b > 0 else nan
+    if d.sd > 0:
+        t = d.mean / (d.sd / math.sqrt(a.size))
+        p = 2.0 * (1.0 - student_t_cdf(abs(t), a.size - 1))
+    else:
+        p = 1.0 if d.mean == 0 else 0.0
+    return PairedDifference(float(a.mean()), float(b.mean()), d.mean, d.low, d.high, d.sd, sd_a, sd_b, corr,
+                            float(min(max(p, 0.0), 1.0)), int(a.size), confidence)
+
+
+def seeds_for_power(sd_diff: float, effect: float, power: float = 0.8, alpha: float = 0.05,
+                    max_seeds: int = 100_000) -> int:
+    """Seeds a two-sided paired t-test at level ``alpha`` needs to detect a mean difference ``effect`` with
+    probability ``power`` when the per-seed differences have SD ``sd_diff``: the smallest n >= 2 with
+    n >= ((t_{1−α/2, n−1} + t_{power, n−1}) · sd/effect)² (the usual t approximation of the noncentral t)."""
+    if sd_diff < 0 or effect <= 0:
+        raise ValueError(f"need sd_diff >= 0 and effect > 0; got {sd_diff}, {effect}")
+    if not (0.0 < power < 1.0 and 0.0 < alpha < 1.0):
+        raise ValueError(f"power={power} and alpha={alpha} must lie in (0, 1)")
+    for n in range(2, max_seeds + 1):
+        need = ((student_t_quantile(1 - alpha / 2, n - 1) + student_t_quantile(power, n - 1)) * sd_diff / effect) ** 2
+        if n >= need:
+            return n
+    return max_seeds
+
+
 __all__ = [
+    "student_t_cdf", "student_t_quantile", "SeedInterval", "t_interval", "PairedDifference", "paired_difference",
+    "seeds_for_power",
     "pass_at_k", "pass_at_k_per_problem", "avg_at_k_per_problem", "best_of_n_choice", "best_of_n_per_problem",
     "BEST_OF_N_METHODS", "ConfidenceInterval", "PairedTest", "draw_bootstrap_indices", "bootstrap_means",
     "bootstrap_ci", "paired_bootstrap_test",

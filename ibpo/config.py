@@ -14,6 +14,8 @@ from typing import Any, Mapping
 from ibpo.variants import get_variant, variant_names
 
 ALPHA_MODES = ("fixed", "adaptive")
+# Which part of Eq. 18 decides a rewrite (see `rewrite_condition`).
+REWRITE_CONDITIONS = ("both", "closer_to_reference")
 CANDIDATE_VIEWS = ("full", "strip_thinking")
 # target_first: x~ = (x; y_i; y_ref), the paper's order (Eq. 13/28). reference_first: (x; y_ref; y_i), so the
 # corrections of one prompt that share a reference share the prefix problem + reference (docs/correction_pass.md).
@@ -70,6 +72,11 @@ class IBPOConfig:
     beta: float = 0.5  # β in Δ = β·1[...] (Eq. 14/26)
     alpha: float = 0.6  # fixed rewrite threshold α (Eq. 18), Table 5 plateau 0.55-0.70
     alpha_mode: str = "fixed"  # fixed | adaptive (α = μ_d + 2σ_d over the batch, App. C.3)
+    # both: Eq. 18 as written (d(y, ŷ) > α and d(y, ŷ) > d(ŷ, y_ref)) | closer_to_reference: its second
+    # condition alone, d(ŷ, y_ref) < d(y, ŷ), so a right correction that copies (or stays closer to) the
+    # reference is a rewrite whatever α; when every wrong answer is a few tokens from the right one (d < α),
+    # Eq. 18 never fires and copies of a right reference are shaped (docs/evidence.md). No reference: α alone.
+    rewrite_condition: str = "both"
     adaptive_min_samples: int = 8  # fewer successful corrections than this -> fall back to fixed α
     num_references: int = 1  # K - 1 references per wrong response (Eq. 4); 0 = self-correction (k = 1)
     corrections_per_target: int = 1  # corrections sampled per wrong response
@@ -122,6 +129,8 @@ class IBPOConfig:
             raise bad("variant", f"one of the registered variants {variant_names()} (ibpo/variants.py)")
         if self.alpha_mode not in ALPHA_MODES:
             raise bad("alpha_mode", f"one of {ALPHA_MODES}")
+        if self.rewrite_condition not in REWRITE_CONDITIONS:
+            raise bad("rewrite_condition", f"one of {REWRITE_CONDITIONS}")
         if self.candidate_order not in CANDIDATE_ORDERS:
             raise bad("candidate_order", f"one of {CANDIDATE_ORDERS}")
         if self.candidate_order == "reference_first" and self.shuffle_candidates:

@@ -88,7 +88,9 @@ def shape_targets(
     """Rewrite filter (Eq. 18) + Δ (Eq. 16/19) + token mask (Eq. 17) for every correction of a batch.
 
     ``alignments[k]`` is ``None`` for a failed correction (Δ = 0 whatever its distance, App. C.2). The
-    adaptive α uses d(y, ŷ) of the *successful* corrections only (App. C.3). d(ŷ, y_ref) is computed only
+    adaptive α uses d(y, ŷ) of the *successful* corrections only (App. C.3). With
+    ``rewrite_condition="closer_to_reference"`` a successful correction with references is a rewrite iff
+    d(ŷ, y_ref) < d(y, ŷ) (Eq. 18's second condition alone, α unused). Otherwise d(ŷ, y_ref) is computed only
     for successful corrections with d(y, ŷ) > α, the only ones it can turn into rewrites; with several
     references (K > 2) the correction is a rewrite if it is closer to *any* reference than to y. Without
     references (self-correction) only the threshold applies. Returns the per-correction results, the α
@@ -110,7 +112,11 @@ def shape_targets(
         if right and alignment is None:
             raise ValueError("a successful correction needs its alignment")
         rewrite, d_reference = False, None
-        if right and alignment.d_original > alpha:
+        if right and refs and config.rewrite_condition == "closer_to_reference":
+            # Eq. 18's second condition alone: closer to a reference than to y (a copy has d(ŷ, y_ref) = 0)
+            d_reference = closest_reference_below(corrected, refs, alignment.d_original)
+            rewrite = d_reference is not None
+        elif right and alignment.d_original > alpha:
             if refs:
                 d_reference = closest_reference_below(corrected, refs, alignment.d_original)
                 rewrite = d_reference is not None and is_full_rewrite(alignment.d_original, d_reference, alpha)

@@ -1,23 +1,29 @@
 #!/usr/bin/env python
-"""A baseline and candidates over S seeds through verl's real trainer on CPU, on the toy addition task, with a
-table (final/best eval with 95% CI over seeds, compute to a reward threshold on the seed mean with CI,
-optimizer updates, wall time per phase) and a figure (one colour per method, seed mean and CI band).
+"""GSPO vs IBPO on the toy addition task: a baseline and candidates over S seeds, compared at equal compute
+(``--engine loop``, the published table) or at equal steps through verl's real trainer on CPU (``--engine verl``).
 
     python -m toy_task.warm_start --out outputs/toy_assets        # once: tiny model, SFT warm start, data
-    python scripts/compare_methods.py --assets outputs/toy_assets --out outputs/compare \\
-        --seeds 0 1 2 --steps 40 --n 4 --batch-size 8 --threshold 0.5
-    python scripts/compare_methods.py --assets outputs/toy_assets --out outputs/compare --report-only ...
+    python scripts/compare_methods.py --assets outputs/toy_assets --out outputs/toy_loop \
+        --engine loop --seeds $(seq 0 29) --budget-steps 12 --test-size 512      # equal compute (docs/evidence.md)
+    python scripts/compare_methods.py --assets outputs/toy_assets --out outputs/compare --engine verl \
+        --seeds 0 1 --steps 30 --n 4 --batch-size 8 --lr 3e-4 --warmup-steps 5   # equal steps, verl trainer
 
-Methods (``--methods``, default all): ``GSPO G=n`` (the baseline, ``ibpo.enable=False``), ``IBPO G=n``
-(binary variant, the config's defaults otherwise) and ``GSPO G=4n`` (the compute-matched baseline).
-Fairness: for seed s every method reads the training prompts in the same order (``data.seed=s``), samples
-with the same seeded rollout (``actor_rollout_ref.rollout.seed=s``, per-request generators in the ``hf``
-rollout), starts from the same warm-started model and uses the same optimiser settings and number of steps;
-only the method differs. Runs go seed by seed (every method of seed 0, then seed 1, ...) so an interrupted
-comparison stays balanced; a run whose metrics file already has every step is not run again.
+``--engine loop`` runs ``analysis.toy_loop`` (a plain PyTorch loop over the project's ``ibpo/`` functions,
+the same generator, scorer, shaping and FLOP counter as the trainer): every arm runs to the same FLOP budget
+and is evaluated on a held-out test set at common compute milestones; the table (``analysis.equal_compute_report``)
+gives paired differences to the baseline with Student-t 95% intervals over seeds, power, compute to a
+training-reward threshold, optimizer updates, seconds per phase, a collapse check and credit localisation.
 
-Outputs under ``--out``: ``<method>_s<seed>.log`` / ``_metrics.jsonl`` per run, ``table.md``,
-``summary.json`` and ``curves.png``.
+``--engine verl`` runs ``python -m recipe.ibpo.main_ibpo`` per arm and seed for ``--steps`` steps: the arms
+are matched in **steps, not compute** (the table says so and prints each arm's FLOPs). Methods: ``GSPO G=n``
+(the baseline, ``ibpo.enable=False``), ``IBPO G=n`` (binary) and ``GSPO G=4n``. For seed s every method reads the
+training prompts in the same order (``data.seed=s``), samples with the same seeded rollout
+(``actor_rollout_ref.rollout.seed=s``), starts from the same warm start; runs go seed by seed so an interrupted
+comparison stays balanced. Intervals are Student-t over seeds (the final evaluation only: no best-of-several
+evaluations on the same problems), differences paired by seed.
+
+Outputs under ``--out``: per run logs/metrics (verl) or JSON (loop), ``table.md`` (with the warm start's
+sha256 and the exact command), ``summary.json`` and ``curves.png``.
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import shlex
+
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,7 +48,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import plot_curves  # noqa: E402  (scripts/plot_curves.py: log reading, smoothing, seed bands, threshold)
 
-from analysis.evaluation_stats import bootstrap_ci  # noqa: E402
+from analysis.evaluation_stats import paired_difference, t_interval  # noqa: E402
 
 REWARD_KEY = "ibpo/raw_score_mean"  # verifier reward of the main responses only (not joint-training rows)
 COMPUTE_KEY = "ibpo/compute/total_flops"
@@ -91,6 +99,22 @@ def run_overrides(method: Method, seed: int, n: int, lr: float, warmup_steps: in
     ]
 
 
+MICRO_BATCH_KEYS = ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=",
+                    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=",
+                    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=")
+
+
+def cap_micro_batches(overrides: list[str], micro_batch: int) -> list[str]:
+    """``overrides`` with every micro-batch size capped at ``micro_batch`` rows. ``cpu_overrides`` puts the whole
+    batch in one micro-batch (128 rows for GSPO G=4n: 36-44 s per step on CPU); gradient accumulation over
+    micro-batches gives the same gradient (verl scales each micro-batch's loss by its share)."""
+    out = []
+    for item in overrides:
+        key = next((k for k in MICRO_BATCH_KEYS if item.startswith(k)), None)
+        out.append(f"{key}{min(int(item[len(key):]), micro_batch)}" if key and micro_batch > 0 else item)
+    return out
+
+
 def run_one(assets: dict, out: Path, method: Method, seed: int, args: argparse.Namespace) -> Path:
     """One training run through ``recipe.ibpo.main_ibpo`` (hang-proof runner); returns its metrics file."""
     from verl_cpu.launch import cpu_env, cpu_overrides, process_env, read_metrics_jsonl, run_with_timeout
@@ -103,9 +127,10 @@ def run_one(assets: dict, out: Path, method: Method, seed: int, args: argparse.N
     metrics_path.unlink(missing_ok=True)
     group = method.group_multiplier * args.n
     cmd = [sys.executable, "-m", "recipe.ibpo.main_ibpo",
-           *cpu_overrides(assets["model"], assets["train"], assets["val"], total_training_steps=args.steps,
-                          train_batch_size=args.batch_size, rollout_n=group, max_prompt_length=64,
-                          max_response_length=args.max_response_length),
+           *cap_micro_batches(cpu_overrides(assets["model"], assets["train"], assets["val"],
+                                            total_training_steps=args.steps, train_batch_size=args.batch_size,
+                                            rollout_n=group, max_prompt_length=64,
+                                            max_response_length=args.max_response_length), args.micro_batch),
            f"trainer.default_local_dir={out / 'checkpoints' / name}",
            "trainer.val_before_train=True", f"trainer.test_freq={args.test_freq}",
            # fp32 actor compute: FSDP's default bf16 parameters run the update ~10x slower on CPUs without
@@ -136,11 +161,10 @@ def eval_key(records: list[plot_curves.Record]) -> str | None:
 
 
 def ci_over_seeds(values: list[float]) -> dict:
-    """Mean over seeds with the percentile bootstrap 95% CI (analysis.evaluation_stats, seeds resampled)."""
-    if not values:
-        return {"mean": float("nan"), "low": float("nan"), "high": float("nan"), "seeds": 0}
-    ci = bootstrap_ci(np.asarray(values, dtype=np.float64)[:, None])
-    return {"mean": ci.mean, "low": ci.low, "high": ci.high, "seeds": len(values)}
+    """Mean over seeds with the Student-t 95% interval (``analysis.evaluation_stats.t_interval``; a percentile
+    bootstrap over 2-3 seeds is the seeds' range, a ~50-75% interval)."""
+    ci = t_interval(values)
+    return {"mean": ci.mean, "low": ci.low, "high": ci.high, "seeds": ci.seeds}
 
 
 def optimizer_updates(records: list[plot_curves.Record], batch_size: int, group: int, mini_batch: int,
@@ -168,7 +192,7 @@ def summarize(runs: dict[str, list[list[plot_curves.Record]]], methods: list[Met
         seeds = runs.get(method.name, [])
         if not seeds:
             continue
-        initial, final, best = [], [], []
+        initial, final = [], []
         for recs in seeds:
             key = eval_key(recs)
             if key is None:
@@ -176,16 +200,16 @@ def summarize(runs: dict[str, list[list[plot_curves.Record]]], methods: list[Met
             steps_vals = [(r.step, r.data[key]) for r in recs if key in r.data]
             initial += [v for s, v in steps_vals if s == 0]
             trained = [v for s, v in steps_vals if s > 0]
-            if trained:
-                final.append(trained[-1])
-                best.append(max(trained))
+            # the last evaluation only: the best of several evaluations on the same problems is selection on them
+            final.append(trained[-1] if trained else float("nan"))
         group = method.group_multiplier * args.n
         phases = {title: float(np.mean([sum(r.data.get(key, 0.0) for r in recs) for recs in seeds]))
                   for title, key in PHASES}
         out[method.name] = {
             "seeds": len(seeds), "G": group,
             "steps": [max((r.step for r in recs if REWARD_KEY in r.data), default=0) for recs in seeds],
-            "eval_step0": ci_over_seeds(initial), "final_eval": ci_over_seeds(final), "best_eval": ci_over_seeds(best),
+            "eval_step0": ci_over_seeds(initial), "final_eval": ci_over_seeds([v for v in final if v == v]),
+            "final_eval_per_seed": final,
             "final_train_reward": ci_over_seeds([float(plot_curves.series(r, REWARD_KEY, "step")[1][-args.smooth:].mean())
                                                  for r in seeds]),
             "threshold": thresholds[method.name],
@@ -193,6 +217,11 @@ def summarize(runs: dict[str, list[list[plot_curves.Record]]], methods: list[Met
             "total_flops": float(np.mean([max(r.data.get(COMPUTE_KEY, 0.0) for r in recs) for recs in seeds])),
             "wall_s_by_phase": phases,
         }
+    base = out[methods[0].name]["final_eval_per_seed"]
+    for name, entry in out.items():
+        pairs = [(a, b) for a, b in zip(entry["final_eval_per_seed"], base) if a == a and b == b]
+        entry["final_eval_diff"] = (paired_difference([a for a, _ in pairs], [b for _, b in pairs]).as_dict()
+                                    if pairs else None)
     return out
 
 
@@ -204,12 +233,21 @@ def _ci(c: dict, fmt: str = "{:.3f}") -> str:
     return f"{fmt.format(c['mean'])} [{fmt.format(c['low'])}, {fmt.format(c['high'])}]"
 
 
+def _diff(d: dict | None) -> str:
+    if not d or d["seeds"] < 2:
+        return "-" if not d else f"{d['diff']:+.3f}"
+    return f"{d['diff']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]"
+
+
 def format_tables(summary: dict, args: argparse.Namespace) -> str:
-    """Two Markdown tables: accuracy and compute, then wall time per phase."""
+    """Two Markdown tables: accuracy and compute at **equal steps**, then wall time per phase."""
     base = next(iter(summary))
-    lines = [f"| method | seeds | steps | eval at step 0 | final eval [95% CI] | best eval [95% CI] | final train reward "
-             f"(last {args.smooth}) | FLOPs to train reward ≥ {args.threshold} (seed mean) [95% CI] | vs {base} "
-             f"| total FLOPs | optimizer updates |",
+    lines = [f"**Equal steps, not equal compute** ({'/'.join(sorted({str(x) for s in summary.values() for x in s['steps']}))} "
+             f"steps per arm; each arm's FLOPs in the table). Intervals: Student-t 95% over seeds; Δ: paired by seed.", "",
+             f"| method | seeds | steps | eval at step 0 | final eval [95% CI] | Δ final eval vs {base} [95% CI] | "
+             f"final train reward (last {args.smooth}) | FLOPs to train reward ≥ {args.threshold} (seed mean) "
+             f"[percentile interval of a bootstrap over seeds: not 95% with few seeds] "
+             f"| vs {base} | total FLOPs | optimizer updates |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, s in summary.items():
         t = s["threshold"]
@@ -222,7 +260,7 @@ def format_tables(summary: dict, args: argparse.Namespace) -> str:
         updates = sorted(set(s["optimizer_updates"]))
         steps = "/".join(map(str, sorted(set(s["steps"]))))
         lines.append(f"| {name} | {s['seeds']} | {steps} | {_ci(s['eval_step0'])} | {_ci(s['final_eval'])} | "
-                     f"{_ci(s['best_eval'])} | {_ci(s['final_train_reward'])} | {reach} | {rel} | "
+                     f"{'—' if name == base else _diff(s['final_eval_diff'])} | {_ci(s['final_train_reward'])} | {reach} | {rel} | "
                      f"{s['total_flops']:.3g} | {'/'.join(map(str, updates))} |")
     lines += ["", "| method | " + " | ".join(f"{title} s" for title, _ in PHASES) + " |",
               "|---|" + "---:|" * len(PHASES)]
@@ -235,9 +273,10 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--assets", required=True, help="directory of `python -m toy_task.warm_start --out DIR` (built if missing)")
     p.add_argument("--out", required=True, help="output directory (runs, table.md, summary.json, curves.png)")
-    p.add_argument("--methods", nargs="+", default=[m.name for m in METHODS],
-                   help=f"subset of {[m.name for m in METHODS]} (the first is the baseline of the table)")
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--methods", nargs="+", default=None,
+                   help=f"verl: subset of {[m.name for m in METHODS]}; loop: of analysis.toy_loop.default_arms() "
+                        "(the first is the baseline of the table; default all)")
+    p.add_argument("--seeds", type=int, nargs="+", default=list(range(30)))
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--n", type=int, default=4, help="group size n of GSPO G=n and IBPO G=n (GSPO G=4n: 4n)")
     p.add_argument("--batch-size", type=int, default=8, help="prompts per step (one optimizer update per step)")
@@ -245,12 +284,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup-steps", type=int, default=5, help="linear learning-rate warmup (steps)")
     p.add_argument("--max-response-length", type=int, default=96)
     p.add_argument("--test-freq", type=int, default=10, help="greedy eval on the val set every N steps (and at 0)")
-    p.add_argument("--threshold", type=float, default=0.5, help="training-reward threshold for compute-to-threshold")
+    p.add_argument("--threshold", type=float, default=0.4, help="training-reward threshold for compute-to-threshold")
     p.add_argument("--smooth", type=int, default=5, help="trailing window (steps) of the training reward")
     p.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of every process of a run")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds before one run is killed")
     p.add_argument("--report-only", action="store_true", help="only summarise the runs already under --out")
+    p.add_argument("--engine", choices=("loop", "verl"), default="loop",
+                   help="loop: equal compute, analysis.toy_loop (the published table); verl: equal steps, verl trainer")
+    p.add_argument("--budget-steps", type=float, default=12,
+                   help="loop: FLOP budget of every arm, in baseline steps' worth of FLOPs (measured on the warm start)")
+    p.add_argument("--test-size", type=int, default=512, help="loop: held-out test problems (greedy)")
+    p.add_argument("--effect", type=float, default=0.05, help="loop: effect size the power is computed for")
+    p.add_argument("--micro-batch", type=int, default=32,
+                   help="verl: rows per actor/log-prob micro-batch (same gradients; 0 = the whole batch)")
     args = p.parse_args(argv)
+    command = "python scripts/compare_methods.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    if args.engine == "loop":
+        return run_loop(args, command)
+    args.methods = args.methods or [m.name for m in METHODS]
     by_name = {m.name: m for m in METHODS}
     unknown = [m for m in args.methods if m not in by_name]
     if unknown:
@@ -288,13 +339,51 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no finished run of the baseline {methods[0].name!r} under {out}", file=sys.stderr)
         return 2
     summary = summarize(runs, [m for m in methods if m.name in runs], args)
-    tables = format_tables(summary, args)
+    from analysis.toy_loop import sha256_of_dir
+
+    model_dir = assets_dir / "model_sft"
+    tables = (f"Warm start sha256 `{sha256_of_dir(model_dir) if model_dir.is_dir() else 'n/a (not found)'}`. "
+              f"Command: `{command}`\n\n" + format_tables(summary, args))
     (out / "table.md").write_text(tables + "\n", encoding="utf-8")
     (out / "summary.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
     eval_keys = sorted({k for seeds in runs.values() for recs in seeds for k in [eval_key(recs)] if k})
     plot_curves.plot(runs, REWARD_KEY, eval_keys, COMPUTE_KEY, None, args.smooth, out / "curves.png",
                      x_label="training compute (FLOPs, ibpo/compute/total_flops)")
     print(tables)
+    print(f"\nwrote {out / 'table.md'}, {out / 'summary.json'}, {out / 'curves.png'}")
+    return 0
+
+
+def run_loop(args: argparse.Namespace, command: str) -> int:
+    """Equal compute: ``analysis.toy_loop`` runs (skipped when their JSON exists), then the report."""
+    from analysis import equal_compute_report as report
+    from analysis.toy_loop import default_arms
+    from analysis.toy_loop import main as loop_main
+
+    arms = default_arms()
+    names = args.methods or list(arms)
+    unknown = [m for m in names if m not in arms]
+    if unknown:
+        print(f"error: --methods: unknown {unknown}; the loop's arms are {list(arms)}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    if not args.report_only:
+        loop_main(["--assets", args.assets, "--out", str(out), "--arms", *names, "--seeds", *map(str, args.seeds),
+                   "--budget-steps", str(args.budget_steps), "--n", str(args.n), "--batch-size", str(args.batch_size),
+                   "--lr", str(args.lr), "--warmup-steps", str(args.warmup_steps), "--test-size", str(args.test_size)])
+    meta, results = report.load_results(out)
+    results = {k: v for k, v in results.items() if k in names}
+    if names[0] not in results:
+        print(f"error: no finished run of the baseline {names[0]!r} under {out}", file=sys.stderr)
+        return 2
+    summary = report.summarise_runs(meta, {k: results[k] for k in names if k in results}, names[0], effect=args.effect,
+                                    threshold=args.threshold, window=args.smooth)
+    summary["report_command"] = command
+    text = report.format_report(summary)
+    (out / "table.md").write_text(text + "\n", encoding="utf-8")
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str), encoding="utf-8")
+    report.plot(summary, results, out / "curves.png")
+    print(text)
     print(f"\nwrote {out / 'table.md'}, {out / 'summary.json'}, {out / 'curves.png'}")
     return 0
 

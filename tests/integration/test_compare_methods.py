@@ -1,5 +1,6 @@
-"""scripts/compare_methods.py --report-only on synthetic verl file-logger logs: eval CIs over seeds, compute
-to the threshold on the seed mean, optimizer updates and phase times, worked out by hand."""
+"""scripts/compare_methods.py --engine verl --report-only on synthetic verl file-logger logs: Student-t eval
+intervals over seeds, paired differences, compute to the threshold on the seed mean, optimizer updates and phase
+times, worked out by hand; the micro-batch cap."""
 
 from __future__ import annotations
 
@@ -43,13 +44,19 @@ def test_report_only_table(tmp_path, monkeypatch):
         write_log(tmp_path / f"ibpo_g_n_s{seed}_metrics.jsonl", 0.1, 0.6, joint_rows=32.0)
         write_log(tmp_path / f"gspo_g_4n_s{seed}_metrics.jsonl", 0.01, 0.2)
     proc = subprocess.run([sys.executable, str(SCRIPT), "--assets", str(tmp_path / "none"), "--out", str(tmp_path),
-                           "--seeds", "0", "1", "--report-only", "--threshold", "0.3", "--smooth", "1",
+                           "--seeds", "0", "1", "--report-only", "--engine", "verl", "--threshold", "0.3", "--smooth", "1",
                            "--n", "4", "--batch-size", "8"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((tmp_path / "summary.json").read_text())
     gspo, ibpo, big = summary["GSPO G=n"], summary["IBPO G=n"], summary["GSPO G=4n"]
     assert gspo["final_eval"]["mean"] == pytest.approx(0.4) and gspo["final_eval"]["seeds"] == 2
-    assert gspo["final_eval"]["low"] == pytest.approx(0.3) and gspo["final_eval"]["high"] == pytest.approx(0.5)
+    # Student t with 1 degree of freedom: 0.4 ± 12.706 · 0.1414 / √2 (a 2-seed bootstrap would give [0.3, 0.5])
+    assert gspo["final_eval"]["low"] == pytest.approx(0.4 - 1.2706, abs=1e-3)
+    assert gspo["final_eval"]["high"] == pytest.approx(0.4 + 1.2706, abs=1e-3)
+    # paired by seed: IBPO 0.6 vs GSPO 0.3 / 0.5 -> differences 0.3 and 0.1
+    assert ibpo["final_eval_diff"]["diff"] == pytest.approx(0.2)
+    assert ibpo["final_eval_diff"]["sd_diff"] == pytest.approx(0.1414, abs=1e-3)
+    assert "best_eval" not in gspo
     assert gspo["eval_step0"]["mean"] == pytest.approx(0.1)
     # seed mean 0.05·s reaches 0.3 at step 6 -> 600 FLOPs; IBPO 0.1·s at step 3 -> 300 FLOPs (ratio 0.5)
     assert gspo["threshold"]["compute"] == pytest.approx(600.0, rel=1e-3)
@@ -62,4 +69,21 @@ def test_report_only_table(tmp_path, monkeypatch):
     assert gspo["wall_s_by_phase"]["step"] == pytest.approx(20.0)
     table = (tmp_path / "table.md").read_text()
     assert "| GSPO G=4n | 2 | 10 |" in table and "not reached" in table
+    assert "Equal steps, not equal compute" in table and "Command: `python scripts/compare_methods.py" in table
     assert (tmp_path / "curves.png").stat().st_size > 10_000
+
+
+def test_micro_batches_are_capped_without_touching_other_overrides():
+    spec = importlib.util.spec_from_file_location("compare_methods", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["compare_methods"] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    overrides = ["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=128", "actor_rollout_ref.rollout.n=16",
+                 "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=128",
+                 "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=16",
+                 "actor_rollout_ref.actor.ppo_mini_batch_size=8"]
+    assert module.cap_micro_batches(overrides, 32) == [
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32", "actor_rollout_ref.rollout.n=16",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=32",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=16", "actor_rollout_ref.actor.ppo_mini_batch_size=8"]
+    assert module.cap_micro_batches(overrides, 0) == overrides

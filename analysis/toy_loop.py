@@ -1,0 +1,367 @@
+"""GSPO vs IBPO on the toy task at equal compute, in a plain PyTorch loop over the project's own ``ibpo/``
+functions: cheap enough for the 25-35 seeds a 5-point difference needs (the verl path costs ~1 min of start-up
+and 3-40 s per step per run on 2 CPU cores; this loop ~1-2 s per step).
+
+What is the same as the verl path (``scripts/compare_methods.py``): the warm start, the project's generator
+(``verl_cpu.hf_rollout.HFGenerator``, every request sampled from its own seeded stream, ``request_seed``),
+the scorer (``reward_fns.compute_score``), IBPO's steps B-C (``ibpo.pipeline.plan_corrections`` /
+``shape_batch``: references, correction prompts, alignment, rewrite filter, Δ, masks),
+r' = r + λΔ and the group normalisation (``ibpo.advantages``), the GSPO loss at its on-policy point (one
+update per step, so the sequence ratio is 1 and the clip inactive; ``seq-mean-token-mean``), AdamW with
+verl's defaults (weight decay 0.01, gradient clip 1.0) and a linear warmup, the FLOP counter
+(``ibpo.compute.step_flops``). What differs: no Ray, FSDP or separate old-log-prob forward (the ratio is
+1 by construction, so that forward is neither run nor counted), fp32 on one thread.
+
+Design (fixed before the runs, ``docs/evidence.md``): arms share seed s (warm start, data order, sampling
+streams: the first n samples of a prompt at a step are the same requests in every arm); every arm runs to the
+same FLOP budget and is evaluated greedily on a held-out test set of ``--test-size`` problems (disjoint seed)
+when its cumulative FLOPs first reach each milestone (¼, ½, ¾, 1 of the budget). The primary metric is test
+accuracy at the full budget, compared to GSPO G=n by the paired t over seeds. Nothing is selected on the test
+set. Run ``python -m analysis.toy_loop --help``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import shlex
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from analysis.credit_localisation import line_index, localise, summarise
+from ibpo.advantages import group_normalized_advantages, signed_token_mask
+from ibpo.compute import ModelShape, StepWork, step_flops
+from ibpo.config import IBPOConfig
+from ibpo.pipeline import plan_corrections, shape_batch
+from toy_task.addition import DATA_SOURCE, AdditionProblem, sample_problems
+
+TEST_SEED = 5000  # test problems: disjoint from SFT (1000+), RL train (0) and val (1) seeds
+MAX_RESPONSE_TOKENS = 96
+MILESTONES = (0.5, 1.0)
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One arm: GSPO (``ibpo`` None) or IBPO with ``ibpo``, G = ``group_multiplier`` · n."""
+
+    name: str
+    group_multiplier: int
+    ibpo: IBPOConfig | None = None
+
+    @property
+    def slug(self) -> str:
+        return "".join(c if c.isalnum() else "_" for c in self.name.lower()).strip("_")
+
+
+def default_arms() -> dict[str, Arm]:
+    """GSPO G=n (the baseline), IBPO G=n (binary, β 0.5, λ 0.6, α 0.6, one reference), IBPO G=n with the
+    rewrite filter's second condition alone (a right correction closer to its reference than to y is a
+    rewrite/copy and gets no Δ), GSPO G=4n."""
+    ibpo = IBPOConfig(variant="binary", lam=0.6, beta=0.5, alpha=0.6, num_references=1)
+    arms = [Arm("GSPO G=n", 1), Arm("IBPO G=n", 1, ibpo)]
+    if "rewrite_condition" in IBPOConfig.__dataclass_fields__:
+        arms.append(Arm("IBPO G=n copy filter", 1, ibpo.replace(rewrite_condition="closer_to_reference")))
+    arms.append(Arm("GSPO G=4n", 4))
+    return {a.name: a for a in arms}
+
+
+def sha256_of_dir(path: str | Path) -> str:
+    """sha256 over the sorted relative paths and bytes of every file under ``path`` (the warm start's identity)."""
+    digest = hashlib.sha256()
+    root = Path(path)
+    for file in sorted(p for p in root.rglob("*") if p.is_file()):
+        digest.update(str(file.relative_to(root)).encode() + b"\0")
+        digest.update(file.read_bytes())
+    return digest.hexdigest()
+
+
+def model_shape(model: torch.nn.Module) -> ModelShape:
+    """``ibpo.compute.ModelShape`` of a loaded HF model (same rule as ``recipe.ibpo.setup_checks.model_flop_shape``)."""
+    embedding = model.get_input_embeddings().weight
+    output = model.get_output_embeddings()
+    tied = output is not None and output.weight is embedding
+    matrices = int(sum(p.numel() for p in model.parameters() if p.dim() >= 2))
+    cfg = model.config
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    return ModelShape(matmul_params=matrices if tied else matrices - int(embedding.numel()),
+                      num_layers=int(cfg.num_hidden_layers), attention_dim=int(cfg.num_attention_heads * head_dim))
+
+
+class Toy:
+    """Tokenizer, scorer and problem sets shared by every run."""
+
+    def __init__(self, model_dir: str | Path, train_size: int, test_size: int, train_seed: int = 0):
+        from transformers import AutoTokenizer
+
+        from reward_fns import compute_score
+
+        self.model_dir = str(model_dir)
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
+        self.train = sample_problems(train_size, train_seed)
+        self.test = sample_problems(test_size, TEST_SEED)
+        self._score = compute_score
+        self.prompt_cache: dict[tuple[int, int], list[int]] = {}
+
+    def messages(self, problem: AdditionProblem) -> list[dict]:
+        return [{"role": "user", "content": problem.prompt_text}]
+
+    def encode_chat(self, messages: list[dict]) -> list[int]:
+        return list(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)["input_ids"])
+
+    def prompt_ids(self, problem: AdditionProblem) -> list[int]:
+        key = (problem.a, problem.b)
+        if key not in self.prompt_cache:
+            self.prompt_cache[key] = self.encode_chat(self.messages(problem))
+        return self.prompt_cache[key]
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def score(self, ids: list[int], problem: AdditionProblem) -> float:
+        return float(self._score(DATA_SOURCE, self.decode(ids), str(problem.answer))["score"])
+
+
+def generate(generator, prompts: list[list[int]], seeds: list[int] | None, chunk: int = 128) -> list[list[int]]:
+    """Sampled (temperature 1, per-request seeds) or greedy (``seeds`` None) responses, in chunks."""
+    from verl_cpu.hf_rollout import GenRequest, parse_sampling_spec
+
+    spec = parse_sampling_spec({"temperature": 1.0 if seeds is not None else 0.0, "top_p": 1.0, "top_k": -1})
+    out: list[list[int]] = []
+    for lo in range(0, len(prompts), chunk):
+        reqs = [GenRequest(prompt_ids=p, spec=spec, max_tokens=MAX_RESPONSE_TOKENS, want_logprobs=False,
+                           seed=None if seeds is None else seeds[lo + i]) for i, p in enumerate(prompts[lo:lo + chunk])]
+        out += [r.token_ids for r in generator.generate_batch(reqs)]
+    return out
+
+
+def evaluate(toy: Toy, generator) -> np.ndarray:
+    """Greedy correctness (0/1) on every test problem."""
+    responses = generate(generator, [toy.prompt_ids(p) for p in toy.test], None, chunk=512)
+    return np.array([toy.score(r, p) for r, p in zip(responses, toy.test)], dtype=np.float64)
+
+
+def gspo_loss(model: torch.nn.Module, prompts: list[list[int]], responses: list[list[int]],
+              token_advantages: list[np.ndarray], pad_id: int) -> torch.Tensor:
+    """GSPO's loss at the on-policy point, ``seq-mean-token-mean``: per row the mean over response tokens of
+    −Â_t·s_t with s_t = sg(s_i)·π_t/sg(π_t) and s_i = 1 (one update per step on fresh samples), averaged over
+    rows. Its gradient is −mean_i mean_t Â_t ∇log π_t, GSPO's (Eq. 22-24) with the ratio at 1."""
+    rows = [p + r for p, r in zip(prompts, responses)]
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    attn = torch.zeros((len(rows), width), dtype=torch.long)
+    adv = torch.zeros((len(rows), width), dtype=torch.float32)
+    resp = torch.zeros((len(rows), width), dtype=torch.float32)
+    for i, (p, r, a) in enumerate(zip(prompts, responses, token_advantages)):
+        ids[i, :len(p) + len(r)] = torch.tensor(p + r)
+        attn[i, :len(p) + len(r)] = 1
+        resp[i, len(p):len(p) + len(r)] = 1.0
+        adv[i, len(p):len(p) + len(r)] = torch.as_tensor(a, dtype=torch.float32)
+    logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()
+    logp = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+    mask, a = resp[:, 1:], adv[:, 1:]
+    ratio = torch.exp(logp - logp.detach())
+    per_token = -a * ratio * mask
+    per_row = per_token.sum(-1) / mask.sum(-1).clamp(min=1)
+    return per_row.mean()
+
+
+def run(toy: Toy, arm: Arm, seed: int, budget: float, n: int, batch_size: int, lr: float, warmup_flops: float,
+        max_steps: int = 10_000, log=None, milestones: tuple[float, ...] = MILESTONES) -> dict:
+    """One arm, one seed, to ``budget`` FLOPs; returns per-step records, milestone evaluations and localisation.
+
+    The learning rate warms up linearly over the first ``warmup_flops`` of compute (not steps: at equal compute
+    an arm with 4x costlier steps would otherwise spend its few updates at a fraction of the rate); step k uses
+    lr · min(1, FLOPs after step k / warmup_flops)."""
+    from verl_cpu.hf_rollout import HFGenerator, request_seed
+
+    torch.manual_seed(seed)
+    generator = HFGenerator.from_pretrained(toy.model_dir)
+    model = generator.model
+    shape = model_shape(model)
+    eos_ids = generator.eos_ids
+    optim = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    order = np.random.default_rng(seed).permutation(len(toy.train))
+    group = arm.group_multiplier * n
+    newline_tokens = {i: toy.tokenizer.decode([i]) for i in range(len(toy.tokenizer))}
+    flops, steps, evals, localisations = 0.0, [], [], []
+    fractions = list(milestones)
+    milestones = [m * budget for m in fractions]
+    step = 0
+    while milestones and step < max_steps:
+        step += 1
+        t0 = time.perf_counter()
+        idx = [int(order[((step - 1) * batch_size + k) % len(order)]) for k in range(batch_size)]
+        problems = [toy.train[i] for i in idx]
+        prompts = [toy.prompt_ids(p) for p in problems for _ in range(group)]
+        seeds = [request_seed(seed, f"main|{i}|{j}", step) for i in idx for j in range(group)]
+        model.eval()
+        responses = generate(generator, prompts, seeds)
+        t_gen = time.perf_counter()
+        rows_problem = [p for p in problems for _ in range(group)]
+        rewards = np.array([toy.score(r, p) for r, p in zip(responses, rows_problem)])
+        group_ids = [k for k in range(batch_size) for _ in range(group)]
+        t_score = time.perf_counter()
+        delta = np.zeros(len(responses))
+        masks = None
+        corr_lengths: list[int] = []
+        metrics: dict[str, float] = {}
+        t_corr_gen = 0.0
+        if arm.ibpo is not None:
+            cfg = arm.ibpo.replace(seed=seed)
+            is_correct = [bool(r >= cfg.correct_threshold) for r in rewards]
+            messages = [toy.messages(p) for p in rows_problem]
+            requests = plan_corrections(group_ids, is_correct, messages, responses, toy.decode, cfg, step, toy.encode)
+            if requests:
+                c0 = time.perf_counter()
+                corr_prompts = [toy.encode_chat(r.messages) for r in requests]
+                corr_seeds = [request_seed(seed, f"corr|{r.target_row}|{k}", step) for k, r in enumerate(requests)]
+                corrections = generate(generator, corr_prompts, corr_seeds, chunk=64)
+                t_corr_gen = time.perf_counter() - c0
+                right = [toy.score(c, rows_problem[r.target_row]) >= cfg.correct_threshold
+                         for c, r in zip(corrections, requests)]
+                outcome = shape_batch(requests, corrections, right, responses, is_correct, cfg)
+                delta, masks = outcome.delta, outcome.token_masks
+                metrics = {k: float(v) for k, v in outcome.metrics.items()}
+                corr_lengths = [len(p) + len(c) for p, c in zip(corr_prompts, corrections)]
+                for req, corr, ok, rewrite in zip(requests, corrections, right, outcome.correction_rewrite):
+                    if not ok:
+                        continue
+                    row = req.target_row
+                    truth = toy.encode(rows_problem[row].solution) + sorted(eos_ids)[:1]
+                    reference = responses[req.reference_rows[0]] if req.reference_rows else []
+                    lines = line_index([newline_tokens.get(t, "") for t in responses[row]])
+                    loc = localise(responses[row], corr, truth, reference, lines,
+                                   reference_right=bool(req.reference_rows and is_correct[req.reference_rows[0]]),
+                                   eos_ids=eos_ids)
+                    localisations.append({"step": step, "shaped": bool(delta[row] > 0), "rewrite": bool(rewrite),
+                                          **loc.as_dict()})
+        t_host = time.perf_counter()
+        lam = arm.ibpo.lam if arm.ibpo is not None else 0.0
+        shaped_r = torch.as_tensor(rewards + lam * delta)
+        adv = group_normalized_advantages(shaped_r, group_ids)
+        token_adv = []
+        for i, r in enumerate(responses):
+            a = np.full(len(r), float(adv[i]), dtype=np.float32)
+            if masks is not None and arm.ibpo is not None and arm.ibpo.variant == "mask" and delta[i] > 0:
+                m = signed_token_mask(adv[i:i + 1], torch.as_tensor(masks[i])[None], torch.tensor([True]),
+                                      arm.ibpo.mask_sign)[0].numpy()
+                a = a * m
+            token_adv.append(a)
+        main_lengths = [len(p) + len(r) for p, r in zip(prompts, responses)]
+        work = StepWork(main_gen=main_lengths, correction_gen=corr_lengths, train_main=main_lengths,
+                        old_log_prob_forward=False)
+        step_f = step_flops(work, shape)
+        model.train()
+        for g in optim.param_groups:
+            g["lr"] = lr * min(1.0, (flops + step_f.total) / warmup_flops) if warmup_flops > 0 else lr
+        loss = gspo_loss(model, prompts, responses, token_adv, generator.pad_id)
+        optim.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
+        optim.step()
+        t_update = time.perf_counter()
+        flops += step_f.total
+        rec = {"step": step, "flops": flops, "reward": float(rewards.mean()), "grad_norm": grad_norm,
+               "mixed_groups": float(np.mean([0 < rewards[k * group:(k + 1) * group].sum() < group
+                                              for k in range(batch_size)])),
+               "time": {"main_gen": t_gen - t0, "score": t_score - t_gen, "correction_gen": t_corr_gen,
+                        "ibpo_host": t_host - t_score - t_corr_gen, "update": t_update - t_host},
+               "flops_by_phase": {"main_gen": step_f.main_gen, "correction_gen": step_f.correction_gen,
+                                  "actor_update": step_f.actor_update},
+               "updates": 1, **{f"ibpo/{k}": v for k, v in metrics.items()}}
+        while milestones and flops >= milestones[0]:
+            e0 = time.perf_counter()
+            model.eval()
+            correct = evaluate(toy, generator)
+            evals.append({"milestone": fractions[len(fractions) - len(milestones)], "step": step, "flops": flops,
+                          "accuracy": float(correct.mean()), "correct": correct.astype(int).tolist()})
+            rec.setdefault("time", {})["eval"] = rec["time"].get("eval", 0.0) + time.perf_counter() - e0
+            milestones.pop(0)
+        steps.append(rec)
+        if log:
+            log(f"{arm.name} s{seed} step {step}: reward {rec['reward']:.3f} flops {flops:.3g} "
+                f"({time.perf_counter() - t0:.1f} s)" + (f" eval {evals[-1]['accuracy']:.3f}" if evals and
+                                                         evals[-1]['step'] == step else ""))
+    return {"arm": arm.name, "seed": seed, "steps": steps, "evals": evals, "localisation": localisations,
+            "budget": budget}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--assets", required=True, help="`python -m toy_task.warm_start --out DIR` output")
+    p.add_argument("--out", required=True)
+    p.add_argument("--arms", nargs="+", default=None, help="subset of the arms (the first is the baseline)")
+    p.add_argument("--seeds", type=int, nargs="+", default=list(range(30)))
+    p.add_argument("--budget-steps", type=float, default=20,
+                   help="FLOP budget, in units of the baseline's mean FLOPs per step (estimated on the warm start)")
+    p.add_argument("--budget-flops", type=float, default=None, help="the FLOP budget itself (overrides --budget-steps)")
+    p.add_argument("--n", type=int, default=4)
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--warmup-steps", type=float, default=5,
+                   help="linear lr warmup over this many baseline steps' worth of FLOPs (every arm the same compute)")
+    p.add_argument("--milestones", type=float, nargs="+", default=list(MILESTONES),
+                   help="fractions of the budget at which every arm is evaluated on the test set")
+    p.add_argument("--test-size", type=int, default=512)
+    p.add_argument("--train-size", type=int, default=1024)
+    p.add_argument("--deadline", type=float, default=None, help="unix time after which no new seed is started")
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    assets = json.loads((Path(args.assets) / "assets.json").read_text())
+    model_dir = assets["model"]
+    arms = default_arms()
+    chosen = [arms[a] for a in (args.arms or list(arms))]
+    toy = Toy(model_dir, args.train_size, args.test_size)
+    meta_path = out / "meta.json"
+    if meta_path.exists():
+        meta = json.loads(meta_path.read_text())
+    else:
+        from verl_cpu.hf_rollout import HFGenerator
+
+        gen = HFGenerator.from_pretrained(model_dir)
+        warm = evaluate(toy, gen)
+        budget = args.budget_flops
+        if budget is None:  # baseline FLOPs per step: a no-update step's generation + update on the warm start
+            probe = run(toy, chosen[0], 10_000, budget=float("inf"), n=args.n, batch_size=args.batch_size, lr=0.0,
+                        warmup_flops=0.0, max_steps=3)
+            step_cost = probe["steps"][-1]["flops"] / len(probe["steps"])
+            budget = args.budget_steps * step_cost
+        meta = {"baseline_step_flops": budget / args.budget_steps,"warm_start_sha256": sha256_of_dir(model_dir), "budget_flops": budget,
+                "warm_start_test_accuracy": float(warm.mean()), "warm_start_correct": warm.astype(int).tolist(),
+                "command": "python -m analysis.toy_loop " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
+                "args": vars(args)}
+        meta_path.write_text(json.dumps(meta))
+    print(f"[toy_loop] budget {meta['budget_flops']:.3g} FLOPs, warm start {meta['warm_start_sha256'][:12]} "
+          f"test acc {meta['warm_start_test_accuracy']:.3f}", flush=True)
+    for seed in args.seeds:
+        if args.deadline and time.time() > args.deadline:
+            print(f"[toy_loop] deadline reached before seed {seed}", flush=True)
+            break
+        for arm in chosen:
+            path = out / f"{arm.slug}_s{seed}.json"
+            if path.exists():
+                continue
+            start = time.perf_counter()
+            result = run(toy, arm, seed, meta["budget_flops"], args.n, args.batch_size, args.lr,
+                         args.warmup_steps * meta["baseline_step_flops"], milestones=tuple(args.milestones))
+            result["wall_s"] = time.perf_counter() - start
+            path.write_text(json.dumps(result))
+            print(f"[toy_loop] {arm.name} s{seed}: {len(result['steps'])} steps, final eval "
+                  f"{result['evals'][-1]['accuracy']:.3f}, {result['wall_s']:.0f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

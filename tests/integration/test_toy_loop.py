@@ -1,0 +1,90 @@
+"""analysis.toy_loop end to end on a tiny untrained model: every arm stops at the FLOP budget and is evaluated
+at the milestones; the step's FLOPs are ibpo.compute's count of the rows it generated and trained; the
+baseline and IBPO of a seed draw the same first samples (common random numbers); the JSON feeds the report."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from analysis import toy_loop
+from ibpo.compute import StepWork, forward_flops, step_flops
+
+# building the tiny tokenizer and model takes ~35 s on 2 shared cores: every test here is slow
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    from toy_task.warm_start import tokenizer_corpus
+    from verl_cpu.tiny_assets import build_tiny_model, build_tiny_tokenizer
+
+    torch.set_num_threads(1)
+    out = tmp_path_factory.mktemp("toy")
+    tokenizer = build_tiny_tokenizer(out / "tok", seed=0, corpus=tokenizer_corpus(0, num_lines=60),
+                                     individual_digits=True)
+    build_tiny_model(out / "model", tokenizer, hidden_size=32, num_layers=1, seed=0)
+    return toy_loop.Toy(out / "model", train_size=16, test_size=4)
+
+
+def test_arms_stop_at_the_budget_and_share_samples(toy, monkeypatch):
+    monkeypatch.setattr(toy_loop, "MAX_RESPONSE_TOKENS", 12)
+    arms = toy_loop.default_arms()
+    gspo = toy_loop.run(toy, arms["GSPO G=n"], 3, budget=float("inf"), n=2, batch_size=2, lr=1e-3, warmup_flops=0,
+                        max_steps=1)
+    step = gspo["steps"][0]
+    budget = 2.5 * step["flops"]
+    full = toy_loop.run(toy, arms["GSPO G=n"], 3, budget=budget, n=2, batch_size=2, lr=1e-3, warmup_flops=0)
+    assert full["steps"][0]["flops"] == step["flops"]  # same seed, same first step
+    assert [e["milestone"] for e in full["evals"]] == [0.5, 1.0]
+    # evaluated at the first step whose cumulative FLOPs reach each milestone, and stopped there
+    for e in full["evals"]:
+        reached = [s["flops"] for s in full["steps"] if s["flops"] >= e["milestone"] * budget]
+        assert e["flops"] == reached[0]
+    assert full["steps"][-1]["flops"] >= budget > full["steps"][-2]["flops"]
+    assert len(full["evals"][-1]["correct"]) == 4
+    # the step's FLOPs: 4 rows generated and trained, no separate old-log-prob forward
+    assert step["flops_by_phase"]["actor_update"] == pytest.approx(3 * step["flops_by_phase"]["main_gen"])
+    # IBPO of the same seed samples the same main responses at step 1 (its Δ only changes what is trained)
+    ibpo = toy_loop.run(toy, arms["IBPO G=n"], 3, budget=float("inf"), n=2, batch_size=2, lr=1e-3, warmup_flops=0,
+                        max_steps=1)
+    assert ibpo["steps"][0]["flops_by_phase"]["main_gen"] == step["flops_by_phase"]["main_gen"]
+    assert ibpo["steps"][0]["reward"] == step["reward"]
+    json.dumps(full)  # the result is plain JSON
+
+
+def test_gspo_loss_gradient_is_the_advantage_weighted_mean_log_prob(toy):
+    """At the on-policy point the loss's gradient equals that of −mean_i mean_t Â_t log π_t (slow reference)."""
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(toy.model_dir, dtype=torch.float32)
+    prompts = [[1, 2, 3], [4, 5]]
+    responses = [[6, 7], [8, 9, 10]]
+    adv = [torch.tensor([0.5, -1.0]).numpy(), torch.tensor([2.0, 2.0, 0.0]).numpy()]
+    loss = toy_loop.gspo_loss(model, prompts, responses, adv, pad_id=0)
+    grads = torch.autograd.grad(loss, [p for p in model.parameters() if p.requires_grad])
+    ref = 0.0
+    for p, r, a in zip(prompts, responses, adv):
+        ids = torch.tensor([p + r])
+        logp = torch.log_softmax(model(input_ids=ids).logits[0, :-1], -1)
+        lp = torch.stack([logp[len(p) - 1 + t, tok] for t, tok in enumerate(r)])
+        ref = ref - (torch.as_tensor(a) * lp).mean() / len(prompts)
+    ref_grads = torch.autograd.grad(ref, [p for p in model.parameters() if p.requires_grad])
+    assert loss.item() == pytest.approx(-(0.5 - 1.0) / 2 / 2 - (2 + 2 + 0) / 3 / 2)
+    for g, h in zip(grads, ref_grads):
+        torch.testing.assert_close(g, h, rtol=1e-4, atol=1e-6)
+
+
+def test_model_shape_matches_the_setup_check(toy):
+    from transformers import AutoModelForCausalLM
+
+    from recipe.ibpo.setup_checks import model_flop_shape
+
+    model = AutoModelForCausalLM.from_pretrained(toy.model_dir, dtype=torch.float32)
+    assert toy_loop.model_shape(model) == model_flop_shape(toy.model_dir)
+    shape = toy_loop.model_shape(model)
+    assert step_flops(StepWork(main_gen=[5], train_main=[5], old_log_prob_forward=False), shape).total == \
+        pytest.approx(4 * forward_flops([5], shape))
