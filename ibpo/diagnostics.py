@@ -69,9 +69,11 @@ def correction_stats(
     unmodified_ratio: Sequence[float],
     batch_size: int,
 ) -> dict[str, float]:
-    """Success rate (right corrections / corrections), rewrite rate (rewrites / right corrections),
-    shaped fraction (shaped responses / all responses), mean Δ over shaped responses, mean unmodified ratio
-    over right corrections. Empty denominators give 0 and are reported as such."""
+    """Counts (wrong responses, corrections, right corrections, shaped responses) and the rates and means over
+    them: success rate (right corrections / corrections), rewrite rate (rewrites / right corrections), shaped
+    fraction (shaped responses / all responses), mean Δ over shaped responses, mean unmodified ratio over
+    right corrections. A rate or mean whose denominator is empty this step is left out (not 0: a 0 would
+    read as "no copying" or "every correction failed" and drag averages over steps); its count is there."""
     right = np.asarray(correction_right, dtype=bool)
     rew = np.asarray(rewrite, dtype=bool)
     d = np.asarray(delta, dtype=np.float64)
@@ -79,15 +81,21 @@ def correction_stats(
     n_corr = right.size
     n_right = int(right.sum())
     shaped = d > 0
-    return {
+    stats = {
         "num_wrong": float(num_wrong),
         "num_corrections": float(n_corr),
-        "correction_success_rate": n_right / n_corr if n_corr else 0.0,
-        "rewrite_rate": int((rew & right).sum()) / n_right if n_right else 0.0,
+        "num_right_corrections": float(n_right),
+        "num_shaped": float(shaped.sum()),
         "shaped_fraction": int(shaped.sum()) / batch_size if batch_size else 0.0,
-        "mean_delta": float(d[shaped].mean()) if shaped.any() else 0.0,
-        "unmodified_ratio": float(ratio[right].mean()) if n_right else 0.0,
     }
+    if n_corr:
+        stats["correction_success_rate"] = n_right / n_corr
+    if n_right:
+        stats["rewrite_rate"] = int((rew & right).sum()) / n_right
+        stats["unmodified_ratio"] = float(ratio[right].mean())
+    if shaped.any():
+        stats["mean_delta"] = float(d[shaped].mean())
+    return stats
 
 
 class LambdaSchedule:

@@ -68,7 +68,7 @@ def test_ibpo_corrections_are_generated_scored_and_shape_rewards(ibpo_joint):
             assert 0 <= m["ibpo/correction/prompt_tokens_in_shared_prefix_frac"] < 1, step
             assert "ibpo/correction/prompt_tokens_cached_frac" not in m, step
         # Δ > 0 exactly when some correction succeeded without being a rewrite; binary Δ = β = 0.5
-        succeeded = m["ibpo/correction_success_rate"] > 0 and m["ibpo/rewrite_rate"] < 1
+        succeeded = m["ibpo/num_right_corrections"] > 0 and m["ibpo/rewrite_rate"] < 1
         assert (m["ibpo/shaped_fraction"] > 0) == succeeded, step
         if m["ibpo/shaped_fraction"] > 0:
             assert m["ibpo/mean_delta"] == pytest.approx(0.5)

@@ -147,11 +147,15 @@ def test_no_wrong_responses_and_all_failed():
     assert plan_corrections(["a", "a"], [True, True], [[{"role": "user", "content": "P"}]] * 2, y, str, cfg, 0) == []
     out = shape_batch([], [], [], y, [True, True], cfg)
     assert out.delta.tolist() == [0.0, 0.0] and out.metrics["num_corrections"] == 0
-    assert out.metrics["correction_success_rate"] == 0.0
+    # no correction: the rates over corrections are left out, not reported as 0
+    assert {"correction_success_rate", "rewrite_rate", "unmodified_ratio", "mean_delta"}.isdisjoint(out.metrics)
+    assert out.metrics["num_right_corrections"] == 0 and out.metrics["num_shaped"] == 0
     req = plan_corrections(["a", "a"], [False, False], [[{"role": "user", "content": "P"}]] * 2, y, str, cfg, 0)
     assert [r.reference_rows for r in req] == [(1,), (0,)]  # the other wrong one
     out = shape_batch(req, [[0], [0]], [False, False], y, [False, False], cfg)
     assert out.delta.tolist() == [0.0, 0.0]
+    assert out.metrics["correction_success_rate"] == 0.0 and out.metrics["num_right_corrections"] == 0
+    assert {"rewrite_rate", "unmodified_ratio", "mean_delta"}.isdisjoint(out.metrics)  # no right correction
 
 
 @st.composite
