@@ -273,7 +273,7 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
         """Per-sample policy-gradient variance on the main rows under GSPO advantages (group-normalised raw
         reward, no mask) and the IBPO advantages this step trains with, on the same samples (App. A)."""
         from ibpo.advantages import broadcast_advantages, group_normalized_advantages
-        from analysis.grad_probe import total_variance
+        from ibpo.diagnostics import total_variance
         from recipe.ibpo.workers import probe_input
 
         is_main = (batch.batch[corr.IS_CORRECTION_KEY] == 0) & (batch.batch[corr.IS_PADDING_KEY] == 0)

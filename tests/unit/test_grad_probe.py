@@ -15,8 +15,8 @@ from analysis.grad_probe import (
     projected_per_sample_gradients,
     select_parameter_subset,
     loss_token_coefficients,
-    total_variance,
 )
+from ibpo.diagnostics import total_variance
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
