@@ -17,7 +17,7 @@ from ibpo.pipeline import plan_corrections
 from ibpo.prefix_sharing import common_prefix_length, shared_prefix_fraction, shared_prefix_lengths
 from ibpo.prompts import TRUNCATION_MARKER, render_candidate
 from ibpo.references import select_references_in_group
-from recipe.ibpo.setup_checks import (
+from recipe.common.setup_checks import (
     TRUNCATION_MARKER_TOKENS,
     IBPOSetupError,
     check_trainer_config,

@@ -28,7 +28,7 @@ def ibpo_prompt_length(enable: bool, max_prompt: int, max_response: int, num_ref
     """Default ``rollout.prompt_length``: sized for correction prompts when IBPO is on, else the data's.
     The context (``rollout.max_model_len``, else a local model's ``max_position_embeddings``) bounds the
     candidate budget when ``ibpo.max_candidate_tokens = 0`` (``setup_checks.correction_budget``)."""
-    from recipe.ibpo.setup_checks import correction_prompt_length
+    from recipe.common.setup_checks import correction_prompt_length
 
     if not enable:
         return int(max_prompt)

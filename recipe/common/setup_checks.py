@@ -102,7 +102,7 @@ def counterfactual_config_from(config: DictConfig) -> CounterfactualConfig:
 # `method:` (top level of the config) -> the trainer class that runs it and the check of its option block.
 METHODS = {
     "ibpo": ("recipe.ibpo.ibpo_ray_trainer", "RayIBPOTrainer", ibpo_config_from),
-    "counterfactual": ("recipe.ibpo.counterfactual_trainer", "RayCounterfactualTrainer", counterfactual_config_from),
+    "counterfactual": ("recipe.counterfactual.counterfactual_trainer", "RayCounterfactualTrainer", counterfactual_config_from),
 }
 
 
