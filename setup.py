@@ -44,7 +44,7 @@ setup(
     # `tests` and `scripts` packages of its own into site-packages.
     packages=find_packages(include=["ibpo", "ibpo.*", "counterfactual", "counterfactual.*", "analysis", "analysis.*",
                                     "verl_cpu", "verl_cpu.*", "recipe", "recipe.*", "reward_fns", "reward_fns.*",
-                                    "data_prep", "data_prep.*"]),
+                                    "data_prep", "data_prep.*", "toy_task", "toy_task.*"]),
     package_data={"recipe.ibpo": ["*.sh"], "recipe.ibpo.config": ["*.yaml"], "recipe.common": ["REQUIRED_VERL.txt"],
                   "recipe.common.upstream": ["*.txt", "*.toml"]},
     install_requires=INSTALL_REQUIRES,

@@ -33,7 +33,7 @@ SPEC = "{method:ngram,prompt_lookup_min:2,prompt_lookup_max:5,num_speculative_to
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
-    from recipe.ibpo.synthetic_task import write_task_parquets
+    from toy_task.synthetic_task import write_task_parquets
     from verl_cpu.tiny_assets import build_tiny_assets
 
     root = tmp_path_factory.mktemp("bound")

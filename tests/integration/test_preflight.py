@@ -25,7 +25,7 @@ PREFLIGHT_BUDGET_S = 15.0
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     """A tiny (not warm-started) model and the synthetic task's parquet files: enough for every check."""
-    from recipe.ibpo.synthetic_task import write_task_parquets
+    from toy_task.synthetic_task import write_task_parquets
     from verl_cpu.tiny_assets import build_tiny_assets
 
     root = tmp_path_factory.mktemp("preflight")
