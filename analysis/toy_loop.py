@@ -40,6 +40,7 @@ from ibpo.advantages import group_normalized_advantages, signed_token_mask
 from ibpo.compute import ModelShape, StepWork, step_flops
 from ibpo.config import IBPOConfig
 from ibpo.pipeline import plan_corrections, shape_batch
+from ibpo.variants import get_variant
 from toy_task.addition import DATA_SOURCE, AdditionProblem, sample_problems
 
 TEST_SEED = 5000  # test problems: disjoint from SFT (1000+), RL train (0) and val (1) seeds
@@ -252,7 +253,7 @@ def run(toy: Toy, arm: Arm, seed: int, budget: float, n: int, batch_size: int, l
         token_adv = []
         for i, r in enumerate(responses):
             a = np.full(len(r), float(adv[i]), dtype=np.float32)
-            if masks is not None and arm.ibpo is not None and arm.ibpo.variant == "mask" and delta[i] > 0:
+            if masks is not None and arm.ibpo is not None and get_variant(arm.ibpo.variant).masks_tokens and delta[i] > 0:
                 m = signed_token_mask(adv[i:i + 1], torch.as_tensor(masks[i])[None], torch.tensor([True]),
                                       arm.ibpo.mask_sign)[0].numpy()
                 a = a * m
