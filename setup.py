@@ -6,9 +6,9 @@ from setuptools import find_packages, setup
 
 
 def pinned_verl_requirement() -> str:
-    """The one requirement line of recipe/ibpo/REQUIRED_VERL.txt: the only place verl's version is written
-    (recipe.ibpo.upstream.pinned_verl_requirement reads the same file; docs/upgrading_verl.md)."""
-    path = Path(__file__).parent / "recipe" / "ibpo" / "REQUIRED_VERL.txt"
+    """The one requirement line of recipe/common/REQUIRED_VERL.txt: the only place verl's version is written
+    (recipe.common.upstream.pinned_verl_requirement reads the same file; docs/upgrading_verl.md)."""
+    path = Path(__file__).parent / "recipe" / "common" / "REQUIRED_VERL.txt"
     lines = [ln.strip() for ln in path.read_text(encoding="utf-8").splitlines()]
     reqs = [ln for ln in lines if ln and not ln.startswith("#")]
     if len(reqs) != 1 or not reqs[0].startswith("verl"):
@@ -44,9 +44,9 @@ setup(
     # `tests` and `scripts` packages of its own into site-packages.
     packages=find_packages(include=["ibpo", "ibpo.*", "counterfactual", "counterfactual.*", "analysis", "analysis.*",
                                     "verl_cpu", "verl_cpu.*", "recipe", "recipe.*", "reward_fns", "reward_fns.*",
-                                    "data_prep", "data_prep.*"]),
-    package_data={"recipe.ibpo": ["*.sh", "REQUIRED_VERL.txt"], "recipe.ibpo.config": ["*.yaml"],
-                  "recipe.ibpo.upstream": ["*.txt", "*.toml"]},
+                                    "data_prep", "data_prep.*", "toy_task", "toy_task.*"]),
+    package_data={"recipe.ibpo": ["*.sh"], "recipe.ibpo.config": ["*.yaml"], "recipe.common": ["REQUIRED_VERL.txt"],
+                  "recipe.common.upstream": ["*.txt", "*.toml"]},
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS,
     entry_points={

@@ -160,7 +160,7 @@ def ibpo_advantages(batch: ShapedBatch, lam: float, normalize: bool, epsilon: fl
 def per_sample_gradient_variance(advantages: np.ndarray, scores: np.ndarray, problems: np.ndarray,
                                  num_problems: int) -> float:
     """tr Cov over samples of g_i = A_i ∇log π(τ_i) (each g_i lives in its problem's block), (n − 1)
-    denominator: what :mod:`analysis.grad_probe` measures in the trainer."""
+    denominator: what :mod:`ibpo.grad_probe` measures in the trainer."""
     n = advantages.shape[0]
     g = advantages[:, None] * scores
     membership = np.zeros((num_problems, n))

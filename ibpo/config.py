@@ -90,7 +90,7 @@ class IBPOConfig:
     reference_per_group: bool = False  # one reference draw per group, shared by its wrong responses (each still uniform)
     candidate_view: str = "full"  # full | strip_thinking (drop text up to </think>)
     # each candidate is middle-truncated to this many tokens *of its re-tokenised text*; 0 = derived at start
-    # from the model context and the response length (recipe/ibpo/setup_checks.py: correction_budget)
+    # from the model context and the response length (ibpo/budget.py: correction_budget)
     max_candidate_tokens: int = 0
     # Per-correction length bound (docs/correction_pass.md, "Length bound"): a correction of target y gets
     # max_tokens = ceil(c·|y|) + correction_closing_tokens (capped at the rollout's response_length);

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Hashable, Sequence
 
 import numpy as np
+import torch
 
 from ibpo.advantages import group_ids_to_index
 
@@ -147,3 +148,10 @@ def trained_advantage_variance(advantages: np.ndarray, response_mask: np.ndarray
         return 0.0, 0.0
     per_sequence = (np.where(valid, adv, 0.0).sum(-1)[rows] / counts[rows])
     return float(per_sequence.var()), float(adv[valid].var())
+
+
+def total_variance(per_sample: torch.Tensor) -> float:
+    """tr Cov over samples: Σ_k Var_i(g_{i,k}) with the (B − 1) denominator; 0 for B < 2."""
+    if per_sample.shape[0] < 2:
+        return 0.0
+    return float(per_sample.to(torch.float64).var(dim=0, unbiased=True).sum())

@@ -148,7 +148,7 @@ def main(argv=None) -> int:
     if reason is not None:
         print(f"bench_one_gpu_shape: skipped: {reason}")
         return 0
-    from recipe.ibpo.synthetic_task import write_task_parquets
+    from toy_task.synthetic_task import write_task_parquets
     from verl_cpu.launch import read_metrics_jsonl
 
     out = args.out.resolve()

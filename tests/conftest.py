@@ -8,7 +8,7 @@ import pytest
 @pytest.fixture(scope="session")
 def cpu_demo_assets(tmp_path_factory):
     """The quickstart's tiny warm-started model, tokenizer and synthetic task, built once per session."""
-    from recipe.ibpo.synthetic_task import build_cpu_demo_assets
+    from toy_task.synthetic_task import build_cpu_demo_assets
 
     return build_cpu_demo_assets(tmp_path_factory.mktemp("cpu_demo") / "assets")
 

@@ -21,6 +21,7 @@ import torch
 
 from toy_task.addition import NUM_DIGITS, AdditionProblem, sample_problems, wrong_solution
 from toy_task.rows import read_rows, write_task_parquets
+from toy_task.sft import collate, sampled_accuracy
 
 HIDDEN_SIZE = 96
 NUM_LAYERS = 2
@@ -57,19 +58,6 @@ def encode_example(tokenizer, messages: list[dict], target: str) -> tuple[list[i
     prompt = list(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)["input_ids"])
     answer = tokenizer(target, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
     return prompt + answer, [-100] * len(prompt) + answer
-
-
-def collate(examples: list[tuple[list[int], list[int]]], pad_id: int) -> dict[str, torch.Tensor]:
-    """Right-pad a batch of ``(input_ids, labels)``."""
-    width = max(len(ids) for ids, _ in examples)
-    input_ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
-    labels = torch.full((len(examples), width), -100, dtype=torch.long)
-    attention_mask = torch.zeros((len(examples), width), dtype=torch.long)
-    for row, (ids, lab) in enumerate(examples):
-        input_ids[row, : len(ids)] = torch.tensor(ids)
-        labels[row, : len(lab)] = torch.tensor(lab)
-        attention_mask[row, : len(ids)] = 1
-    return {"input_ids": input_ids, "labels": labels, "attention_mask": attention_mask}
 
 
 def sft_warm_start(model_dir: str | Path, out_dir: str | Path, steps: int = SFT_STEPS, batch_size: int = 16,
@@ -136,7 +124,6 @@ def build_toy_assets(out_dir: str | Path, sft_steps: int = SFT_STEPS, n_train: i
 def measure(model_dir: str | Path, val_path: str | Path, samples_per_prompt: int = 4, seed: int = 0) -> dict:
     """Sampled (temperature 1) and greedy per-sample accuracy of ``model_dir`` on the val rows, scored by
     ``reward_fns``; the sampled one also reports the share of prompts whose samples mix right and wrong."""
-    from recipe.ibpo.synthetic_task import sampled_accuracy
 
     rows = read_rows(val_path)
     sampled = sampled_accuracy(model_dir, rows, samples_per_prompt=samples_per_prompt, temperature=1.0,

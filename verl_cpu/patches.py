@@ -48,7 +48,7 @@ def patch_distributed_module(dist_module: ModuleType) -> None:
         return original_ray(timeout_second=timeout_second, backend=dedupe_backend_string(backend or default))
 
     def initialize_global_process_group(timeout_second=36000):
-        # IBPO: the pinned verl's text (recipe/ibpo/upstream/manifest.toml; torchrun entry points, e.g. SFT)
+        # IBPO: the pinned verl's text (recipe/common/upstream/manifest.toml; torchrun entry points, e.g. SFT)
         # IBPO: with a valid backend string, no set_device on CPU, verl's module globals bound here
         import torch.distributed  # IBPO
 

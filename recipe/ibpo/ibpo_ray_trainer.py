@@ -1,6 +1,6 @@
 """RayIBPOTrainer: the IBPO correction pass (paper Alg. 1, App. E.2) in the hooks of verl's trainer.
 
-The training loop is :class:`recipe.ibpo.trainer_base.HookedRayPPOTrainer` ``.fit``, the pinned verl's own
+The training loop is :class:`recipe.common.trainer_base.HookedRayPPOTrainer` ``.fit``, the pinned verl's own
 ``RayPPOTrainer.fit`` plus one-line hook calls. IBPO fills four of them:
   1. ``_after_generation``: after the main ``generate_sequences`` and *before* ``sleep_replicas()`` (the
      replicas still hold π_θ): the correction pass -- references, correction prompts through the same
@@ -11,7 +11,7 @@ The training loop is :class:`recipe.ibpo.trainer_base.HookedRayPPOTrainer` ``.fi
      ``ibpo`` estimator;
   4. ``_after_advantage``: ``advantages ·= m_t`` (Eq. 7/17) before the actor update, the IBPO metrics and
      the optional gradient probe; ``_step_metrics``: FLOPs and seconds per phase, running totals.
-``_update_actor`` is verl's text with its changes marked ``# IBPO`` (``recipe/ibpo/upstream/manifest.toml``): the
+``_update_actor`` is verl's text with its changes marked ``# IBPO`` (``recipe/common/upstream/manifest.toml``): the
 rows of an optimizer update come from this step's plan (``ibpo.joint_minibatch``, ``ibpo/minibatch.py``).
 ReMax is not supported (it needs a second sampled generation of its own). Validation never runs the
 correction pass (``_validate`` is verl's own).
@@ -41,8 +41,8 @@ from ibpo.pipeline import shape_batch
 from ibpo.variants import get_variant
 from recipe.ibpo import correction as corr
 from recipe.ibpo.correction_rollout import proxy_params
-from recipe.ibpo.setup_checks import check_trainer_config, ibpo_config_from, model_flop_shape, model_max_positions
-from recipe.ibpo.trainer_base import HookedRayPPOTrainer
+from recipe.common.setup_checks import check_trainer_config, ibpo_config_from, model_flop_shape, model_max_positions
+from recipe.common.trainer_base import HookedRayPPOTrainer
 
 
 def generation_tokens(output: DataProto | None) -> tuple[float, float]:
@@ -273,7 +273,7 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
         """Per-sample policy-gradient variance on the main rows under GSPO advantages (group-normalised raw
         reward, no mask) and the IBPO advantages this step trains with, on the same samples (App. A)."""
         from ibpo.advantages import broadcast_advantages, group_normalized_advantages
-        from analysis.grad_probe import total_variance
+        from ibpo.diagnostics import total_variance
         from recipe.ibpo.workers import probe_input
 
         is_main = (batch.batch[corr.IS_CORRECTION_KEY] == 0) & (batch.batch[corr.IS_PADDING_KEY] == 0)
@@ -370,7 +370,7 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
 
     def _update_actor(self, batch: DataProto) -> DataProto:
         """The pinned verl's ``RayPPOTrainer._update_actor``, copied as text (manifest entry
-        ``RayPPOTrainer._update_actor`` in ``recipe/ibpo/upstream/manifest.toml``), with two changes, every
+        ``RayPPOTrainer._update_actor`` in ``recipe/common/upstream/manifest.toml``), with two changes, every
         line of them marked ``# IBPO`` (checked by tests/unit/test_trainer_upstream.py):
 
         1. the rows of one optimizer update (``mini_batch_size`` = ``global_batch_size``, which verl's

@@ -7,7 +7,7 @@
     python -m recipe.ibpo.quickstart -- 'trainer.logger=[console,tensorboard]'   # extra Hydra overrides
 
 It builds (once, cached in ``--out``) a tiny Qwen2-style model and tokenizer, warm-starts it on the
-synthetic arithmetic task (``recipe/ibpo/synthetic_task.py``) so it answers some problems right and
+synthetic arithmetic task (``toy_task/synthetic_task.py``) so it answers some problems right and
 some wrong, then runs ``python -m recipe.ibpo.main_ibpo`` (CPU platform and ``hf`` rollout, or with
 ``--gpu`` CUDA and vLLM), bounded by ``--timeout`` (the whole process tree is killed on expiry). While it
 runs, a line per finished training step is printed (read from verl's file logger, which is always added
@@ -262,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown option(s) {' '.join(unknown)} (Hydra overrides go after --, as key=value)")
     extra, logger_note = with_file_logger(extra)
 
-    from recipe.ibpo.synthetic_task import SFT_STEPS, build_cpu_demo_assets
+    from toy_task.synthetic_task import SFT_STEPS, build_cpu_demo_assets
 
     out = Path(args.out).resolve()
     stamp = out / "assets.json"

@@ -3,7 +3,7 @@ Verification"; issue: IBPO's ≈30% lower policy-gradient variance).
 
 The probe needs the actor's own model, which lives in the worker processes, so it is a worker method
 dispatched like ``compute_log_prob`` (each data-parallel rank gets a shard of the batch). The math is
-``analysis.grad_probe``: per-sample policy-gradient projections on a fixed random subset of weight entries,
+``ibpo.grad_probe``: per-sample policy-gradient projections on a fixed random subset of weight entries,
 computed under two advantage tensors of the *same* samples in one forward. The driver computes the
 variances from the gathered projections.
 """
@@ -31,7 +31,7 @@ class IBPOActorRolloutRefWorker(ActorRolloutRefWorker):
         ``data`` holds padded ``(B, L)`` ``input_ids``/``attention_mask``/``position_ids``, ``response_mask``
         and the two ``(B, R)`` advantage tensors; meta ``num_coordinates``, ``seed``, ``micro_batch_size``.
         """
-        from analysis.grad_probe import projected_per_sample_gradients, select_parameter_subset
+        from ibpo.grad_probe import projected_per_sample_gradients, select_parameter_subset
 
         engine = self.actor.engine
         module = engine.module

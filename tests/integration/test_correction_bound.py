@@ -25,7 +25,7 @@ from ibpo.pipeline import CorrectionRequest
 from recipe.ibpo import correction as corr
 from recipe.ibpo.config import register_config_resolvers
 from recipe.ibpo.correction_rollout import SPEC_OPTION, check_correction_rollout, speculative_config_of
-from recipe.ibpo.setup_checks import ibpo_config_from
+from recipe.common.setup_checks import ibpo_config_from
 from verl_cpu.launch import cpu_overrides
 
 SPEC = "{method:ngram,prompt_lookup_min:2,prompt_lookup_max:5,num_speculative_tokens:8}"
@@ -33,7 +33,7 @@ SPEC = "{method:ngram,prompt_lookup_min:2,prompt_lookup_max:5,num_speculative_to
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
-    from recipe.ibpo.synthetic_task import write_task_parquets
+    from toy_task.synthetic_task import write_task_parquets
     from verl_cpu.tiny_assets import build_tiny_assets
 
     root = tmp_path_factory.mktemp("bound")

@@ -8,17 +8,17 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from recipe.ibpo.synthetic_task import (  # noqa: E402
+from toy_task.synthetic_task import (  # noqa: E402
     DATA_SOURCE,
     MAX_OPERAND,
     ArithProblem,
     encode_sft_example,
     problem_row,
     sample_problems,
-    sampled_accuracy,
     sft_warm_start,
     write_task_parquets,
 )
+from toy_task.sft import sampled_accuracy  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
 from recipe.ibpo.config import register_config_resolvers
-from recipe.ibpo.setup_checks import IBPOSetupError, preflight, resolve_config
+from recipe.common.setup_checks import IBPOSetupError, preflight, resolve_config
 from verl_cpu.launch import cpu_env, cpu_overrides, process_env
 
 REPO = Path(__file__).resolve().parents[2]
@@ -25,7 +25,7 @@ PREFLIGHT_BUDGET_S = 15.0
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     """A tiny (not warm-started) model and the synthetic task's parquet files: enough for every check."""
-    from recipe.ibpo.synthetic_task import write_task_parquets
+    from toy_task.synthetic_task import write_task_parquets
     from verl_cpu.tiny_assets import build_tiny_assets
 
     root = tmp_path_factory.mktemp("preflight")

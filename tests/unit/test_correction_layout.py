@@ -17,12 +17,8 @@ from ibpo.pipeline import plan_corrections
 from ibpo.prefix_sharing import common_prefix_length, shared_prefix_fraction, shared_prefix_lengths
 from ibpo.prompts import TRUNCATION_MARKER, render_candidate
 from ibpo.references import select_references_in_group
-from recipe.ibpo.setup_checks import (
-    TRUNCATION_MARKER_TOKENS,
-    IBPOSetupError,
-    check_trainer_config,
-    correction_budget,
-)
+from ibpo.budget import TRUNCATION_MARKER_TOKENS, CorrectionBudgetError, correction_budget
+from recipe.common.setup_checks import IBPOSetupError, check_trainer_config
 from verl_cpu.tiny_assets import build_tiny_tokenizer
 
 # chi-square critical values at p = 0.001 (df -> value): a fixed-seed test that fails only on a real bias
@@ -136,9 +132,9 @@ def test_budget_is_explicit_or_derived_from_context():
     tight = correction_budget(1024, 16384, 1, 0, template_tokens=200, context=32768)
     assert tight.candidate_tokens == (32768 - 16384 - 1024 - 200) // 2 - TRUNCATION_MARKER_TOKENS == 7564
     assert correction_budget(1024, 8192, 1, 0).candidate_tokens == 8192  # no bound known: one response
-    with pytest.raises(IBPOSetupError, match="ibpo.max_candidate_tokens=0 derives"):
+    with pytest.raises(CorrectionBudgetError, match="ibpo.max_candidate_tokens=0 derives"):
         correction_budget(1024, 32000, 1, 0, template_tokens=200, context=32768)
-    with pytest.raises(IBPOSetupError, match="ibpo.max_candidate_tokens=9000 does not fit"):
+    with pytest.raises(CorrectionBudgetError, match="ibpo.max_candidate_tokens=9000 does not fit"):
         correction_budget(1024, 16384, 1, 9000, template_tokens=200, context=32768)
 
 

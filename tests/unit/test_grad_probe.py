@@ -1,4 +1,4 @@
-"""analysis.grad_probe on the tiny local Qwen2 model against a slow reference: one unpadded forward and a full
+"""ibpo.grad_probe on the tiny local Qwen2 model against a slow reference: one unpadded forward and a full
 backward per sample, then the gradient read at the chosen weight entries."""
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-from analysis.grad_probe import (
+from ibpo.grad_probe import (
     eligible_linear_modules,
     probe_gradient_variance,
     projected_per_sample_gradients,
     select_parameter_subset,
     loss_token_coefficients,
-    total_variance,
 )
+from ibpo.diagnostics import total_variance
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

@@ -1,6 +1,6 @@
-"""One rule for every piece of verl this project copies (recipe/ibpo/upstream/manifest.toml).
+"""One rule for every piece of verl this project copies (recipe/common/upstream/manifest.toml).
 
-- the pin: recipe/ibpo/REQUIRED_VERL.txt is the one place verl's version is written; setup.py and the drift
+- the pin: recipe/common/REQUIRED_VERL.txt is the one place verl's version is written; setup.py and the drift
   checks read it; the installed verl is that version;
 - for every manifest entry: the installed verl's text equals the stored text, and (copies) ours equals the
   stored text plus only marked lines (``# IBPO``, or fit's hook calls) and the listed ``replaced`` lines;
@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 import setuptools
 
-from recipe.ibpo import upstream
-from recipe.ibpo.counterfactual_trainer import RayCounterfactualTrainer
+from recipe.common import upstream
+from recipe.counterfactual.counterfactual_trainer import RayCounterfactualTrainer
 from recipe.ibpo.ibpo_ray_trainer import RayIBPOTrainer
-from recipe.ibpo.trainer_base import HookedRayPPOTrainer
-from recipe.ibpo.upstream.__main__ import main as upstream_cli
+from recipe.common.trainer_base import HookedRayPPOTrainer
+from recipe.common.upstream.__main__ import main as upstream_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 COPIES = [e for e in upstream.MANIFEST if e.kind == "copy"]
@@ -37,8 +37,8 @@ def test_one_pin_read_by_setup_py_and_the_checks(monkeypatch):
     runpy.run_path(str(ROOT / "setup.py"))
     verl_reqs = [r for r in captured["install_requires"] if r.startswith("verl")]
     assert verl_reqs == [requirement]
-    assert "REQUIRED_VERL.txt" in captured["package_data"]["recipe.ibpo"]
-    assert "*.toml" in captured["package_data"]["recipe.ibpo.upstream"]
+    assert "REQUIRED_VERL.txt" in captured["package_data"]["recipe.common"]
+    assert "*.toml" in captured["package_data"]["recipe.common.upstream"]
     upstream.check_installed_version()  # the installed verl is the pinned one
     with pytest.raises(upstream.UpstreamDriftError, match="installed verl is 9.9.9.*upgrading_verl.md"):
         upstream.check_installed_version(installed="9.9.9")
@@ -46,10 +46,10 @@ def test_one_pin_read_by_setup_py_and_the_checks(monkeypatch):
 
 def test_the_version_is_written_nowhere_else_in_the_upgrade_path():
     version = upstream.pinned_verl_version()
-    files = [ROOT / "setup.py", ROOT / "recipe/ibpo/trainer_base.py", ROOT / "recipe/ibpo/upstream/manifest.toml",
-             ROOT / "docs/upgrading_verl.md", *sorted((ROOT / "recipe/ibpo/upstream").glob("*.py"))]
+    files = [ROOT / "setup.py", ROOT / "recipe/common/trainer_base.py", ROOT / "recipe/common/upstream/manifest.toml",
+             ROOT / "docs/upgrading_verl.md", *sorted((ROOT / "recipe/common/upstream").glob("*.py"))]
     assert [str(f.relative_to(ROOT)) for f in files if version in f.read_text(encoding="utf-8")] == []
-    assert not [p.name for p in (ROOT / "recipe/ibpo/upstream").iterdir() if version.replace(".", "_") in p.name]
+    assert not [p.name for p in (ROOT / "recipe/common/upstream").iterdir() if version.replace(".", "_") in p.name]
 
 
 def test_bad_pin_file_is_a_clear_error(tmp_path):
@@ -61,7 +61,7 @@ def test_bad_pin_file_is_a_clear_error(tmp_path):
 
 # ------------------------------------------------------------------ the manifest and both checks
 def test_manifest_lists_every_stored_text_and_the_copies_we_know():
-    stored = {p.name for p in (ROOT / "recipe/ibpo/upstream").glob("*.py.txt")}
+    stored = {p.name for p in (ROOT / "recipe/common/upstream").glob("*.py.txt")}
     assert stored == {e.stored for e in upstream.MANIFEST}
     assert {e.name for e in upstream.MANIFEST} == {
         "RayPPOTrainer.fit", "RayPPOTrainer._update_actor", "TaskRunner.run", "initialize_global_process_group",

@@ -27,8 +27,8 @@ def ibpo_prompt_length(enable: bool, max_prompt: int, max_response: int, num_ref
                        model_path: str | None = None) -> int:
     """Default ``rollout.prompt_length``: sized for correction prompts when IBPO is on, else the data's.
     The context (``rollout.max_model_len``, else a local model's ``max_position_embeddings``) bounds the
-    candidate budget when ``ibpo.max_candidate_tokens = 0`` (``setup_checks.correction_budget``)."""
-    from recipe.ibpo.setup_checks import correction_prompt_length
+    candidate budget when ``ibpo.max_candidate_tokens = 0`` (``ibpo.budget.correction_budget``)."""
+    from ibpo.budget import correction_prompt_length
 
     if not enable:
         return int(max_prompt)

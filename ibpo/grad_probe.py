@@ -41,6 +41,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from ibpo.diagnostics import total_variance
+
 AGGREGATIONS = ("token_mean", "sum")
 
 
@@ -240,13 +242,6 @@ def projected_per_sample_gradients(
     return result
 
 
-def total_variance(per_sample: torch.Tensor) -> float:
-    """tr Cov over samples: Σ_k Var_i(g_{i,k}) with the (B − 1) denominator; 0 for B < 2."""
-    if per_sample.shape[0] < 2:
-        return 0.0
-    return float(per_sample.to(torch.float64).var(dim=0, unbiased=True).sum())
-
-
 def probe_gradient_variance(
     model: nn.Module,
     input_ids: torch.Tensor,
@@ -278,6 +273,6 @@ def probe_gradient_variance(
 
 __all__ = [
     "ParameterSubset", "GradProbeResult", "eligible_linear_modules", "select_parameter_subset",
-    "projected_per_sample_gradients", "probe_gradient_variance", "total_variance", "loss_token_coefficients",
+    "projected_per_sample_gradients", "probe_gradient_variance", "loss_token_coefficients",
     "position_ids_from_mask", "response_log_probs",
 ]

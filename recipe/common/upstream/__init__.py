@@ -9,8 +9,8 @@ source text so that tests can feed them modified copies:
   entry's ``unmarked_additions`` (``fit``'s hook calls) or lines marked ``# IBPO`` -- and drops or changes
   no stored line but the entry's ``replaced`` lines.
 
-The pinned verl is the one requirement line of ``recipe/ibpo/REQUIRED_VERL.txt``; ``setup.py`` reads the
-same file. ``python -m recipe.ibpo.upstream check`` prints every difference (symbol, stored line numbers,
+The pinned verl is the one requirement line of ``recipe/common/REQUIRED_VERL.txt``; ``setup.py`` reads the
+same file. ``python -m recipe.common.upstream check`` prints every difference (symbol, stored line numbers,
 diff); ``... regenerate`` stores the installed verl's texts (docs/upgrading_verl.md says when).
 """
 
@@ -61,7 +61,7 @@ def check_installed_version(installed: str | None = None, pinned: str | None = N
     pinned = pinned_verl_version() if pinned is None else pinned
     if installed != pinned:
         raise UpstreamDriftError(
-            f"installed verl is {installed}, recipe/ibpo/REQUIRED_VERL.txt pins {pinned}: follow "
+            f"installed verl is {installed}, recipe/common/REQUIRED_VERL.txt pins {pinned}: follow "
             f"docs/upgrading_verl.md (or install the pinned verl)")
 
 
@@ -262,7 +262,7 @@ def check_ours(entry: CopiedSymbol, ours: str | None = None, stored: str | None 
 
 
 def upgrade_hint(entry: CopiedSymbol) -> str:
-    return (f"To merge: docs/upgrading_verl.md (`python -m recipe.ibpo.upstream regenerate` stores the new text; "
+    return (f"To merge: docs/upgrading_verl.md (`python -m recipe.common.upstream regenerate` stores the new text; "
             f"then re-apply our lines to {entry.ours}, whose `{MARKER}` lines and the manifest's `replaced` list "
             f"say what we change: {entry.why}); then run tests/unit/test_trainer_upstream.py and "
             f"{', '.join(entry.after_merge)}.")

@@ -1,9 +1,9 @@
-"""``python -m recipe.ibpo.upstream check|regenerate`` (docs/upgrading_verl.md).
+"""``python -m recipe.common.upstream check|regenerate`` (docs/upgrading_verl.md).
 
 ``check``: the installed verl is the pinned one, and every manifest entry passes both checks; prints each
 problem (symbol, stored line numbers, diff) and exits 1 if there is one.
 ``regenerate``: stores the installed verl's text of every entry in this folder (after an upgrade, once
-the pin in recipe/ibpo/REQUIRED_VERL.txt names the installed version).
+the pin in recipe/common/REQUIRED_VERL.txt names the installed version).
 """
 
 from __future__ import annotations
@@ -12,18 +12,18 @@ import argparse
 import importlib.metadata
 import sys
 
-from recipe.ibpo import upstream
+from recipe.common import upstream
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m recipe.ibpo.upstream", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m recipe.common.upstream", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=("check", "regenerate"))
     args = parser.parse_args(argv)
     installed, pinned = importlib.metadata.version("verl"), upstream.pinned_verl_version()
     if args.command == "regenerate":
         if installed != pinned:
-            print(f"installed verl is {installed} but recipe/ibpo/REQUIRED_VERL.txt pins {pinned}: update the pin "
+            print(f"installed verl is {installed} but recipe/common/REQUIRED_VERL.txt pins {pinned}: update the pin "
                   f"first (docs/upgrading_verl.md step 2)", file=sys.stderr)
             return 2
         changed = upstream.regenerate()

@@ -1,8 +1,8 @@
 """The shared base of the recipe's trainers: the pinned verl's ``RayPPOTrainer.fit`` with six hook calls.
 
-``HookedRayPPOTrainer.fit`` is verl's ``fit`` **verbatim** (``recipe/ibpo/upstream/RayPPOTrainer.fit.py.txt``,
-entry ``RayPPOTrainer.fit`` of ``recipe/ibpo/upstream/manifest.toml``) plus the one-line calls of
-:data:`recipe.ibpo.upstream.HOOK_CALLS`; tests/unit/test_trainer_upstream.py checks both (the installed verl
+``HookedRayPPOTrainer.fit`` is verl's ``fit`` **verbatim** (``recipe/common/upstream/RayPPOTrainer.fit.py.txt``,
+entry ``RayPPOTrainer.fit`` of ``recipe/common/upstream/manifest.toml``) plus the one-line calls of
+:data:`recipe.common.upstream.HOOK_CALLS`; tests/unit/test_trainer_upstream.py checks both (the installed verl
 still has that text; our copy is it plus hook calls only). Every method's
 work lives in a hook of a subclass:
 
@@ -98,7 +98,7 @@ class HookedRayPPOTrainer(RayPPOTrainer):
             assert_registered()
 
     # ------------------------------------------------------------------ the pinned verl's fit + the hook calls
-    # Do not edit by hand: docs/upgrading_verl.md (python -m recipe.ibpo.upstream check).
+    # Do not edit by hand: docs/upgrading_verl.md (python -m recipe.common.upstream check).
     def fit(self):
         """
         The training loop of PPO.

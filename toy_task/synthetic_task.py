@@ -12,7 +12,7 @@ siblings. This module provides:
   sampling is measured by :func:`sampled_accuracy`, not assumed);
 * :func:`build_cpu_demo_assets`: tokenizer + warm-started model + train/val parquet in one call.
 
-    python -m recipe.ibpo.synthetic_task --out /tmp/ibpo_cpu_demo
+    python -m toy_task.synthetic_task --out /tmp/ibpo_cpu_demo
 """
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
 
 import torch
+
+from toy_task.sft import collate, sampled_accuracy  # shared with toy_task.warm_start
 
 DATA_SOURCE = "ibpo/synthetic_arith"
 OPERATORS = ("+", "-")
@@ -34,7 +35,6 @@ TEMPLATE = "boxed"
 MAX_OPERAND = 9
 SFT_STEPS = 450
 
-ScoreFn = Callable[[str, str, str], float]  # (data_source, solution_str, ground_truth) -> score
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ def problem_row(problem: ArithProblem, split: str, index: int) -> dict:
         split=split,
         index=index,
         problem_id=f"synthetic_arith-{split}-{index}",
-        source="recipe.ibpo.synthetic_task",
+        source="toy_task.synthetic_task",
     )
 
 
@@ -157,7 +157,6 @@ def sft_warm_start(
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="sdpa")
     problems = sample_problems(num_problems, seed + 1000, max_operand)
-    from toy_task.warm_start import collate  # the one right-padding collate of the project's SFT warm starts
 
     prompt_rng = random.Random(seed + 7)
     examples = [
@@ -191,59 +190,6 @@ def sft_warm_start(
 # ---------------------------------------------------------------------------------------------
 # Measurement
 # ---------------------------------------------------------------------------------------------
-
-
-def default_score_fn() -> ScoreFn:
-    """The project's scorer, ``reward_fns.compute_score`` (its ``score`` when it returns a dict)."""
-    from reward_fns import compute_score
-
-    def score(data_source: str, solution_str: str, ground_truth: str) -> float:
-        result = compute_score(data_source, solution_str, ground_truth)
-        return float(result["score"] if isinstance(result, dict) else result)
-
-    return score
-
-
-def sampled_accuracy(
-    model_dir: str | Path,
-    rows: list[dict],
-    samples_per_prompt: int = 8,
-    temperature: float = 1.0,
-    max_tokens: int = 16,
-    seed: int = 0,
-    score_fn: Optional[ScoreFn] = None,
-) -> dict[str, float]:
-    """Per-sample accuracy of ``model_dir`` on verl ``rows`` under sampling, through the rollout generator.
-
-    Also reports the fraction of prompts whose samples mix right and wrong answers (the groups GRPO
-    and IBPO learn from).
-    """
-    from transformers import AutoTokenizer
-
-    from verl_cpu.hf_rollout import GenRequest, HFGenerator, parse_sampling_spec
-
-    score_fn = score_fn or default_score_fn()
-    torch.manual_seed(seed)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    generator = HFGenerator.from_pretrained(str(model_dir))
-    spec = parse_sampling_spec({"temperature": temperature, "top_p": 1.0, "top_k": -1})
-    requests, owners = [], []
-    for row_idx, row in enumerate(rows):
-        prompt = list(
-            tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True)["input_ids"]
-        )
-        for _ in range(samples_per_prompt):
-            requests.append(GenRequest(prompt_ids=prompt, spec=spec, max_tokens=max_tokens, want_logprobs=False))
-            owners.append(row_idx)
-    results = generator.generate_batch(requests)
-    per_row: dict[int, list[float]] = {}
-    for owner, result in zip(owners, results, strict=True):
-        text = tokenizer.decode(result.token_ids, skip_special_tokens=True)
-        row = rows[owner]
-        per_row.setdefault(owner, []).append(score_fn(row["data_source"], text, row["reward_model"]["ground_truth"]))
-    scores = [s for group in per_row.values() for s in group]
-    mixed = sum(1 for group in per_row.values() if 0 < sum(group) < len(group))
-    return {"accuracy": sum(scores) / len(scores), "mixed_group_fraction": mixed / len(per_row), "samples": len(scores)}
 
 
 def build_cpu_demo_assets(
