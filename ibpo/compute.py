@@ -113,6 +113,7 @@ TIMED_PHASES: dict[str, tuple[str, ...]] = {
     "main_gen": ("ibpo_main_gen",),
     "correction_gen": ("ibpo_gen",),
     "host": ("ibpo_plan", "ibpo_shape"),  # IBPO's own host work: plan, align, shape
+    "lookup_proxy": ("ibpo_lookup_proxy",),  # diagnostic replay of the ngram proposer (lookup_proxy_interval), not method work
     "reward": ("reward",),
     "old_log_prob": ("old_log_prob",),
     "ref_log_prob": ("ref",),

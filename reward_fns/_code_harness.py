@@ -628,6 +628,15 @@ def collect(pid, out_r, err_r, deadline, out_cap, monitor, last, job_delay_s=0.0
     out, err = bytearray(), bytearray()
     open_fds = {out_r, err_r}
     status, verdict = None, None
+
+    def take(fd, chunk):  # stdout is kept up to its cap (past it: the verdict), stderr as its last STDERR_TAIL bytes
+        if fd == out_r:
+            out.extend(chunk)
+            return ("output_limit", f"more than {out_cap} bytes on stdout") if len(out) > out_cap else None
+        err.extend(chunk)
+        del err[:-STDERR_TAIL]
+        return None
+
     while open_fds:
         try:  # first: a stop of this harness voids the sample even when it also made the test time out
             monitor.maybe_check()
@@ -643,13 +652,8 @@ def collect(pid, out_r, err_r, deadline, out_cap, monitor, last, job_delay_s=0.0
             chunk = os.read(fd, 1 << 16)
             if not chunk:
                 open_fds.discard(fd)
-            elif fd == out_r:
-                out.extend(chunk)
-                if len(out) > out_cap:
-                    verdict = ("output_limit", f"more than {out_cap} bytes on stdout")
             else:
-                err.extend(chunk)
-                del err[:-STDERR_TAIL]
+                verdict = take(fd, chunk) or verdict
         if verdict:
             break
         if not ready:
@@ -660,13 +664,7 @@ def collect(pid, out_r, err_r, deadline, out_cap, monitor, last, job_delay_s=0.0
                 status = st  # everything already in the pipes (written just before the exit) to the end
                 for fd in sorted(open_fds):
                     chunk = drain_nonblocking(fd, out_cap + 1 - len(out) if fd == out_r else 1 << 20)
-                    if fd == out_r:
-                        out.extend(chunk)
-                        if len(out) > out_cap:
-                            verdict = ("output_limit", f"more than {out_cap} bytes on stdout")
-                    else:
-                        err.extend(chunk)
-                        del err[:-STDERR_TAIL]
+                    verdict = take(fd, chunk) or verdict
                 break
     if verdict is None and status is None:
         status = reap(pid, deadline)

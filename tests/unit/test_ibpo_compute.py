@@ -88,8 +88,9 @@ def test_model_shape_matches_torchs_flop_counter_on_a_real_forward(tmp_path):
 
 def test_phase_seconds_reads_verls_timers():
     timing = {"gen": 5.0, "ibpo_main_gen": 3.0, "ibpo_gen": 1.5, "ibpo_plan": 0.2, "ibpo_shape": 0.3,
-              "reward": 0.1, "old_log_prob": 2.0, "update_actor": 4.0, "step": 12.0}
+              "reward": 0.1, "old_log_prob": 2.0, "update_actor": 4.0, "step": 12.0, "ibpo_lookup_proxy": 0.7}
     out = phase_seconds(timing)
+    assert out["ibpo/time/lookup_proxy_s"] == 0.7  # a diagnostic: its own phase, not counted as IBPO's host work
     assert out["ibpo/time/gen_s"] == 5.0 and out["ibpo/time/correction_gen_s"] == 1.5
     assert out["ibpo/time/host_s"] == pytest.approx(0.5) and out["ibpo/time/update_actor_s"] == 4.0
     assert out["ibpo/time/ref_log_prob_s"] == 0.0 and out["ibpo/time/step_s"] == 12.0
