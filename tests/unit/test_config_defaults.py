@@ -60,7 +60,7 @@ def test_the_generator_refuses_an_undocumented_field_and_flags_a_stale_file(tmp_
 
 def test_generated_values_load_back_exactly():
     """The YAML rendering of every kind of default reads back as the same value and type."""
-    for value in (True, False, 0, 64, 0.0, 2.0, 0.6, "binary", "true", "null", "a b", "{x}\n\\boxed{", "Â ≥ 0",
+    for value in (True, False, 0, 64, 0.0, 2.0, 0.6, 1e-08, -2.5e+20, float("inf"), "binary", "true", "null", "a b", "{x}\n\\boxed{", "Â ≥ 0",
                   ("Solution 1", "Solution 2"), ("#", "\\boxed{", "")):
         loaded = yaml.safe_load(f"k: {generated.yaml_value(value)}")["k"]
         expected = list(value) if isinstance(value, tuple) else value

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import re
 import sys
 import textwrap
@@ -68,8 +69,14 @@ def yaml_value(value: Any) -> str:
     are not plain identifiers are double-quoted with JSON escapes, which YAML reads back unchanged)."""
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, (int, float)):
+    if isinstance(value, int):
         return repr(value)
+    if isinstance(value, float):
+        if math.isnan(value) or math.isinf(value):
+            return ".nan" if math.isnan(value) else ("-.inf" if value < 0 else ".inf")
+        text = repr(value)  # YAML 1.1 (PyYAML) reads 1e-08 as a string: it wants 1.0e-08
+        mantissa, _, exponent = text.partition("e")
+        return text if not exponent or "." in mantissa else f"{mantissa}.0e{exponent}"
     if isinstance(value, str):
         plain = _PLAIN.fullmatch(value) and value.lower() not in _YAML_WORDS
         return value if plain else json.dumps(value, ensure_ascii=False)
