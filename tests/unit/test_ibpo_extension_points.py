@@ -170,3 +170,22 @@ def test_the_variant_object_flows_down_to_delta():
         assert results[0].delta == pytest.approx(1 / 3) and calls[-1] == 0.75
     finally:
         unregister_variant("third")
+
+
+def test_no_name_branches_on_mask_signs_or_reference_rules_outside_their_registries():
+    """Behaviour per entry lives in the registry: no ``mask_sign == "literal"`` or ``reference_rule ==
+    "per_group"``-style branches elsewhere (the variants' own scan: tests/unit/test_ibpo_variants.py)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    names = "|".join(mask_sign_names()[:3] + reference_rule_names()[:2])
+    branch = re.compile(r"""(mask_sign|reference_rule)\s*(==|!=|\bin\b|\bnot in\b)\s*[("'\[]|"""
+                        rf"""["']({names})["']\s*(==|!=)""")
+    offenders = [f"{path.relative_to(root)}:{number}: {line.strip()}"
+                 for folder in ("ibpo", "recipe", "analysis", "scripts") for path in sorted((root / folder).rglob("*.py"))
+                 if path.name not in ("advantages.py", "references.py")
+                 for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+                 if branch.search(line)]
+    assert offenders == []
+    assert branch.search('if config.mask_sign == "literal":') and branch.search('"per_group" == rule')
