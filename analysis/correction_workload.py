@@ -24,9 +24,9 @@ from ibpo.pipeline import CorrectionRequest, plan_corrections
 LAYOUTS: dict[str, dict] = {
     "target_first": {"candidate_order": "target_first"},
     "target_first+shuffle": {"candidate_order": "target_first", "shuffle_candidates": True},
-    "target_first+per_group": {"candidate_order": "target_first", "reference_per_group": True},
+    "target_first+per_group": {"candidate_order": "target_first", "reference_rule": "per_group"},
     "reference_first": {"candidate_order": "reference_first"},
-    "reference_first+per_group": {"candidate_order": "reference_first", "reference_per_group": True},
+    "reference_first+per_group": {"candidate_order": "reference_first", "reference_rule": "per_group"},
 }
 
 WORDS = (

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from analysis.credit_localisation import line_index, localise, summarise
-from ibpo.advantages import group_normalized_advantages, signed_token_mask
+from ibpo.advantages import get_mask_sign, group_normalized_advantages, signed_token_mask
 from ibpo.compute import ModelShape, StepWork, step_flops
 from ibpo.config import IBPOConfig
 from ibpo.pipeline import plan_corrections, shape_batch
@@ -251,11 +251,14 @@ def run(toy: Toy, arm: Arm, seed: int, budget: float, n: int, batch_size: int, l
         shaped_r = torch.as_tensor(rewards + lam * delta)
         adv = group_normalized_advantages(shaped_r, group_ids)
         token_adv = []
+        # resolved once per step: the arm's mask-sign policy when its variant masks tokens
+        mask_sign = (get_mask_sign(arm.ibpo.mask_sign) if masks is not None and arm.ibpo is not None
+                     and get_variant(arm.ibpo.variant).masks_tokens else None)
         for i, r in enumerate(responses):
             a = np.full(len(r), float(adv[i]), dtype=np.float32)
-            if masks is not None and arm.ibpo is not None and get_variant(arm.ibpo.variant).masks_tokens and delta[i] > 0:
+            if mask_sign is not None and delta[i] > 0:
                 m = signed_token_mask(adv[i:i + 1], torch.as_tensor(masks[i])[None], torch.tensor([True]),
-                                      arm.ibpo.mask_sign)[0].numpy()
+                                      mask_sign)[0].numpy()
                 a = a * m
             token_adv.append(a)
         main_lengths = [len(p) + len(r) for p, r in zip(prompts, responses)]

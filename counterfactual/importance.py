@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Literal, Mapping, Sequence
 
 import numpy as np
@@ -76,24 +76,38 @@ class CounterfactualConfig:
     """All options of counterfactual importance weighting, validated at construction.
 
     Defaults are the values reported in ``docs/method_counterfactual.md`` [§segmentation, §token importance,
-    §token weights]; ``gradient_conservation`` is ON by default (see the module docstring).
+    §token weights]; ``gradient_conservation`` is ON by default (see the module docstring). Each field carries
+    its documentation (``metadata["doc"]``); the ``counterfactual:`` block of
+    ``recipe/ibpo/config/counterfactual_block.yaml`` is generated from these fields
+    (``python -m recipe.ibpo.config.blocks``, checked by tests/unit/test_config_defaults.py).
     """
 
-    mode: str = "counterfactual"  # counterfactual | inverted | random | vanilla [§controls]
-    max_spans: int = 10  # spans (= extra no-grad forward passes) per response
-    min_sentence_tokens: int = 5  # shorter sentences are not spans
-    max_span_tokens: int = 50  # longer spans (of either kind) are dropped
-    max_latex_fraction: float = 0.5  # spans with a larger share of LaTeX markup are dropped
-    answer_markers: tuple[str, ...] = DEFAULT_ANSWER_MARKERS  # matched case-insensitively
-    base_importance: float = 0.2  # raw importance of every reasoning token before span drops are added
-    importance_low: float = 0.5  # min-max normalisation range of reasoning-token importance
-    importance_high: float = 1.0
-    min_weight: float = 0.5  # weight at importance 0
-    boost: float = 2.0  # weight at importance 1 (the paper uses 2.0 or 4.0)
-    answer_weight: float = 1.5  # weight of every answer-region token
-    formatting_factor: float = 0.1  # importance multiplier of formatting tokens
-    formatting_tokens: tuple[str, ...] = DEFAULT_FORMATTING_TOKENS  # token texts, compared after strip()
-    gradient_conservation: bool = True  # rescale weights to mean 1 over each completion
+    mode: str = field(default="counterfactual", metadata={
+        "doc": "counterfactual | inverted | random | vanilla (the paper's controls) [§controls]"})
+    max_spans: int = field(default=10, metadata={
+        "doc": "masked copies (extra no-grad forward rows) per response, at most"})
+    min_sentence_tokens: int = field(default=5, metadata={
+        "doc": "sentence spans shorter than this are not measured"})
+    max_span_tokens: int = field(default=50, metadata={
+        "doc": "longer spans (of either kind) are not measured"})
+    max_latex_fraction: float = field(default=0.5, metadata={
+        "doc": "spans with a larger share of LaTeX markup are not measured"})
+    answer_markers: tuple[str, ...] = field(default=DEFAULT_ANSWER_MARKERS, metadata={
+        "doc": "the answer starts at the first of these (case-insensitive)"})
+    base_importance: float = field(default=0.2, metadata={
+        "doc": "raw importance of every reasoning token before span drops are added"})
+    importance_low: float = field(default=0.5, metadata={
+        "doc": "min-max normalisation range [low, high] of reasoning-token importance"})
+    importance_high: float = field(default=1.0, metadata={"doc": "upper end of that range"})
+    min_weight: float = field(default=0.5, metadata={"doc": "weight at importance 0 (> 0)"})
+    boost: float = field(default=2.0, metadata={
+        "doc": "weight at importance 1: the most important reasoning tokens (paper: 2.0 or 4.0)"})
+    answer_weight: float = field(default=1.5, metadata={"doc": "weight of every answer-region token"})
+    formatting_factor: float = field(default=0.1, metadata={"doc": "importance multiplier of formatting tokens"})
+    formatting_tokens: tuple[str, ...] = field(default=DEFAULT_FORMATTING_TOKENS, metadata={
+        "doc": "formatting token texts (compared after strip())"})
+    gradient_conservation: bool = field(default=True, metadata={
+        "doc": "rescale weights to mean 1 over each completion (keeps the baseline comparable)"})
 
     def __post_init__(self) -> None:
         def bad(name: str, allowed: str) -> CounterfactualConfigError:

@@ -8,6 +8,7 @@ normalisation, so GSPO's sequence ratio still covers every token.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Hashable, Sequence
 
 import numpy as np
@@ -70,21 +71,32 @@ def broadcast_advantages(
     return adv
 
 
-# A mask-sign policy: (token_mask (bs, T), shaped, negative, positive (bs, 1) bool) -> the (bs, T) mask.
-MaskSignPolicy = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+# A mask-sign policy's function: (token_mask (bs, T), shaped, negative, positive (bs, 1) bool) -> the (bs, T) mask.
+MaskSignFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class MaskSignPolicy:
+    """One registered mask-sign policy (the value of ``ibpo.mask_sign``; what each built-in one does and why
+    the default is ``negative_only``: that option's doc in ``ibpo.config.IBPOConfig``)."""
+
+    name: str
+    mask: MaskSignFn
+
+
 _MASK_SIGN_POLICIES: dict[str, MaskSignPolicy] = {}
 
 
-def register_mask_sign(name: str, *, replace: bool = False) -> Callable[[MaskSignPolicy], MaskSignPolicy]:
+def register_mask_sign(name: str, *, replace: bool = False) -> Callable[[MaskSignFn], MaskSignFn]:
     """Decorator: register a mask-sign policy ``fn(token_mask, shaped, negative, positive) -> mask`` under
     ``name`` (the value of ``ibpo.mask_sign``), like :func:`ibpo.variants.register_variant`. ``shaped``,
     ``negative`` (Â < 0) and ``positive`` (Â > 0) are (bs, 1) booleans; the policy decides the mask of the
     shaped rows only: :func:`signed_token_mask` gives every unshaped row ones whatever the policy returns.
     Registering an existing name fails unless ``replace=True``."""
-    def decorator(fn: MaskSignPolicy) -> MaskSignPolicy:
+    def decorator(fn: MaskSignFn) -> MaskSignFn:
         if name in _MASK_SIGN_POLICIES and not replace:
             raise ValueError(f"mask-sign policy {name!r} is already registered")
-        _MASK_SIGN_POLICIES[name] = fn
+        _MASK_SIGN_POLICIES[name] = MaskSignPolicy(name, fn)
         return fn
 
     return decorator
@@ -100,15 +112,23 @@ def mask_sign_names() -> tuple[str, ...]:
     return tuple(_MASK_SIGN_POLICIES)
 
 
+def get_mask_sign(name: str) -> MaskSignPolicy:
+    """The registered policy ``name``; an unknown name raises ``ValueError`` listing the known ones."""
+    try:
+        return _MASK_SIGN_POLICIES[name]
+    except KeyError:
+        raise ValueError(f"unknown ibpo.mask_sign {name!r}; registered: {mask_sign_names()}") from None
+
+
 @register_mask_sign("negative_only")
 def _mask_negative_only(token_mask, shaped, negative, positive):
-    """m_t on shaped rows with Â < 0; every token elsewhere (Â >= 0 keeps all tokens)."""
+    """m_t where Â < 0, ones where Â >= 0."""
     return torch.where(shaped & negative, token_mask, torch.ones_like(token_mask))
 
 
 @register_mask_sign("complement_when_positive")
 def _mask_complement_when_positive(token_mask, shaped, negative, positive):
-    """m_t where Â < 0, 1 − m_t where Â > 0 (only the kept tokens are reinforced), ones at Â = 0."""
+    """m_t where Â < 0, 1 − m_t where Â > 0, ones at Â = 0."""
     ones = torch.ones_like(token_mask)
     out = torch.where(shaped & negative, token_mask, ones)
     return torch.where(shaped & positive, ones - token_mask, out)
@@ -116,39 +136,33 @@ def _mask_complement_when_positive(token_mask, shaped, negative, positive):
 
 @register_mask_sign("literal")
 def _mask_literal(token_mask, shaped, negative, positive):
-    """m_t on every shaped row whatever the sign (Eq. 17 as written)."""
+    """m_t whatever the sign (Eq. 17 as written)."""
     return torch.where(shaped, token_mask, torch.ones_like(token_mask))
 
 
 def signed_token_mask(
-    sequence_advantages: torch.Tensor, token_mask: torch.Tensor, shaped: torch.Tensor, mode: str
+    sequence_advantages: torch.Tensor, token_mask: torch.Tensor, shaped: torch.Tensor, policy: MaskSignPolicy
 ) -> torch.Tensor:
     """The token mask IBPO-mask multiplies into the advantages (Eq. 7/17), by the sign of Â_i.
 
     ``token_mask`` holds m_t = 1[t ∉ U] (1 on the tokens the correction changed) on the ``shaped`` rows and
-    ones elsewhere. Eq. 17 keeps the gradient only where m_t = 1 so that "unmodified tokens are not
-    penalized", which presumes Â_i < 0. A shaped wrong response can have Â_i > 0 (r' = 0.3 in a group of
-    8 with no right answer: Â = +√7 ≈ 2.65), and then the literal mask would reinforce only the changed,
-    likely wrong, tokens. ``mode`` names a registered policy (:func:`register_mask_sign`; the decision and
-    the built-in policies: docs/method_ibpo.md, Step B, "mask sign"):
-
-    - ``negative_only``: m_t on shaped rows with Â < 0; every token elsewhere (Â >= 0 keeps all tokens);
-    - ``complement_when_positive``: m_t where Â < 0, 1 − m_t where Â > 0 (only kept tokens reinforced);
-    - ``literal``: m_t on every shaped row whatever the sign (Eq. 17 as written).
+    ones elsewhere. ``policy`` is the registered entry ``ibpo.mask_sign`` names (:func:`get_mask_sign`,
+    resolved by the caller); why the sign matters and what each built-in policy does: the doc of the option
+    ``mask_sign`` (``ibpo.config.IBPOConfig``, also in ``ibpo_blocks.yaml``) and docs/method_ibpo.md.
 
     Rows that are not shaped always get ones. Returns a (bs, T) float mask in ``token_mask``'s dtype.
     """
+    if not isinstance(policy, MaskSignPolicy):
+        raise TypeError(f"signed_token_mask takes a MaskSignPolicy (ibpo.advantages.get_mask_sign(name)), "
+                        f"not {policy!r}")
     if token_mask.dim() != 2 or sequence_advantages.shape != (token_mask.shape[0],) or shaped.shape != (
             token_mask.shape[0],):
         raise ValueError(f"expected (bs,) advantages and shaped flags for a (bs, T) mask; got "
                          f"{tuple(sequence_advantages.shape)}, {tuple(shaped.shape)}, {tuple(token_mask.shape)}")
-    policy = _MASK_SIGN_POLICIES.get(mode)
-    if policy is None:
-        raise ValueError(f"unknown ibpo.mask_sign {mode!r}; registered: {mask_sign_names()}")
     shaped = shaped.bool().unsqueeze(-1)
     negative = (sequence_advantages < 0).unsqueeze(-1)
     positive = (sequence_advantages > 0).unsqueeze(-1)
-    return torch.where(shaped, policy(token_mask, shaped, negative, positive), torch.ones_like(token_mask))
+    return torch.where(shaped, policy.mask(token_mask, shaped, negative, positive), torch.ones_like(token_mask))
 
 
 def compute_ibpo_outcome_advantage(

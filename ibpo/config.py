@@ -8,41 +8,43 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
+from ibpo.advantages import mask_sign_names
+from ibpo.references import reference_rule_names
 from ibpo.variants import get_variant, variant_names
 
+# The closed string modes (what each means: the option's doc below). The open ones, `variant`, `mask_sign`
+# and `reference_rule`, are validated against their registries (ibpo/variants.py, ibpo/advantages.py,
+# ibpo/references.py), so a registered entry is accepted without touching this file.
 ALPHA_MODES = ("fixed", "adaptive")
-# Which part of Eq. 18 decides a rewrite (see `rewrite_condition`).
 REWRITE_CONDITIONS = ("both", "closer_to_reference")
 CANDIDATE_VIEWS = ("full", "strip_thinking")
-# target_first: x~ = (x; y_i; y_ref), the paper's order (Eq. 13/28). reference_first: (x; y_ref; y_i), so the
-# corrections of one prompt that share a reference share the prefix problem + reference (docs/correction_pass.md).
 CANDIDATE_ORDERS = ("target_first", "reference_first")
 LAMBDA_SCHEDULES = ("fixed", "theorem")
-# Where IBPO-mask's token mask applies, by the sign of the row's normalised advantage Â (see `mask_sign`).
-MASK_SIGNS = ("negative_only", "complement_when_positive", "literal")
-# How the joint-training correction samples are grouped for the advantage (see `joint_grouping`).
 JOINT_GROUPINGS = ("per_prompt", "per_correction_prompt")
-# How the actor's mini-batches take the joint rows (see `joint_minibatch`).
 JOINT_MINIBATCH_MODES = ("grow", "verl")
 
-# App. C.1, verbatim.
+# Options that were renamed or replaced: an old key fails naming its successor instead of as merely unknown.
+RENAMED_OPTIONS = {
+    "reference_per_group": "ibpo.reference_per_group was replaced by ibpo.reference_rule, the name of a registered "
+                           "reference rule: reference_per_group=true is reference_rule=per_group, false is "
+                           "reference_rule=independent",
+}
+
+# App. C.1, verbatim (the defaults of `instruction`, `self_instruction`, `format_reminder`, `template`).
 DEFAULT_INSTRUCTION = (
     "You are given two candidate solutions to the same problem. Compare them step by step, identify any "
     "inconsistencies or errors, and then produce a corrected solution and final answer."
 )
-# Used when num_references = 0 (the "k = 1 self-correction" ablation of Table 3): one candidate only.
 DEFAULT_SELF_INSTRUCTION = (
     "You are given a candidate solution to the problem. Check it step by step, identify any errors, and then "
     "produce a corrected solution and final answer."
 )
-# Restates the original answer-format instruction so the verifier can read the corrected answer.
 DEFAULT_FORMAT_REMINDER = (
     "Write the complete corrected solution, and give the final answer in exactly the format the problem asks for."
 )
-# Placeholders: {instruction}, {problem}, {candidates}, {format_reminder}.
 DEFAULT_TEMPLATE = "{instruction}\n\n### Problem\n{problem}\n\n{candidates}\n\n{format_reminder}"
 
 
@@ -54,79 +56,134 @@ class IBPOConfigError(ValueError):
 class IBPOConfig:
     """All IBPO options, validated at construction.
 
-    The defaults are also the ``ibpo:`` block of ``recipe/ibpo/config/ibpo_blocks.yaml``, which documents
-    each option and its paper section; tests/unit/test_config_defaults.py keeps the two equal key by key.
-    G (the group size) is not an option: it is ``actor_rollout_ref.rollout.n``.
+    Each field carries its documentation (``metadata["doc"]``; ``metadata["section"]``: a comment block for
+    the group of options it opens). The ``ibpo:`` block of ``recipe/ibpo/config/ibpo_blocks.yaml`` is
+    generated from these fields (``python -m recipe.ibpo.config.blocks``) and
+    tests/unit/test_config_defaults.py checks that the committed file is that text. G (the group size) is not
+    an option: it is ``actor_rollout_ref.rollout.n``.
     """
 
-    enable: bool = True
-    variant: str = "binary"  # binary (Eq. 14/19) | ratio (Eq. 16) | mask (Eq. 7/17)
-    # IBPO-mask, where m_t applies by the sign of Â_i. Eq. 17's rationale ("unmodified tokens are not
-    # penalized") presumes Â < 0, but a shaped wrong response of a hard group can have Â > 0 (r' = 0.3 with
-    # 0 of 8 right: Â = +2.65); the mask would then push the whole positive update onto the tokens the
-    # correction changed, the likely errors. negative_only: m_t where Â < 0, all tokens where Â >= 0;
-    # complement_when_positive: m_t where Â < 0, 1 - m_t where Â > 0 (only unchanged tokens are reinforced);
-    # literal: m_t whatever the sign (Eq. 17 as written).
-    mask_sign: str = "negative_only"
-    lam: float = 0.6  # λ in r' = r + λΔ (Eq. 15/27); Table 4 optimum 0.6
-    beta: float = 0.5  # β in Δ = β·1[...] (Eq. 14/26)
-    alpha: float = 0.6  # fixed rewrite threshold α (Eq. 18), Table 5 plateau 0.55-0.70
-    alpha_mode: str = "fixed"  # fixed | adaptive (α = μ_d + 2σ_d over the batch, App. C.3)
-    # both: Eq. 18 as written (d(y, ŷ) > α and d(y, ŷ) > d(ŷ, y_ref)) | closer_to_reference: its second
-    # condition alone, d(ŷ, y_ref) < d(y, ŷ), so a right correction that copies (or stays closer to) the
-    # reference is a rewrite whatever α; when every wrong answer is a few tokens from the right one (d < α),
-    # Eq. 18 never fires and copies of a right reference are shaped (docs/evidence.md). No reference: α alone.
-    rewrite_condition: str = "both"
-    adaptive_min_samples: int = 8  # fewer successful corrections than this -> fall back to fixed α
-    num_references: int = 1  # K - 1 references per wrong response (Eq. 4); 0 = self-correction (k = 1)
-    corrections_per_target: int = 1  # corrections sampled per wrong response
-    instruction: str = DEFAULT_INSTRUCTION
-    self_instruction: str = DEFAULT_SELF_INSTRUCTION
-    format_reminder: str = DEFAULT_FORMAT_REMINDER
-    template: str = DEFAULT_TEMPLATE
-    candidate_labels: tuple[str, ...] = ("Solution 1", "Solution 2")
-    shuffle_candidates: bool = False  # rejected with candidate_order=reference_first (it would undo the layout)
-    candidate_order: str = "target_first"  # target_first (paper, Eq. 13/28) | reference_first (prefix-cache layout)
-    reference_per_group: bool = False  # one reference draw per group, shared by its wrong responses (each still uniform)
-    candidate_view: str = "full"  # full | strip_thinking (drop text up to </think>)
-    # each candidate is middle-truncated to this many tokens *of its re-tokenised text*; 0 = derived at start
-    # from the model context and the response length (ibpo/budget.py: correction_budget)
-    max_candidate_tokens: int = 0
-    # Per-correction length bound (docs/correction_pass.md, "Length bound"): a correction of target y gets
-    # max_tokens = ceil(c·|y|) + correction_closing_tokens (capped at the rollout's response_length);
-    # c = correction_max_tokens_factor, 0 = no bound (every correction may use max_response_length). Default 2:
-    # on the toy's 252 real corrections (longest 1.81·|y|) c >= 1.5 cut none; see docs/correction_pass.md.
-    correction_max_tokens_factor: float = 2.0
-    correction_closing_tokens: int = 64
-    # every N steps, replay vLLM's ngram proposer on the step's corrections (ibpo/correction/lookup_*
-    # metrics, ibpo.lookup_decoding); 0 = off
-    lookup_proxy_interval: int = 1
-    correct_threshold: float = 0.5  # a response with reward >= this is "correct" (rewards are {0, 1})
-    joint_training: bool = False  # App. E.2 (C): train on correction samples too
-    # joint rows' groups for the advantage: per_prompt (all corrections of prompt x form one group) |
-    # per_correction_prompt (the corrections_per_target samples of one x~ form a group, App. C.3's
-    # "contrastive RL within the group"; needs corrections_per_target >= 2)
-    joint_grouping: str = "per_prompt"
-    # grow: the actor's mini-batch grows with the joint rows, so a step makes as many optimizer updates as
-    # the same run without joint training (App. E.2: one policy update on the mixed batch) | verl: verl's
-    # fixed ppo_mini_batch_size, so the joint rows add updates
-    joint_minibatch: str = "grow"
-    rewrite_penalty: float = 0.0  # App. C.3: r_corr = r(ŷ) - penalty·1[rewrite] for correction samples
-    lambda_schedule: str = "fixed"  # fixed | theorem (clip λ to a fraction of the running λ_max, Thm. A.2)
-    lambda_max_fraction: float = 0.5  # theorem schedule: λ_t = min(lam, fraction · running λ_max)
-    lambda_max_momentum: float = 0.9  # EMA momentum of the running λ_max
-    diagnostics_interval: int = 1  # log the (costlier) variance diagnostics every N steps
-    grad_probe_interval: int = 0  # every N steps compare per-sample policy-gradient variance, GSPO vs IBPO; 0 = off
-    grad_probe_coordinates: int = 4096  # size of the fixed random subset of weight entries the gradients are projected on
-    grad_probe_micro_batch_size: int = 8  # rows per probe forward on each rank (0 = all at once)
-    seed: int = 0
+    enable: bool = field(default=True, metadata={
+        "doc": "false: plain GSPO through the same loop (Δ = 0, no correction pass)"})
+    variant: str = field(default="binary", metadata={
+        "doc": "a registered shaping variant (ibpo/variants.py): binary: Δ = β (Eq. 14/19) | ratio: Δ = |U|/T "
+               "(Eq. 16) | mask: Δ = β and the gradient only on tokens the correction changed (Eq. 7/17)"})
+    mask_sign: str = field(default="negative_only", metadata={
+        "doc": "IBPO-mask, where m_t applies by the sign of the row's normalised advantage Â; a registered "
+               "policy (ibpo.advantages.register_mask_sign). Eq. 17's rationale (\"unmodified tokens are not "
+               "penalized\") presumes Â < 0, but a shaped wrong response in a hard group can get Â > 0 "
+               "(r' = 0.3, 0 of 8 right: Â = +2.65), and the mask would then reinforce only the tokens the "
+               "correction changed, the likely errors. negative_only: m_t where Â < 0, every token where "
+               "Â >= 0 | complement_when_positive: m_t where Â < 0, 1 - m_t where Â > 0 (only the kept tokens "
+               "are reinforced) | literal: m_t whatever the sign (Eq. 17 as written)\n"
+               "The default is a decision, not Eq. 17: docs/method_ibpo.md (Step B)"})
+    lam: float = field(default=0.6, metadata={
+        "doc": "λ in r' = r + λΔ (Eq. 15/27); Table 4 optimum. Checked: λ·max Δ < 1 (Eq. 8)"})
+    beta: float = field(default=0.5, metadata={"doc": "β in Δ = β·1[...] (Eq. 14/26)"})
+    alpha: float = field(default=0.6, metadata={
+        "doc": "rewrite threshold α on d(y, ŷ) (Eq. 18); Table 5 plateau 0.55-0.70"})
+    alpha_mode: str = field(default="fixed", metadata={
+        "doc": "fixed | adaptive: α = μ_d + 2σ_d over the batch's successful corrections (App. C.3)"})
+    rewrite_condition: str = field(default="both", metadata={
+        "doc": "both: Eq. 18 as written, d(y, ŷ) > α and d(y, ŷ) > d(ŷ, y_ref) | closer_to_reference: its "
+               "second condition alone, d(ŷ, y_ref) < d(y, ŷ), so a right correction that copies (or stays "
+               "closer to) the reference is a rewrite whatever α; when every wrong answer is a few tokens from "
+               "the right one (d < α), Eq. 18 never fires and copies of a right reference are shaped "
+               "(docs/evidence.md). Without a reference: α alone"})
+    adaptive_min_samples: int = field(default=8, metadata={
+        "doc": "adaptive α falls back to `alpha` with fewer successful corrections than this"})
+    num_references: int = field(default=1, metadata={
+        "doc": "K - 1 references per wrong response (Eq. 4); 0 = self-correction (Table 3, k = 1)"})
+    corrections_per_target: int = field(default=1, metadata={
+        "doc": "corrections sampled per wrong response (Δ is their mean)"})
+    instruction: str = field(default=DEFAULT_INSTRUCTION, metadata={
+        "section": "The correction prompt x~ (App. C.1, Eq. 28).",
+        "doc": "the instruction of x~, verbatim from the paper (App. C.1)"})
+    self_instruction: str = field(default=DEFAULT_SELF_INSTRUCTION, metadata={
+        "doc": "the instruction when num_references = 0 (one candidate: Table 3's k = 1 self-correction)"})
+    format_reminder: str = field(default=DEFAULT_FORMAT_REMINDER, metadata={
+        "doc": "the closing reminder of the answer format, so the verifier can read the corrected answer"})
+    template: str = field(default=DEFAULT_TEMPLATE, metadata={
+        "doc": "the layout of x~; placeholders {instruction} {problem} {candidates} {format_reminder}, literal "
+               "braces doubled"})
+    candidate_labels: tuple[str, ...] = field(default=("Solution 1", "Solution 2"), metadata={
+        "doc": "neutral labels, whatever the order; at least 1 + num_references"})
+    shuffle_candidates: bool = field(default=False, metadata={
+        "doc": "random candidate order per prompt; rejected with candidate_order=reference_first (it would undo "
+               "the layout)"})
+    candidate_order: str = field(default="target_first", metadata={
+        "section": "Correction-pass layout for vLLM's prefix cache (docs/correction_pass.md; one H100, L=2,048, 6 "
+                   "of 8 wrong): target_first shares only instruction + problem: 3.5% of correction prompt "
+                   "tokens cached, pass 1.44x the main generation; reference_first shares problem + reference: "
+                   "35% cached, prefill -28%, whole pass -15% (1.22x). The paper's order stays the default until "
+                   "a comparison shows no loss.",
+        "doc": "target_first: x~ = (x; y_i; y_ref) (Eq. 13/28) | reference_first: (x; y_ref; y_i)"})
+    reference_rule: str = field(default="independent", metadata={
+        "doc": "a registered reference rule (ibpo.references.register_reference_rule; a rule sees the group's "
+               "rows, correctness, response ids and the rng). independent: one uniform draw per wrong response "
+               "(Alg. 1 l. 14-19) | per_group: one draw per group shared by all its wrong responses (each one's "
+               "reference stays uniform over the correct siblings), so every correction of a prompt shares "
+               "problem + reference (with reference_first)"})
+    candidate_view: str = field(default="full", metadata={
+        "doc": "full | strip_thinking (candidates shown without their <think> block)"})
+    max_candidate_tokens: int = field(default=0, metadata={
+        "doc": "middle-truncate each candidate to this many tokens of its *re-tokenised* text (a candidate can "
+               "re-tokenise 1.55x longer than generated), with a visible marker; 0 = derive at start "
+               "(ibpo/budget.py: correction_budget): min(max_response_length, (context - max_response_length "
+               "- max_prompt_length - template) / (1 + num_references) - marker)"})
+    correction_max_tokens_factor: float = field(default=2.0, metadata={
+        "section": "Per-correction length bound (docs/correction_pass.md, \"Length bound\"): the correction of "
+                   "target y gets max_tokens = ceil(c·|y|) + correction_closing_tokens (capped at "
+                   "max_response_length). Not exact: a long correction can still be shaped (Eq. 18); a cut one "
+                   "is verified as it is and, with joint_training, trained on truncated.",
+        "doc": "c; 0 = no bound; else >= 1. 2: on the toy's 252 real corrections (longest 1.81·|y|) c >= 1.5 "
+               "cut none"})
+    correction_closing_tokens: int = field(default=64, metadata={
+        "doc": "room for the answer's closing tokens beyond c·|y|"})
+    lookup_proxy_interval: int = field(default=1, metadata={
+        "doc": "every N steps log ibpo/correction/lookup_*: vLLM's ngram proposer replayed on the step's "
+               "corrections (decode-step reduction speculation would give; ibpo.lookup_decoding); 0 = off"})
+    correct_threshold: float = field(default=0.5, metadata={
+        "doc": "a response with verifier score >= this is correct (rewards are {0, 1})"})
+    joint_training: bool = field(default=False, metadata={
+        "doc": "App. E.2 (C): also train on the correction samples"})
+    joint_grouping: str = field(default="per_prompt", metadata={
+        "doc": "joint rows' advantage groups: per_prompt (all corrections for prompt x) | per_correction_prompt "
+               "(the corrections_per_target samples of one x~, App. C.3's \"contrastive RL within the group\"; "
+               "needs corrections_per_target >= 2)"})
+    joint_minibatch: str = field(default="grow", metadata={
+        "doc": "grow: the actor's mini-batch grows with the joint rows, so a step makes as many optimizer "
+               "updates as without joint training (App. E.2: one update on the mixed batch; logged as "
+               "actor/num_optimizer_updates) | verl: verl's fixed ppo_mini_batch_size, the joint rows add "
+               "updates\n"
+               "grow: each update averages over 1.6-1.9x the rows, so the main-task gradient is x0.50-0.62 "
+               "(grad_clip does not adapt); why no rescaling: docs/method_ibpo.md"})
+    rewrite_penalty: float = field(default=0.0, metadata={
+        "doc": "App. C.3: correction-sample reward r(ŷ) - penalty·1[rewrite] (joint training)"})
+    lambda_schedule: str = field(default="fixed", metadata={
+        "doc": "fixed | theorem: λ_t = min(lam, lambda_max_fraction · running λ_max) (Thm. A.2)"})
+    lambda_max_fraction: float = field(default=0.5, metadata={
+        "doc": "theorem schedule: λ_t = min(lam, lambda_max_fraction · running λ_max)"})
+    lambda_max_momentum: float = field(default=0.9, metadata={
+        "doc": "EMA momentum of the running λ_max (theorem schedule)"})
+    diagnostics_interval: int = field(default=1, metadata={
+        "doc": "Theorem A.2 statistics (Cov(Y,φ), V_φ, λ_max, Var(A)) every N steps"})
+    grad_probe_interval: int = field(default=0, metadata={
+        "doc": "> 0: every N steps, per-sample policy-gradient variance under GSPO vs IBPO advantages of the "
+               "same samples (App. A; the paper reports ≈30% lower); 0 = off"})
+    grad_probe_coordinates: int = field(default=4096, metadata={
+        "doc": "gradients are projected on this many fixed random weight entries"})
+    grad_probe_micro_batch_size: int = field(default=8, metadata={
+        "doc": "rows per probe forward on each rank (0 = all at once)"})
+    seed: int = field(default=0, metadata={
+        "doc": "reference selection / candidate shuffling RNG (per step: seed, step)"})
 
     def __post_init__(self) -> None:
         def bad(name: str, allowed: str) -> IBPOConfigError:
             return IBPOConfigError(f"ibpo.{name}={getattr(self, name)!r} is out of range: must be {allowed}")
 
         if self.variant not in variant_names():
-            raise bad("variant", f"one of the registered variants {variant_names()} (ibpo/variants.py)")
+            raise bad("variant", f"one of the registered variants {variant_names()} (ibpo.variants.register_variant)")
         if self.alpha_mode not in ALPHA_MODES:
             raise bad("alpha_mode", f"one of {ALPHA_MODES}")
         if self.rewrite_condition not in REWRITE_CONDITIONS:
@@ -141,8 +198,12 @@ class IBPOConfig:
             raise bad("candidate_view", f"one of {CANDIDATE_VIEWS}")
         if self.lambda_schedule not in LAMBDA_SCHEDULES:
             raise bad("lambda_schedule", f"one of {LAMBDA_SCHEDULES}")
-        if self.mask_sign not in MASK_SIGNS:
-            raise bad("mask_sign", f"one of {MASK_SIGNS}")
+        if self.mask_sign not in mask_sign_names():
+            raise bad("mask_sign", f"one of the registered mask-sign policies {mask_sign_names()} "
+                                   "(ibpo.advantages.register_mask_sign)")
+        if self.reference_rule not in reference_rule_names():
+            raise bad("reference_rule", f"one of the registered reference rules {reference_rule_names()} "
+                                        "(ibpo.references.register_reference_rule)")
         if self.joint_grouping not in JOINT_GROUPINGS:
             raise bad("joint_grouping", f"one of {JOINT_GROUPINGS}")
         if self.joint_minibatch not in JOINT_MINIBATCH_MODES:
@@ -228,6 +289,9 @@ class IBPOConfig:
         if "group_size" in unknown:
             raise IBPOConfigError("ibpo.group_size is not an option: G is actor_rollout_ref.rollout.n (the group "
                                   "size verl samples); set that instead")
+        renamed = [RENAMED_OPTIONS[name] for name in unknown if name in RENAMED_OPTIONS]
+        if renamed:
+            raise IBPOConfigError("; ".join(renamed))
         if unknown:
             raise IBPOConfigError(f"unknown ibpo option(s) {unknown}; known options: {sorted(known)}")
         if "candidate_labels" in options and options["candidate_labels"] is not None:

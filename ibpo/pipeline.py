@@ -14,7 +14,7 @@ from ibpo.alignment import Alignment, align
 from ibpo.config import IBPOConfig
 from ibpo.diagnostics import correction_stats
 from ibpo.prompts import Message, build_correction_messages, render_candidate
-from ibpo.references import reference_rule_for, select_references
+from ibpo.references import get_reference_rule, select_references
 from ibpo.shaping import TargetShaping, aggregate_corrections, shape_targets
 from ibpo.variants import get_variant
 
@@ -58,8 +58,9 @@ def plan_corrections(
     n = len(group_ids)
     if not (len(is_correct) == len(prompt_messages) == len(response_ids) == n):
         raise ValueError("group_ids, is_correct, prompt_messages and response_ids must have equal lengths")
+    rule = get_reference_rule(config.reference_rule)  # resolved once per batch, passed down as the entry
     references = select_references(group_ids, is_correct, config.num_references, config.seed, step,
-                                   rule=reference_rule_for(config), response_ids=response_ids)
+                                   rule=rule, response_ids=response_ids)
     rng = np.random.default_rng([int(config.seed), int(step), 1])
     rendered: dict[int, str] = {}
 

@@ -10,8 +10,9 @@ a registry, like the shaping variants (``ibpo.variants``) and the mask-sign poli
         ...  # per group position: None for a correct response, else a list of group-local positions
 
 Built in: ``independent`` (the paper: one uniform draw per wrong response) and ``per_group`` (one draw
-shared by the group's wrong responses, each still uniform). The option ``reference_per_group`` maps to
-them (:func:`reference_rule_for`).
+shared by the group's wrong responses, each still uniform). The option ``ibpo.reference_rule`` names the
+rule; it is validated against this registry when the config is built and resolved once
+(:func:`get_reference_rule`) into the :class:`ReferenceRule` that :func:`select_references` receives.
 """
 
 from __future__ import annotations
@@ -32,17 +33,28 @@ class GroupView:
     response_ids: tuple[Sequence[int], ...] | None  # each position's response token ids (None: not given)
 
 
-ReferenceRule = Callable[[GroupView, int, np.random.Generator], list]
+DrawFn = Callable[[GroupView, int, np.random.Generator], list]
+
+
+@dataclass(frozen=True)
+class ReferenceRule:
+    """One registered reference rule: ``draw(group, num_references, rng)`` returns, per group position,
+    ``None`` for a correct response or the list of group-local reference positions."""
+
+    name: str
+    draw: DrawFn
+
+
 _RULES: dict[str, ReferenceRule] = {}
 
 
-def register_reference_rule(name: str, *, replace: bool = False) -> Callable[[ReferenceRule], ReferenceRule]:
-    """Decorator: register ``fn(group, num_references, rng) -> [None | [positions]] * G`` as rule ``name``.
-    Registering an existing name fails unless ``replace=True``."""
-    def decorator(fn: ReferenceRule) -> ReferenceRule:
+def register_reference_rule(name: str, *, replace: bool = False) -> Callable[[DrawFn], DrawFn]:
+    """Decorator: register ``fn(group, num_references, rng) -> [None | [positions]] * G`` as rule ``name``
+    (the value of ``ibpo.reference_rule``). Registering an existing name fails unless ``replace=True``."""
+    def decorator(fn: DrawFn) -> DrawFn:
         if name in _RULES and not replace:
-            raise ValueError(f"reference rule {name!r} is already registered ({_RULES[name].__qualname__})")
-        _RULES[name] = fn
+            raise ValueError(f"reference rule {name!r} is already registered ({_RULES[name].draw.__qualname__})")
+        _RULES[name] = ReferenceRule(name, fn)
         return fn
 
     return decorator
@@ -66,14 +78,18 @@ def get_reference_rule(name: str) -> ReferenceRule:
         raise ValueError(f"unknown reference rule {name!r}; registered: {reference_rule_names()}") from None
 
 
-def reference_rule_for(config) -> str:
-    """The rule an ``IBPOConfig`` selects: ``reference_per_group`` true -> ``per_group``, else
-    ``independent``."""
-    return "per_group" if config.reference_per_group else "independent"
+def _resolved(rule: ReferenceRule | None) -> ReferenceRule:
+    """``rule``, or the paper's ``independent`` when None; a name is refused (resolve it once, by
+    :func:`get_reference_rule`, where the config is read)."""
+    if rule is None:
+        return _RULES["independent"]
+    if not isinstance(rule, ReferenceRule):
+        raise TypeError(f"expected a ReferenceRule (ibpo.references.get_reference_rule(name)), not {rule!r}")
+    return rule
 
 
 def select_references_in_group(
-    is_correct: Sequence[bool], num_references: int, rng: np.random.Generator, per_group: bool = False
+    is_correct: Sequence[bool], num_references: int, rng: np.random.Generator, rule: ReferenceRule | None = None
 ) -> list[list[int] | None]:
     """Pick ``num_references`` (= K - 1) reference positions for every wrong response of one group.
 
@@ -82,19 +98,22 @@ def select_references_in_group(
     required number"); if the group has no correct response, uniformly from the *other* wrong responses
     (never i itself when G >= 2). A singleton wrong group (G = 1) gets ``[]`` (self-correction).
 
-    ``per_group=True`` (option ``reference_per_group``) draws once for the whole group instead of once per
-    wrong response, so the wrong responses share their references (and, with ``candidate_order =
-    reference_first``, the prompt prefix problem + reference): see :func:`shared_draws`. Each wrong
-    response's references keep exactly the distribution of the independent draw (marginally uniform);
-    only the joint draw across the group's wrong responses changes.
+    That is the default rule, ``independent``. The rule ``per_group`` (``ibpo.reference_rule=per_group``) draws
+    once for the whole group instead of once per wrong response, so the wrong responses share their references
+    (and, with ``candidate_order = reference_first``, the prompt prefix problem + reference): see
+    :func:`shared_draws`. Each wrong response's references keep exactly the distribution of the independent
+    draw (marginally uniform); only the joint draw across the group's wrong responses changes.
 
     Returns, per position, ``None`` for a correct response (it is not corrected) or the list of chosen
     group-local positions.
     """
     if num_references < 0:
         raise ValueError(f"num_references must be >= 0, got {num_references}")
+    rule = _resolved(rule)
     group = GroupView(tuple(range(len(is_correct))), tuple(bool(x) for x in is_correct), None)
-    return get_reference_rule("per_group" if per_group else "independent")(group, num_references, rng)
+    local = rule.draw(group, num_references, rng)
+    _check_rule_output(rule.name, group, local)
+    return local
 
 
 @register_reference_rule("independent")
@@ -144,11 +163,11 @@ def shared_draws(group: GroupView, k: int, rng: np.random.Generator) -> list[lis
 
 def select_references(
     group_ids: Sequence[Hashable], is_correct: Sequence[bool], num_references: int, seed: int, step: int = 0,
-    per_group: bool = False, rule: str | None = None, response_ids: Sequence[Sequence[int]] | None = None,
+    rule: ReferenceRule | None = None, response_ids: Sequence[Sequence[int]] | None = None,
 ) -> list[list[int] | None]:
-    """Batch version over rows grouped by ``group_ids`` (verl's ``uid``), with the registered reference rule
-    ``rule`` (default: ``per_group`` if ``per_group`` else ``independent``). ``response_ids`` (per batch row)
-    is what a rule may read of the responses.
+    """Batch version over rows grouped by ``group_ids`` (verl's ``uid``), with the reference rule ``rule``
+    (a registry entry, :func:`get_reference_rule`; default ``independent``). ``response_ids`` (per batch
+    row) is what a rule may read of the responses.
 
     Returned indices are *batch* row indices. The RNG is seeded from ``(seed, step)`` so a step is
     reproducible; groups are visited in order of first appearance, so the result does not depend on
@@ -161,8 +180,7 @@ def select_references(
         raise ValueError(f"group_ids has {len(group_ids)} rows but response_ids has {len(response_ids)}")
     if num_references < 0:
         raise ValueError(f"num_references must be >= 0, got {num_references}")
-    rule_name = rule if rule is not None else ("per_group" if per_group else "independent")
-    rule_fn = get_reference_rule(rule_name)
+    rule = _resolved(rule)
     rng = np.random.default_rng([int(seed), int(step)])
     rows_of: dict[Hashable, list[int]] = defaultdict(list)
     for row, gid in enumerate(group_ids):
@@ -171,8 +189,8 @@ def select_references(
     for rows in rows_of.values():
         group = GroupView(tuple(rows), tuple(bool(is_correct[r]) for r in rows),
                           None if response_ids is None else tuple(response_ids[r] for r in rows))
-        local = rule_fn(group, num_references, rng)
-        _check_rule_output(rule_name, group, local)
+        local = rule.draw(group, num_references, rng)
+        _check_rule_output(rule.name, group, local)
         for r, refs in zip(rows, local):
             out[r] = None if refs is None else [rows[j] for j in refs]
     return out

@@ -23,7 +23,7 @@ import torch
 from verl import DataProto
 from verl.utils.model import compute_position_id_with_mask
 
-from ibpo.advantages import place_sequence_reward, shaped_rewards, signed_token_mask
+from ibpo.advantages import MaskSignPolicy, place_sequence_reward, shaped_rewards, signed_token_mask
 from ibpo.config import IBPOConfig
 from ibpo.correction_bound import AGENT_LOOP_NAME, MAX_TOKENS_KEY, bounded_lengths
 from ibpo.lookup_decoding import NgramParams, batch_decode_steps, simulate_lookup
@@ -334,9 +334,10 @@ def shaped_token_rewards(batch: DataProto, lam: float) -> torch.Tensor:
     return scores + place_sequence_reward(batch.batch["response_mask"], bonus)
 
 
-def apply_token_mask(batch: DataProto, mask_sign: str) -> None:
+def apply_token_mask(batch: DataProto, mask_sign: MaskSignPolicy) -> None:
     """advantages ← advantages · m_t (Eq. 7/17), after group normalisation (in place), with m_t applied by
-    the sign of each row's Â as ``ibpo.mask_sign`` says (``ibpo.advantages.signed_token_mask``). Rows
+    the sign of each row's Â as the policy ``ibpo.mask_sign`` names says (``ibpo.advantages.get_mask_sign``,
+    ``signed_token_mask``). Rows
     with Δ = 0 carry m = 1 and are unchanged; padding rows get 0."""
     adv = batch.batch["advantages"]
     valid = batch.batch["response_mask"].to(adv.dtype)

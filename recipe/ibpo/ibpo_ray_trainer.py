@@ -33,6 +33,7 @@ from verl.utils.debug import marked_timer
 from verl.utils.py_functional import rename_dict
 from verl.workers.utils.padding import left_right_2_no_padding
 
+from ibpo.advantages import get_mask_sign
 from ibpo.compute import StepWork, phase_seconds, step_flops
 from ibpo.config import IBPOConfig
 from ibpo.diagnostics import LambdaSchedule, theorem_stats, trained_advantage_variance
@@ -136,7 +137,7 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
 
     def _after_advantage(self, batch: DataProto, metrics: dict, timing_raw: dict) -> None:
         """IBPO (4): token mask after normalisation (Eq. 7/17; padding rows get 0), then the metrics."""
-        corr.apply_token_mask(batch, self.ibpo.mask_sign)
+        corr.apply_token_mask(batch, get_mask_sign(self.ibpo.mask_sign))
         self._ibpo_step_metrics(batch, self._step_correction, self._step_lambda, metrics, timing_raw)
         if self.ibpo.grad_probe_interval and self.global_steps % self.ibpo.grad_probe_interval == 0:
             with marked_timer("ibpo_grad_probe", timing_raw, color="purple"):

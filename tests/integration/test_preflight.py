@@ -58,6 +58,8 @@ def test_a_good_config_passes(tiny_run):
     ("ibpo.alpha=1.5", "alpha"),
     ("ibpo.variant=masked", "variant"),
     ("+ibpo.group_size=3", "ibpo.group_size"),
+    ("+ibpo.reference_per_group=true", "replaced by ibpo.reference_rule"),
+    ("ibpo.reference_rule=nearest", "ibpo.reference_rule='nearest'"),
     ("actor_rollout_ref.rollout.prompt_length=32", "actor_rollout_ref.rollout.prompt_length"),
     ("data.train_files=/nowhere/train.parquet", "data.train_files"),
     ("algorithm.adv_estimator=gae", "algorithm.adv_estimator"),

@@ -22,7 +22,9 @@ from verl import DataProto
 from verl.trainer.ppo.ray_trainer import compute_advantage
 
 import ibpo.verl_plugin  # noqa: F401  (registration; the entry point does this under `import verl` too)
+from ibpo.advantages import get_mask_sign
 from ibpo.config import IBPOConfig
+from ibpo.references import register_reference_rule, unregister_reference_rule
 from ibpo.compute import ModelShape
 from recipe.ibpo import correction as corr
 from recipe.ibpo.ibpo_ray_trainer import RayIBPOTrainer
@@ -223,7 +225,7 @@ def test_correction_pass_places_delta_on_the_right_rows_after_reordering():
     # token, whatever its sign
     literal = out.batch["advantages"]
     out.batch["advantages"] = unmasked.clone()
-    corr.apply_token_mask(out, "literal")
+    corr.apply_token_mask(out, get_mask_sign("literal"))
     for row in (new_1, new_6):
         assert out.batch["advantages"][row][:2].abs().sum() == 0 and out.batch["advantages"][row][2] != 0
     out.batch["advantages"] = literal
@@ -282,6 +284,36 @@ def test_start_checks_name_the_key():
         ibpo_config_from(OmegaConf.create({"ibpo": {"group_size": 3}, "actor_rollout_ref": {"rollout": {"n": 4}}}))
     with pytest.raises(Exception, match="unknown ibpo option"):
         ibpo_config_from(OmegaConf.create({"ibpo": {"lamda": 3}, "actor_rollout_ref": {"rollout": {"n": 4}}}))
+    with pytest.raises(Exception, match="ibpo.reference_per_group was replaced by ibpo.reference_rule"):
+        ibpo_config_from(OmegaConf.create({"ibpo": {"reference_per_group": True},
+                                           "actor_rollout_ref": {"rollout": {"n": 4}}}))
+    with pytest.raises(Exception, match="ibpo.reference_rule='nearest'.*registered reference rules"):
+        ibpo_config_from(OmegaConf.create({"ibpo": {"reference_rule": "nearest"},
+                                           "actor_rollout_ref": {"rollout": {"n": 4}}}))
+
+
+def test_a_registered_reference_rule_is_selected_by_name_in_the_trainer():
+    """ibpo.reference_rule=<a registered rule> reaches the trainer's correction plan: every wrong response
+    of a group is compared with the group's *last* correct response (rows 2 and 6), never the first."""
+    calls = []
+
+    @register_reference_rule("last_correct")
+    def last_correct(group, num_references, rng):
+        calls.append(group.rows)
+        last = [j for j, ok in enumerate(group.is_correct) if ok][-1:]
+        return [None if ok else last * num_references for ok in group.is_correct]
+
+    try:
+        n = 4
+        trainer = make_trainer({"variant": "binary", "reference_rule": "last_correct"}, n=n)
+        assert trainer.ibpo.reference_rule == "last_correct"
+        responses = [CORRECT, [1, 2], CORRECT, [5, 5], CORRECT, [4], CORRECT, [3, 3]]
+        _, result, _, _ = main_step(trainer, responses, n)
+        assert calls == [(0, 1, 2, 3), (4, 5, 6, 7)]
+        assert [(r.target_row, r.reference_rows) for r in result.requests] == [(1, (2,)), (3, (2,)), (5, (6,)),
+                                                                                (7, (6,))]
+    finally:
+        unregister_reference_rule("last_correct")
 
 
 def test_config_yaml_composes_against_verl(tmp_path):
@@ -303,6 +335,13 @@ def test_config_yaml_composes_against_verl(tmp_path):
         off = compose(config_name="ibpo_trainer", overrides=["data.max_prompt_length=100", "ibpo.enable=False"])
     assert off.actor_rollout_ref.rollout.prompt_length == 100  # no correction prompts, no widening
     assert IBPOConfig.from_mapping(OmegaConf.to_container(cfg.ibpo)).variant == "binary"
+    assert ibpo_config_from(cfg) == IBPOConfig()  # the generated block composes to the dataclass defaults
+    with initialize_config_module(config_module="recipe.ibpo.config", version_base=None):
+        per_group = compose(config_name="ibpo_trainer", overrides=["ibpo.reference_rule=per_group"])
+        old = compose(config_name="ibpo_trainer", overrides=["+ibpo.reference_per_group=true"])  # a key Hydra appends
+    assert ibpo_config_from(per_group).reference_rule == "per_group"
+    with pytest.raises(Exception, match="ibpo.reference_per_group was replaced by ibpo.reference_rule"):
+        ibpo_config_from(old)
 
 
 def test_several_corrections_per_target_and_rewrite_penalty():

@@ -1,6 +1,7 @@
-"""One source of defaults: each option dataclass (``ibpo.config.IBPOConfig``,
-``counterfactual.importance.CounterfactualConfig``) and its YAML block (``recipe/ibpo/config/ibpo_blocks.yaml``,
-``counterfactual_block.yaml``) agree key by key and value by value, and every YAML key is documented."""
+"""One source of options: each option dataclass (``ibpo.config.IBPOConfig``,
+``counterfactual.importance.CounterfactualConfig``) documents every field, its YAML block
+(``recipe/ibpo/config/ibpo_blocks.yaml``, ``counterfactual_block.yaml``) is exactly the text generated from it
+(``python -m recipe.ibpo.config.blocks``), and the two agree key by key and value by value."""
 
 from __future__ import annotations
 
@@ -13,11 +14,57 @@ import yaml
 
 from counterfactual.importance import CounterfactualConfig
 from ibpo.config import IBPOConfig
+from recipe.ibpo.config import blocks as generated
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "recipe" / "ibpo" / "config"
 BLOCKS = [("ibpo_blocks.yaml", "ibpo", IBPOConfig), ("counterfactual_block.yaml", "counterfactual", CounterfactualConfig)]
 KEY_LINE = re.compile(r"^  ([a-z_]+):")
 QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"' + r"|'[^']*'")
+
+
+@pytest.mark.parametrize("block", generated.blocks(), ids=lambda b: b.file)
+def test_committed_yaml_block_is_the_generated_text(block):
+    committed = (CONFIG_DIR / block.file).read_text(encoding="utf-8")
+    assert committed == generated.render_block(block), (
+        f"recipe/ibpo/config/{block.file} is not the text generated from {block.options.__name__}'s fields: edit "
+        f"the dataclass (each field's metadata['doc']), then run `python -m recipe.ibpo.config.blocks` and commit "
+        f"the file")
+
+
+def test_blocks_cover_both_option_classes():
+    assert [(b.file, b.name, b.options) for b in generated.blocks()] == BLOCKS
+
+
+@pytest.mark.parametrize("file, block, cls", BLOCKS)
+def test_every_option_field_carries_its_doc(file, block, cls):
+    assert [f.name for f in dataclasses.fields(cls) if not str(f.metadata.get("doc", "")).strip()] == []
+
+
+def test_the_generator_refuses_an_undocumented_field_and_flags_a_stale_file(tmp_path):
+    @dataclasses.dataclass(frozen=True)
+    class Options:
+        rate: float = dataclasses.field(default=0.5, metadata={"doc": "a rate"})
+        name: str = "x"  # a comment is not documentation: the YAML could not carry it
+
+    bare = generated.Block("bare.yaml", "bare", Options, "header")
+    with pytest.raises(ValueError, match="Options.name has no documentation"):
+        generated.render_block(bare)
+    for b in generated.blocks():
+        (tmp_path / b.file).write_text(generated.render_block(b), encoding="utf-8")
+    assert generated.stale_blocks(tmp_path) == []
+    ibpo_file = tmp_path / "ibpo_blocks.yaml"
+    ibpo_file.write_text(ibpo_file.read_text(encoding="utf-8").replace("lam: 0.6", "lam: 0.5"), encoding="utf-8")
+    assert generated.stale_blocks(tmp_path) == ["ibpo_blocks.yaml"]
+    assert generated.write_blocks(tmp_path) == ["ibpo_blocks.yaml"] and generated.stale_blocks(tmp_path) == []
+
+
+def test_generated_values_load_back_exactly():
+    """The YAML rendering of every kind of default reads back as the same value and type."""
+    for value in (True, False, 0, 64, 0.0, 2.0, 0.6, 1e-08, -2.5e+20, float("inf"), "binary", "true", "null", "a b", "{x}\n\\boxed{", "Â ≥ 0",
+                  ("Solution 1", "Solution 2"), ("#", "\\boxed{", "")):
+        loaded = yaml.safe_load(f"k: {generated.yaml_value(value)}")["k"]
+        expected = list(value) if isinstance(value, tuple) else value
+        assert loaded == expected and type(loaded) is type(expected), (value, loaded)
 
 
 def class_defaults(cls) -> dict:

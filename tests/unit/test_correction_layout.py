@@ -16,10 +16,12 @@ from ibpo.config import IBPOConfig, IBPOConfigError
 from ibpo.pipeline import plan_corrections
 from ibpo.prefix_sharing import common_prefix_length, shared_prefix_fraction, shared_prefix_lengths
 from ibpo.prompts import TRUNCATION_MARKER, render_candidate
-from ibpo.references import select_references_in_group
+from ibpo.references import get_reference_rule, select_references_in_group
 from ibpo.budget import TRUNCATION_MARKER_TOKENS, CorrectionBudgetError, correction_budget
 from recipe.common.setup_checks import IBPOSetupError, check_trainer_config
 from verl_cpu.tiny_assets import build_tiny_tokenizer
+
+PER_GROUP = get_reference_rule("per_group")
 
 # chi-square critical values at p = 0.001 (df -> value): a fixed-seed test that fails only on a real bias
 CHI2_CRIT_001 = {1: 10.83, 2: 13.82, 3: 16.27, 5: 20.52}
@@ -40,7 +42,7 @@ def _encode(tokenizer):
 
 # ------------------------------------------------------------------ layout options
 def test_layout_options_validate():
-    assert IBPOConfig().candidate_order == "target_first" and not IBPOConfig().reference_per_group
+    assert IBPOConfig().candidate_order == "target_first" and IBPOConfig().reference_rule == "independent"
     with pytest.raises(IBPOConfigError, match="candidate_order"):
         IBPOConfig(candidate_order="ref_first")
     with pytest.raises(IBPOConfigError, match="shuffle_candidates=True with ibpo.candidate_order='reference_first'"):
@@ -52,7 +54,7 @@ def _group_prompts(tokenizer, order: str):
     texts = ["7 is the answer since 3 + 4 = 7", "1 + 1 = 9 so 9", "2 * 4 = 6 hence 6"]
     ids = [_encode(tokenizer)(t) for t in texts]
     problem = [{"role": "user", "content": "What is 3 + 4? Put the answer in \\boxed{}."}]
-    config = IBPOConfig(candidate_order=order, reference_per_group=True, max_candidate_tokens=512)
+    config = IBPOConfig(candidate_order=order, reference_rule="per_group", max_candidate_tokens=512)
     requests = plan_corrections([0, 0, 0], [True, False, False], [problem] * 3, ids, _decode(tokenizer), config,
                                 step=0, encode=_encode(tokenizer))
     prompts = [chat_prompt_ids(tokenizer, r.messages) for r in requests]
@@ -84,12 +86,12 @@ def _chi2(counts: Counter, support) -> float:
     return sum((counts.get(s, 0) - expected) ** 2 / expected for s in support)
 
 
-def test_reference_per_group_is_shared_and_marginally_uniform():
+def test_per_group_reference_rule_is_shared_and_marginally_uniform():
     rng = np.random.default_rng(1234)
     ok = [False, True, False, True, True, False]  # correct: 1, 3, 4
     firsts = {i: Counter() for i in (0, 2, 5)}
     for _ in range(3000):
-        refs = select_references_in_group(ok, 1, rng, per_group=True)
+        refs = select_references_in_group(ok, 1, rng, rule=PER_GROUP)
         assert refs[0] == refs[2] == refs[5] and refs[1] is refs[3] is refs[4] is None  # one shared draw
         for i in firsts:
             firsts[i][refs[i][0]] += 1
@@ -99,24 +101,24 @@ def test_reference_per_group_is_shared_and_marginally_uniform():
     # no correct sibling: each wrong response's reference is uniform over the *other* responses, never itself
     counts = {i: Counter() for i in range(4)}
     for _ in range(4000):
-        refs = select_references_in_group([False] * 4, 1, rng, per_group=True)
+        refs = select_references_in_group([False] * 4, 1, rng, rule=PER_GROUP)
         for i in range(4):
             counts[i][refs[i][0]] += 1
     for i, c in counts.items():
         assert i not in c and _chi2(c, [j for j in range(4) if j != i]) < CHI2_CRIT_001[2]
 
     # K-1 = 2 of 3 correct: the ordered pair is uniform over the 6 permutations, as the independent draw's
-    pairs = Counter(tuple(select_references_in_group([False, True, True, True], 2, rng, per_group=True)[0])
+    pairs = Counter(tuple(select_references_in_group([False, True, True, True], 2, rng, rule=PER_GROUP)[0])
                     for _ in range(3000))
     assert _chi2(pairs, list(itertools.permutations((1, 2, 3), 2))) < CHI2_CRIT_001[5]
     # duplicates when too few correct, self-correction for G = 1, K = 1 unchanged
-    assert select_references_in_group([False, True], 3, rng, per_group=True) == [[1, 1, 1], None]
-    assert select_references_in_group([False], 1, rng, per_group=True) == [[]]
-    assert select_references_in_group([False, True], 0, rng, per_group=True) == [[], None]
+    assert select_references_in_group([False, True], 3, rng, rule=PER_GROUP) == [[1, 1, 1], None]
+    assert select_references_in_group([False], 1, rng, rule=PER_GROUP) == [[]]
+    assert select_references_in_group([False, True], 0, rng, rule=PER_GROUP) == [[], None]
 
 
 def test_independent_draw_is_what_per_group_changes():
-    """Without reference_per_group the wrong responses of a group often disagree (2 right of 8: ~2 distinct)."""
+    """With the independent rule (the default) the wrong responses of a group often disagree (2 right of 8: ~2 distinct)."""
     rng = np.random.default_rng(0)
     ok = [True, True] + [False] * 6
     distinct = [len({tuple(r) for r in select_references_in_group(ok, 1, rng) if r is not None}) for _ in range(500)]
@@ -228,7 +230,7 @@ def test_cpu_proxy_ranks_the_layouts(tokenizer):
     workload = build_workload(tokenizer, num_prompts=3, group_size=8, num_correct=2, response_tokens=200, seed=1)
     share = {}
     for name, layout in {"today": {}, "ref": {"candidate_order": "reference_first"},
-                         "ref_group": {"candidate_order": "reference_first", "reference_per_group": True}}.items():
+                         "ref_group": {"candidate_order": "reference_first", "reference_rule": "per_group"}}.items():
         requests = correction_requests(tokenizer, workload, layout, max_candidate_tokens=200)
         assert len(requests) == 3 * 6
         share[name] = shared_prefix_fraction([chat_prompt_ids(tokenizer, r.messages) for r in requests])

@@ -34,7 +34,9 @@ from ibpo.references import select_references, select_references_in_group
         ({"template": "Answer in \\boxed{} {problem} {candidates}"}, "ibpo.template does not format"),
         ({"template": "{answer} {problem} {candidates}"}, "ibpo.template does not format"),
         ({"corrections_per_target": 0}, "corrections_per_target"),
-        ({"mask_sign": "positive"}, "ibpo.mask_sign='positive'.*one of"),
+        ({"mask_sign": "positive"}, "ibpo.mask_sign='positive'.*one of the registered mask-sign policies"),
+        ({"reference_rule": "nearest"}, "ibpo.reference_rule='nearest'.*registered reference rules.*'per_group'"),
+        ({"reference_rule": True}, "ibpo.reference_rule=True.*registered reference rules"),
         ({"joint_grouping": "per_target"}, "ibpo.joint_grouping"),
         ({"joint_minibatch": "fixed"}, "ibpo.joint_minibatch"),
         ({"joint_grouping": "per_correction_prompt"}, "needs ibpo.corrections_per_target >= 2"),
@@ -50,6 +52,11 @@ def test_from_mapping_rejects_unknown_keys():
         IBPOConfig.from_mapping({"lamda": 0.5})
     with pytest.raises(IBPOConfigError, match="group_size is not an option: G is actor_rollout_ref.rollout.n"):
         IBPOConfig.from_mapping({"group_size": 8})
+    # a replaced option fails naming its successor, whatever its value (not as merely unknown, not ignored)
+    for old in (True, False):
+        with pytest.raises(IBPOConfigError, match="reference_per_group was replaced by ibpo.reference_rule.*"
+                                                  "true is reference_rule=per_group"):
+            IBPOConfig.from_mapping({"reference_per_group": old, "lam": 0.5})
     cfg = IBPOConfig.from_mapping({"variant": "mask", "candidate_labels": ["A", "B", "C"], "num_references": 2})
     assert cfg.candidate_labels == ("A", "B", "C") and cfg.variant == "mask"
     # λβ < 1 is the bound for binary: λ = 1.9 with β = 0.5 is allowed

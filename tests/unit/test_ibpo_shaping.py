@@ -207,7 +207,7 @@ def test_mask_sign_hand_worked_groups():
     mean 0.075, population std √0.016875, Â = [√3, −1/√3, −1/√3, −1/√3]: the shaped row is *positive*.
     Group B has a right answer: r' = [1, 0.3, 0, 0], the shaped row's Â = −0.025/σ < 0. Token mask of both
     shaped rows (1 = changed by the correction): [0, 0, 1, 1]."""
-    from ibpo.advantages import signed_token_mask
+    from ibpo.advantages import get_mask_sign, signed_token_mask
 
     rewards = torch.tensor([0.3, 0.0, 0.0, 0.0, 1.0, 0.3, 0.0, 0.0], dtype=torch.float64)
     adv = group_normalized_advantages(rewards, ["A"] * 4 + ["B"] * 4)
@@ -218,9 +218,9 @@ def test_mask_sign_hand_worked_groups():
     m[0] = m[5] = torch.tensor([0.0, 0.0, 1.0, 1.0])
     shaped = torch.tensor([True, False, False, False, False, True, False, False])
 
-    literal = signed_token_mask(adv, m, shaped, "literal")
-    negative_only = signed_token_mask(adv, m, shaped, "negative_only")
-    complement = signed_token_mask(adv, m, shaped, "complement_when_positive")
+    literal = signed_token_mask(adv, m, shaped, get_mask_sign("literal"))
+    negative_only = signed_token_mask(adv, m, shaped, get_mask_sign("negative_only"))
+    complement = signed_token_mask(adv, m, shaped, get_mask_sign("complement_when_positive"))
     assert literal[0].tolist() == [0, 0, 1, 1] and literal[5].tolist() == [0, 0, 1, 1]  # Eq. 17 as written
     assert negative_only[0].tolist() == [1, 1, 1, 1] and negative_only[5].tolist() == [0, 0, 1, 1]
     assert complement[0].tolist() == [1, 1, 0, 0] and complement[5].tolist() == [0, 0, 1, 1]
@@ -230,7 +230,9 @@ def test_mask_sign_hand_worked_groups():
     assert (adv[0] * literal[0]).tolist() == pytest.approx([0, 0, math.sqrt(3), math.sqrt(3)])
     assert (adv[0] * complement[0]).tolist() == pytest.approx([math.sqrt(3), math.sqrt(3), 0, 0])
     with pytest.raises(ValueError, match="mask_sign"):
-        signed_token_mask(adv, m, shaped, "positive")
+        get_mask_sign("positive")
+    with pytest.raises(TypeError, match="takes a MaskSignPolicy"):  # a name is resolved once, by the caller
+        signed_token_mask(adv, m, shaped, "literal")
 
 
 def test_the_issues_positive_advantages_of_a_shaped_wrong_response():

@@ -15,9 +15,13 @@ import torch
 from verl import DataProto
 
 from ibpo.compute import ModelShape, StepWork, forward_flops, step_flops
-from ibpo.config import MASK_SIGNS
+from ibpo.advantages import get_mask_sign
 from recipe.ibpo import correction as corr
 from recipe.ibpo.ibpo_ray_trainer import step_work
+
+
+# the built-in policies, each with its definition in _reference_masked_advantages
+BUILTIN_MASK_SIGNS = ("negative_only", "complement_when_positive", "literal")
 
 
 def _batch(adv_seq, delta, token_mask, response_mask, padding) -> DataProto:
@@ -64,18 +68,18 @@ def _random_case(rng: np.random.Generator, rows: int, width: int):
     return adv_seq, delta, token_mask, response_mask, padding
 
 
-@pytest.mark.parametrize("mask_sign", MASK_SIGNS)
+@pytest.mark.parametrize("mask_sign", BUILTIN_MASK_SIGNS)
 def test_apply_token_mask_matches_the_row_reference_on_random_batches(mask_sign):
     rng = np.random.default_rng(20260118)
     for _ in range(200):
         case = _random_case(rng, int(rng.integers(1, 12)), int(rng.integers(1, 9)))
         batch = _batch(*case)
-        corr.apply_token_mask(batch, mask_sign)
+        corr.apply_token_mask(batch, get_mask_sign(mask_sign))
         expected = _reference_masked_advantages(*case, mask_sign)
         assert torch.equal(batch.batch["advantages"], expected), (mask_sign, case)
 
 
-@pytest.mark.parametrize("mask_sign", MASK_SIGNS)
+@pytest.mark.parametrize("mask_sign", BUILTIN_MASK_SIGNS)
 def test_unshaped_rows_keep_their_advantage_whatever_the_sign(mask_sign):
     """Δ = 0 rows (every right answer, every unshaped wrong one) train exactly as GSPO would: under
     ``complement_when_positive`` a positive unshaped row is *not* turned into 1 − m = 0."""
@@ -83,7 +87,7 @@ def test_unshaped_rows_keep_their_advantage_whatever_the_sign(mask_sign):
     case = ([1.5, -1.5, 0.0, 2.0], [0.0, 0.0, 0.0, 0.3], torch.tensor([[1.0] * 3] * 3 + [[1.0, 0.0, 0.0]]),
             response_mask, [False] * 4)
     batch = _batch(*case)
-    corr.apply_token_mask(batch, mask_sign)
+    corr.apply_token_mask(batch, get_mask_sign(mask_sign))
     adv = batch.batch["advantages"]
     assert adv[0].tolist() == [1.5] * 3 and adv[1].tolist() == [-1.5] * 3 and adv[2].tolist() == [0.0] * 3
     shaped_positive = {"literal": [2.0, 0.0, 0.0], "negative_only": [2.0, 2.0, 2.0],

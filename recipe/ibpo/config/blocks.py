@@ -1,0 +1,166 @@
+"""The option blocks of the Hydra configs, generated from the option dataclasses.
+
+Each option is documented once, on its dataclass field (``metadata["doc"]``, and ``metadata["section"]`` for
+a comment block opening a group of options): ``ibpo.config.IBPOConfig`` and
+``counterfactual.importance.CounterfactualConfig``. Hydra reads the blocks from disk, so they are committed;
+this module writes them and tests/unit/test_config_defaults.py checks that the committed files are exactly
+:func:`render_block`'s text. After changing an option::
+
+    python -m recipe.ibpo.config.blocks          # rewrite ibpo_blocks.yaml and counterfactual_block.yaml
+    python -m recipe.ibpo.config.blocks --check  # exit 1 naming the stale files, write nothing
+
+Layout: ``  key: value`` with its doc as a comment from column 29 (continuation lines aligned under it),
+wrapped at 118 characters; a key line too long for that (the prompt texts) gets its doc as comment lines
+above it. A ``\\n`` in a doc starts a new comment line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import re
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+CONFIG_DIR = Path(__file__).resolve().parent
+WIDTH = 118  # longest generated line (except a long value that cannot wrap)
+COMMENT_COLUMN = 29  # where an inline doc starts when the key line fits before it
+INLINE_LIMIT = 60  # a key line longer than this gets its doc above it instead
+GENERATOR = "python -m recipe.ibpo.config.blocks"
+_PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_YAML_WORDS = {"true", "false", "yes", "no", "on", "off", "y", "n", "null", "none", "~"}
+
+
+@dataclass(frozen=True)
+class Block:
+    """One generated file: the top-level key ``name`` holding the fields of ``options`` (a dataclass)."""
+
+    file: str
+    name: str
+    options: type
+    header: str  # the comment above the block
+
+
+def blocks() -> tuple[Block, ...]:
+    """The generated option blocks (imported here, not at module import: ``--help`` stays cheap)."""
+    from counterfactual.importance import CounterfactualConfig
+    from ibpo.config import IBPOConfig
+
+    return (
+        Block("ibpo_blocks.yaml", "ibpo", IBPOConfig,
+              "The `ibpo:` option block of ibpo_trainer.yaml. Every option is validated at start (ibpo/config.py): "
+              "a typo or out-of-range value fails."),
+        Block("counterfactual_block.yaml", "counterfactual", CounterfactualConfig,
+              "The `counterfactual:` option block of counterfactual_trainer.yaml (docs/method_counterfactual.md). "
+              "Every option is validated at start (counterfactual/importance.py, CounterfactualConfig): a typo "
+              "or out-of-range value fails."),
+    )
+
+
+def yaml_value(value: Any) -> str:
+    """A default as YAML flow text: ``true``, ``0.6``, ``binary``, ``"a b"``, ``["x", "y"]`` (strings that
+    are not plain identifiers are double-quoted with JSON escapes, which YAML reads back unchanged)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return repr(value)
+    if isinstance(value, float):
+        if math.isnan(value) or math.isinf(value):
+            return ".nan" if math.isnan(value) else ("-.inf" if value < 0 else ".inf")
+        text = repr(value)  # YAML 1.1 (PyYAML) reads 1e-08 as a string: it wants 1.0e-08
+        mantissa, _, exponent = text.partition("e")
+        return text if not exponent or "." in mantissa else f"{mantissa}.0e{exponent}"
+    if isinstance(value, str):
+        plain = _PLAIN.fullmatch(value) and value.lower() not in _YAML_WORDS
+        return value if plain else json.dumps(value, ensure_ascii=False)
+    if isinstance(value, (tuple, list)):
+        return "[" + ", ".join(yaml_value(v) if not isinstance(v, str) else json.dumps(v, ensure_ascii=False)
+                               for v in value) + "]"
+    raise TypeError(f"no YAML rendering for a default of type {type(value).__name__}: {value!r}")
+
+
+def _comment_lines(text: str, indent: int) -> list[str]:
+    """``text`` as ``# `` comment lines starting at column ``indent``, wrapped at :data:`WIDTH`."""
+    prefix = " " * indent + "# "
+    out = []
+    for paragraph in text.split("\n"):
+        out.extend(textwrap.wrap(paragraph, WIDTH, initial_indent=prefix, subsequent_indent=prefix,
+                                 break_long_words=False, break_on_hyphens=False) or [prefix.rstrip()])
+    return out
+
+
+def _option_lines(option: dataclasses.Field, owner: type) -> list[str]:
+    doc = option.metadata.get("doc")
+    if not doc or not doc.strip():
+        raise ValueError(f"{owner.__name__}.{option.name} has no documentation: give the field metadata={{'doc': ...}}")
+    out = _comment_lines(option.metadata["section"], 2) if option.metadata.get("section") else []
+    line = f"  {option.name}: {yaml_value(option.default)}"
+    if len(line) > INLINE_LIMIT:
+        return out + _comment_lines(doc, 2) + [line]
+    column = COMMENT_COLUMN if len(line) < COMMENT_COLUMN else len(line) + 3
+    wrapped = _comment_lines(doc, column)
+    return out + [line.ljust(column) + wrapped[0][column:]] + wrapped[1:]
+
+
+def render_block(block: Block) -> str:
+    """The text of ``block``'s file: header, then one documented key per field of ``block.options``.
+    Raises if a field lacks its doc or if the text does not load back to the dataclass defaults."""
+    if not dataclasses.is_dataclass(block.options):
+        raise TypeError(f"{block.options!r} is not a dataclass")
+    lines = _comment_lines(f"{block.header}\nGenerated from {block.options.__module__}.{block.options.__name__} "
+                           f"(each field's doc) by `{GENERATOR}`: edit the dataclass, not this file.", 0)
+    lines += ["", f"{block.name}:"]
+    for option in dataclasses.fields(block.options):
+        lines += _option_lines(option, block.options)
+    text = "\n".join(lines) + "\n"
+    loaded = yaml.safe_load(text)[block.name]
+    expected = {f.name: list(f.default) if isinstance(f.default, tuple) else f.default
+                for f in dataclasses.fields(block.options)}
+    if loaded != expected:
+        bad = sorted(k for k in expected if loaded.get(k) != expected[k])
+        raise ValueError(f"{block.file}: the generated YAML does not load back to the defaults of {bad}")
+    return text
+
+
+def stale_blocks(config_dir: Path = CONFIG_DIR) -> list[str]:
+    """The block files under ``config_dir`` whose text differs from the generated one (or are missing)."""
+    stale = []
+    for block in blocks():
+        path = config_dir / block.file
+        if not path.is_file() or path.read_text(encoding="utf-8") != render_block(block):
+            stale.append(block.file)
+    return stale
+
+
+def write_blocks(config_dir: Path = CONFIG_DIR) -> list[str]:
+    """Rewrite every block file under ``config_dir``; returns the files whose text changed."""
+    changed = stale_blocks(config_dir)
+    for block in blocks():
+        if block.file in changed:
+            (config_dir / block.file).write_text(render_block(block), encoding="utf-8")
+    return changed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if a committed block is stale")
+    args = parser.parse_args(argv)
+    if args.check:
+        stale = stale_blocks()
+        for file in stale:
+            print(f"{CONFIG_DIR / file} is stale: run `{GENERATOR}`", file=sys.stderr)
+        return 1 if stale else 0
+    for file in write_blocks():
+        print(f"wrote {CONFIG_DIR / file}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
