@@ -15,7 +15,7 @@ from verl.utils.debug import marked_timer
 
 from counterfactual import batch as cf
 from counterfactual.importance import CounterfactualConfig
-from recipe.common.setup_checks import counterfactual_config_from
+from recipe.common.preflight.methods import counterfactual_config_from
 from recipe.common.trainer_base import HookedRayPPOTrainer
 
 

@@ -18,7 +18,8 @@ from ibpo.prefix_sharing import common_prefix_length, shared_prefix_fraction, sh
 from ibpo.prompts import TRUNCATION_MARKER, render_candidate
 from ibpo.references import select_references_in_group
 from ibpo.budget import TRUNCATION_MARKER_TOKENS, CorrectionBudgetError, correction_budget
-from recipe.common.setup_checks import IBPOSetupError, check_trainer_config
+from recipe.common.preflight import IBPOSetupError
+from recipe.ibpo.preflight import check_trainer_config
 from verl_cpu.tiny_assets import build_tiny_tokenizer
 
 # chi-square critical values at p = 0.001 (df -> value): a fixed-seed test that fails only on a real bias
