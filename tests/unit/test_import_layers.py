@@ -5,7 +5,9 @@ statement (module level or inside a function) of a package, by its AST.
   method's recipe; the registry names each method's trainer and check by import path, and those paths
   resolve;
 - the method packages ``ibpo`` and ``counterfactual`` import no recipe, ``analysis``, ``data_prep`` or each
-  other.
+  other;
+- ``data_prep`` (raw files -> verl parquet, the one row writer) is below the demo tasks: ``toy_task`` writes
+  its rows with ``data_prep.common``, and ``data_prep`` imports no ``toy_task``, recipe or ``analysis``.
 """
 
 from __future__ import annotations
@@ -62,8 +64,9 @@ def test_recipe_common_imports_no_method_recipe():
 @pytest.mark.parametrize("package, forbidden", [
     ("ibpo", ("recipe", "analysis", "data_prep", "counterfactual")),
     ("counterfactual", ("recipe", "analysis", "data_prep", "ibpo")),
+    ("data_prep", ("toy_task", "recipe", "analysis")),
 ])
-def test_method_packages_import_no_recipe_analysis_data_prep_or_other_method(package, forbidden):
+def test_lower_layers_import_no_upper_layer(package, forbidden):
     assert offending(ROOT / package, forbidden) == []
 
 
