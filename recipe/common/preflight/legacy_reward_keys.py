@@ -10,6 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from recipe.common.preflight.errors import IBPOSetupError
 from recipe.common.preflight.reward_function import REWARD_PATH_KEY
+from recipe.common.upstream import pinned_verl_version
 
 # Top-level blocks of verl's legacy_reward_impl.yaml (all null by default). Only verl's fully-async entry point
 # migrates them (verl.experimental.reward_loop.migrate_legacy_reward_impl); main_ppo and main_ibpo ignore them.
@@ -17,7 +18,7 @@ LEGACY_REWARD_BLOCKS = ("custom_reward_function", "reward_model", "sandbox_fusio
 
 
 def legacy_key_home(key: str) -> str:
-    """Where verl 0.9.1 reads the setting the legacy top-level ``key`` held
+    """Where the pinned verl reads the setting the legacy top-level ``key`` held
     (``migrate_legacy_reward_impl``'s mapping)."""
     head, _, rest = key.partition(".")
     if head == "custom_reward_function":
@@ -43,8 +44,8 @@ def _set_leaves(node: Any, prefix: str) -> list[str]:
 
 def check_legacy_reward_keys(config: DictConfig) -> None:
     """A value under the legacy top-level ``custom_reward_function`` / ``reward_model`` / ``sandbox_fusion``
-    blocks is never read by ``main_ppo`` (verl 0.9.1 moved them under ``reward:``): the run would train on the
-    configured ``reward:`` function instead, silently. Raise naming the key and its new home."""
+    blocks is never read by ``main_ppo`` (the pinned verl moved them under ``reward:``): the run would train on
+    the configured ``reward:`` function instead, silently. Raise naming the key and its new home."""
     for block in LEGACY_REWARD_BLOCKS:
         node = config.get(block)
         if node is None:
@@ -52,7 +53,8 @@ def check_legacy_reward_keys(config: DictConfig) -> None:
         leaves = _set_leaves(OmegaConf.to_container(node, resolve=True), block)
         if leaves:
             raise IBPOSetupError(
-                f"{leaves[0]} is a legacy top-level key that verl 0.9.1's main_ppo no longer reads (the run would "
-                f"use {REWARD_PATH_KEY}={config.reward.get('custom_reward_function', {}).get('path')} instead); "
+                f"{leaves[0]} is a legacy top-level key that verl {pinned_verl_version()}'s main_ppo no longer reads "
+                f"(the run would use {REWARD_PATH_KEY}="
+                f"{config.reward.get('custom_reward_function', {}).get('path')} instead); "
                 f"set {legacy_key_home(leaves[0])}")
 

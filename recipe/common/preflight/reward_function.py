@@ -15,7 +15,7 @@ REWARD_NAME_KEY = "reward.custom_reward_function.name"
 # The project's own reward function (path, name): the one whose verifiers self-test and check gold answers.
 PROJECT_REWARD = ("pkg://reward_fns", "compute_score")
 REWARD_KWARGS_KEY = "reward.custom_reward_function.reward_kwargs"
-# The keywords verl 0.9.1's reward managers call the function with (experimental/reward_loop/reward_manager).
+# The keywords the pinned verl's reward managers call the function with (experimental/reward_loop/reward_manager).
 VERL_REWARD_CALL = ("data_source", "solution_str", "ground_truth", "extra_info")
 # ... and add when a reward model is served (not options a user sets).
 VERL_REWARD_EXTRAS = ("reward_router_address", "reward_model_tokenizer")

@@ -14,7 +14,7 @@ from recipe.common.preflight.option_types import is_interpolation
 
 @functools.lru_cache(maxsize=1)
 def verl_default_config() -> DictConfig:
-    """verl 0.9.1's full default PPO config (``verl/trainer/config/_generated_ppo_trainer.yaml``, the flattened
+    """The pinned verl's full default PPO config (``verl/trainer/config/_generated_ppo_trainer.yaml``, the flattened
     ``ppo_trainer`` composition verl generates and tests against)."""
     from importlib.resources import files
 
