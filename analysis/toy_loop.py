@@ -84,7 +84,7 @@ def sha256_of_dir(path: str | Path) -> str:
 
 
 def model_shape(model: torch.nn.Module) -> ModelShape:
-    """``ibpo.compute.ModelShape`` of a loaded HF model (same rule as ``recipe.common.setup_checks.model_flop_shape``)."""
+    """``ibpo.compute.ModelShape`` of a loaded HF model (same rule as ``recipe.common.preflight.model.model_flop_shape``)."""
     embedding = model.get_input_embeddings().weight
     output = model.get_output_embeddings()
     tied = output is not None and output.weight is embedding

@@ -1,6 +1,6 @@
 """verl glue for counterfactual importance weighting: masked-copy batches and token weights on DataProto.
 
-The math lives in :mod:`counterfactual.importance`; this module only moves verl 0.9.1 tensors in and out of it.
+The math lives in :mod:`counterfactual.importance`; this module only moves verl's tensors in and out of it.
 Intended use inside the trainer (``integration notes §9.3``), after ``old_log_probs`` are in ``batch``::
 
     cfg = CounterfactualConfig.from_mapping(...)

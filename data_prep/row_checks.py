@@ -1,5 +1,5 @@
 """Checks of every row of a verl RL parquet file, shared by the run's pre-flight
-(``recipe.common.setup_checks.preflight``) and ``data_prep`` (so an unusable row never reaches a parquet).
+(``recipe.common.preflight.preflight``) and ``data_prep`` (so an unusable row never reaches a parquet).
 
 A row is usable when
 - its ``data_source`` is one the configured reward function knows;

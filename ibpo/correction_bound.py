@@ -6,7 +6,7 @@ run to ``data.max_response_length`` and the slowest sets the correction pass's w
 d(y, ŷ) <= α or d(y, ŷ) <= d(ŷ, y_ref), so a long correction can still be shaped; a cut one is verified
 as it is (usually wrong, so Δ = 0) and, under joint training, trained on as a truncated sample.
 
-How a request carries its bound through verl 0.9.1 without forking it: verl's agent loop passes every
+How a request carries its bound through the pinned verl without forking it: verl's agent loop passes every
 ``non_tensor_batch`` column of a row to its agent loop as a keyword (``agent_loop.py:645``) and picks the
 loop by the row's ``agent_name`` column. The correction rows name the ``ibpo_correction`` loop
 (:mod:`ibpo.correction_agent_loop`, verl's single-turn loop that copies the row's ``ibpo_max_tokens``

@@ -3,8 +3,8 @@
 
 ``compute_score`` dispatches on ``data_source`` to the math verifier (math-verify in killable worker processes)
 or the code verifier (LiveCodeBench semantics in a sandbox) and returns the same four keys for every source,
-because verl stacks ``reward_extra_info`` by the keys of the first sample. verl 0.9.1 calls it from executor
-threads of its RewardLoopWorker actors, one sample per call (there is no batch entry point in the 0.9.1 reward
+because verl stacks ``reward_extra_info`` by the keys of the first sample. The pinned verl calls it from executor
+threads of its RewardLoopWorker actors, one sample per call (there is no batch entry point in its reward
 loop: ``RewardLoopWorker.compute_score`` -> ``RewardManager.run_single``), so it is thread-safe and never uses
 ``signal``.
 """
@@ -104,8 +104,8 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_
 
     The keyword-only options are the whole of what it takes (no ``**kwargs``), so the pre-flight checks
     ``reward.custom_reward_function.reward_kwargs`` against this signature and a misspelt option fails by
-    name instead of being swallowed. ``reward_router_address`` / ``reward_model_tokenizer`` are what verl
-    0.9.1's reward managers add when a reward model is served; they are accepted and ignored. Raises
+    name instead of being swallowed. ``reward_router_address`` / ``reward_model_tokenizer`` are what the
+    pinned verl's reward managers add when a reward model is served; they are accepted and ignored. Raises
     :class:`UnknownDataSource` for an unknown ``data_source`` and ``ValueError`` subclasses naming the row and
     field ``reward_model.ground_truth`` for an unusable ground truth (a dataset bug is never scored as 0).
     """

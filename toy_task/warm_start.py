@@ -20,7 +20,8 @@ from pathlib import Path
 import torch
 
 from toy_task.addition import NUM_DIGITS, AdditionProblem, sample_problems, wrong_solution
-from toy_task.rows import read_rows, write_task_parquets
+from data_prep.common import read_verl_parquet
+from toy_task.rows import write_task_parquets
 from toy_task.sft import collate, sampled_accuracy
 
 HIDDEN_SIZE = 96
@@ -125,7 +126,7 @@ def measure(model_dir: str | Path, val_path: str | Path, samples_per_prompt: int
     """Sampled (temperature 1) and greedy per-sample accuracy of ``model_dir`` on the val rows, scored by
     ``reward_fns``; the sampled one also reports the share of prompts whose samples mix right and wrong."""
 
-    rows = read_rows(val_path)
+    rows = read_verl_parquet(val_path)
     sampled = sampled_accuracy(model_dir, rows, samples_per_prompt=samples_per_prompt, temperature=1.0,
                                max_tokens=MAX_RESPONSE_TOKENS, seed=seed)
     greedy = sampled_accuracy(model_dir, rows, samples_per_prompt=1, temperature=0.0,

@@ -1,4 +1,4 @@
-"""Running verl 0.9.1's real training loop on a CPU-only machine (see ``README.md`` in this folder).
+"""Running the pinned verl's real training loop on a CPU-only machine (see ``README.md`` in this folder).
 
 * :mod:`.plugin` — the ``verl.plugins`` entry point: registers the ``cpu`` platform and the ``hf``
   rollout backend; patches only when ``VERL_PLATFORM=cpu``.

@@ -1,6 +1,6 @@
-"""An ``hf`` rollout backend for verl 0.9.1: transformers ``generate`` behind verl's server protocol.
+"""An ``hf`` rollout backend for the pinned verl: transformers ``generate`` behind verl's server protocol.
 
-verl 0.9.1 only ships server rollouts (vLLM, SGLang, TRT-LLM), none of which runs without CUDA. This
+The pinned verl only ships server rollouts (vLLM, SGLang, TRT-LLM), none of which runs without CUDA. This
 module provides the same three pieces those backends provide, so verl's agent loop, load balancer
 and checkpoint manager drive it unchanged:
 

@@ -1,6 +1,6 @@
 """The one monkey patch the CPU platform needs: a valid process-group backend string.
 
-verl 0.9.1 builds the backend as ``f"cpu:gloo,{get_device_name()}:{get_nccl_backend()}"``
+The pinned verl builds the backend as ``f"cpu:gloo,{get_device_name()}:{get_nccl_backend()}"``
 (``verl/utils/distributed.py``). On the CPU platform that is ``"cpu:gloo,cpu:gloo"``, which
 ``torch.distributed`` rejects (``Duplicate device type cpu in backend string``). The patch wraps
 ``initialize_global_process_group_ray`` and ``initialize_global_process_group`` so that the string is

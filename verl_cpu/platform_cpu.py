@@ -1,6 +1,6 @@
-"""A ``cpu`` platform for verl 0.9.1's ``PlatformRegistry`` (selected with ``VERL_PLATFORM=cpu``).
+"""A ``cpu`` platform for the pinned verl's ``PlatformRegistry`` (selected with ``VERL_PLATFORM=cpu``).
 
-verl 0.9.1 registers only accelerator platforms; on a machine without one, detection falls back to
+The pinned verl registers only accelerator platforms; on a machine without one, detection falls back to
 ``nvidia`` and the workers fail in ``init_process_group("cpu:gloo,cuda:nccl")``. This platform makes
 the whole stack run on the host CPU:
 
@@ -58,7 +58,7 @@ class _CPUDeviceProperties:
 class CPUDeviceModule(types.ModuleType):
     """Stand-in for ``torch.cuda`` on the CPU platform.
 
-    Implements what verl 0.9.1 calls on ``get_torch_device()`` (``empty_cache``, ``synchronize``,
+    Implements what the pinned verl calls on ``get_torch_device()`` (``empty_cache``, ``synchronize``,
     ``mem_get_info``, RNG state, memory counters, ``set_device``...). Anything else is looked up on
     ``torch.cpu`` (``Stream``, ``Event``, ``stream``, ``current_stream``), and a missing name raises
     ``AttributeError`` naming this module rather than silently doing nothing.

@@ -1,6 +1,6 @@
 """RayCounterfactualTrainer: counterfactual importance weighting (docs/method_counterfactual.md) in the hooks of verl's trainer.
 
-The training loop is :class:`recipe.common.trainer_base.HookedRayPPOTrainer` ``.fit`` (verl 0.9.1's own, plus
+The training loop is :class:`recipe.common.trainer_base.HookedRayPPOTrainer` ``.fit`` (the pinned verl's own, plus
 one-line hook calls). This method fills one hook, ``_after_advantage``: token weights from the drop of the
 answer's log-probability when a reasoning span is masked, multiplied into the advantages. It builds no
 IBPO state, adds no batch rows and logs no ``ibpo/`` metric. Selected by ``method: counterfactual``
@@ -15,7 +15,7 @@ from verl.utils.debug import marked_timer
 
 from counterfactual import batch as cf
 from counterfactual.importance import CounterfactualConfig
-from recipe.common.setup_checks import counterfactual_config_from
+from recipe.common.preflight.methods import counterfactual_config_from
 from recipe.common.trainer_base import HookedRayPPOTrainer
 
 

@@ -193,7 +193,7 @@ def prefix_cache_metrics(output: DataProto | None) -> dict[str, float]:
     cache, batch order; :func:`ibpo.prefix_sharing.shared_prefix_lengths`). It counts no reuse from the
     main generation and ignores eviction and scheduling, so it is what the layout makes reusable, not what
     was reused. ``ibpo/correction/prompt_tokens_cached_frac``: what the rollout reports it actually served
-    from its prefix cache (verl 0.9.1's vLLM server puts vLLM's ``num_cached_tokens`` into the output's
+    from its prefix cache (the pinned verl's vLLM server puts vLLM's ``num_cached_tokens`` into the output's
     ``num_cached_tokens`` field); logged only when every row reports it (the CPU ``hf`` rollout does not).
     """
     if output is None or len(output) == 0:

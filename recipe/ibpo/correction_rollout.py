@@ -1,6 +1,6 @@
 """Start checks and settings of the correction pass's rollout: lookup speculation and the length bound.
 
-Speculative decoding is a vLLM engine setting that verl 0.9.1 forwards verbatim:
+Speculative decoding is a vLLM engine setting that the pinned verl forwards verbatim:
 ``actor_rollout_ref.rollout.engine_kwargs.vllm`` is spread into vLLM's engine arguments
 (``vllm_async_server.py:287-349``), so ``engine_kwargs.vllm.speculative_config`` is vLLM's
 ``speculative_config``. IBPO trains on the rollout's samples as samples of π_θ, so only settings whose
@@ -118,7 +118,7 @@ def rollout_log_probs_trained_on(config: Any) -> str | None:
 
 
 def check_correction_rollout(config: Any, ibpo: IBPOConfig) -> None:
-    """Start check of the correction pass's rollout settings (called from ``setup_checks``)."""
+    """Start check of the correction pass's rollout settings (called from ``recipe.ibpo.preflight.check_trainer_config``)."""
     rollout = config.actor_rollout_ref.rollout
     model = config.actor_rollout_ref.get("model", {}) or {}
     mtp = _plain(model.get("mtp", None)) or {}

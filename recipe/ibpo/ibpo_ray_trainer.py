@@ -42,7 +42,9 @@ from ibpo.pipeline import shape_batch
 from ibpo.variants import get_variant
 from recipe.ibpo import correction as corr
 from recipe.ibpo.correction_rollout import proxy_params
-from recipe.common.setup_checks import check_trainer_config, ibpo_config_from, model_flop_shape, model_max_positions
+from recipe.common.preflight.methods import ibpo_config_from
+from recipe.common.preflight.model import model_flop_shape, model_max_positions
+from recipe.ibpo.preflight import check_trainer_config
 from recipe.common.trainer_base import HookedRayPPOTrainer
 
 

@@ -3,7 +3,7 @@
 Copies the pinned verl's legacy ``main_ppo_v0.TaskRunner.run`` (the path the DAPO recipe uses; manifest entry in
 ``recipe/common/upstream/manifest.toml``) with the
 trainer swapped for the one the config's ``method`` names (``ibpo``: :class:`RayIBPOTrainer`,
-``counterfactual``: :class:`RayCounterfactualTrainer`; ``recipe.common.setup_checks.METHODS``). ``TaskRunner`` itself is a Ray actor class and cannot be
+``counterfactual``: :class:`RayCounterfactualTrainer`; ``recipe.common.preflight.methods.METHODS``). ``TaskRunner`` itself is a Ray actor class and cannot be
 subclassed, so the runner subclasses ``BaseTaskRunner``.
 """
 
@@ -49,7 +49,7 @@ class IBPOTaskRunner(_task_runner_base()):
     def run(self, config):
         """The pinned verl's ``main_ppo_v0.TaskRunner.run``, copied as text (manifest entry ``TaskRunner.run``
         in ``recipe/common/upstream/manifest.toml``) with one change, its lines marked ``# IBPO``: the trainer
-        class is the one the config's ``method`` names (``recipe.common.setup_checks.trainer_class_for``), not
+        class is the one the config's ``method`` names (``recipe.common.preflight.methods.trainer_class_for``), not
         ``RayPPOTrainer``; the imports of verl's module scope are repeated here."""
         # Print the initial configuration. `resolve=True` will evaluate symbolic values.
         from pprint import pprint
@@ -58,7 +58,7 @@ class IBPOTaskRunner(_task_runner_base()):
         from verl.trainer.ppo.utils import need_critic, need_reference_policy  # IBPO
         from verl.utils.config import validate_config  # IBPO: verl's module-level imports
 
-        from recipe.common.setup_checks import trainer_class_for  # IBPO
+        from recipe.common.preflight.methods import trainer_class_for  # IBPO
 
         print(f"TaskRunner hostname: {socket.gethostname()}, PID: {os.getpid()}")
         pprint(OmegaConf.to_container(config, resolve=True))
@@ -136,9 +136,9 @@ class IBPOTaskRunner(_task_runner_base()):
 
 
 def run_preflight(config) -> None:
-    """:func:`recipe.common.setup_checks.preflight` in the driver, before Ray starts: a configuration mistake
+    """:func:`recipe.common.preflight.preflight` in the driver, before Ray starts: a configuration mistake
     exits (status 2) within seconds with one line naming the option instead of a worker traceback."""
-    from recipe.common.setup_checks import IBPOSetupError, preflight, resolve_config
+    from recipe.common.preflight import IBPOSetupError, preflight, resolve_config
 
     start = time.perf_counter()
     try:

@@ -21,7 +21,9 @@ def gpu_skip_reason() -> str | None:
     if not torch.cuda.is_available():
         return "no CUDA device: the --gpu quickstart needs one NVIDIA GPU (docs/gpu.md)"
     if importlib.util.find_spec("vllm") is None:
-        return "vLLM is not installed: pip install 'verl[vllm]==0.9.1' (docs/gpu.md)"
+        from recipe.common.upstream import pinned_verl_version
+
+        return f"vLLM is not installed: pip install 'verl[vllm]=={pinned_verl_version()}' (docs/gpu.md)"
     return None
 
 

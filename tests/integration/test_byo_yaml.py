@@ -13,7 +13,8 @@ from omegaconf import OmegaConf
 
 from ibpo.config import IBPOConfig
 from recipe.ibpo.config import register_config_resolvers
-from recipe.common.setup_checks import IBPOSetupError, method_of, trainer_class_for
+from recipe.common.preflight import IBPOSetupError
+from recipe.common.preflight.methods import method_of, trainer_class_for
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 SEARCHPATH = "hydra:\n  searchpath:\n    - pkg://verl.trainer.config\n    - pkg://recipe.ibpo.config\n"

@@ -25,7 +25,7 @@ from ibpo.pipeline import CorrectionRequest
 from recipe.ibpo import correction as corr
 from recipe.ibpo.config import register_config_resolvers
 from recipe.ibpo.correction_rollout import SPEC_OPTION, check_correction_rollout, speculative_config_of
-from recipe.common.setup_checks import ibpo_config_from
+from recipe.common.preflight.methods import ibpo_config_from
 from verl_cpu.launch import cpu_overrides
 
 SPEC = "{method:ngram,prompt_lookup_min:2,prompt_lookup_max:5,num_speculative_tokens:8}"

@@ -14,7 +14,7 @@ from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
 from recipe.ibpo.config import register_config_resolvers
-from recipe.common.setup_checks import ibpo_config_from, method_of, trainer_class_for
+from recipe.common.preflight.methods import ibpo_config_from, method_of, trainer_class_for
 
 RECIPE = Path(__file__).resolve().parents[2] / "recipe" / "ibpo"
 SCRIPTS = sorted(p.name for p in RECIPE.glob("run_*.sh"))

@@ -15,7 +15,7 @@ from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
 from recipe.ibpo.config import register_config_resolvers
-from recipe.common.setup_checks import IBPOSetupError, preflight, resolve_config
+from recipe.common.preflight import IBPOSetupError, preflight, resolve_config
 from verl_cpu.launch import cpu_env, cpu_overrides, process_env
 
 REPO = Path(__file__).resolve().parents[2]

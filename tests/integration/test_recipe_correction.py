@@ -28,7 +28,9 @@ from ibpo.references import register_reference_rule, unregister_reference_rule
 from ibpo.compute import ModelShape
 from recipe.ibpo import correction as corr
 from recipe.ibpo.ibpo_ray_trainer import RayIBPOTrainer
-from recipe.common.setup_checks import IBPOSetupError, check_trainer_config, ibpo_config_from
+from recipe.common.preflight import IBPOSetupError
+from recipe.common.preflight.methods import ibpo_config_from
+from recipe.ibpo.preflight import check_trainer_config
 
 PROMPT_LEN, RESP_LEN = 24, 6
 CORRECT = [7, 7, 7]  # token ids of a "correct" response in this toy world
@@ -320,7 +322,7 @@ def test_config_yaml_composes_against_verl(tmp_path):
     from hydra import compose, initialize_config_module
 
     from recipe.ibpo.config import register_config_resolvers
-    from recipe.common.setup_checks import trainer_class_for
+    from recipe.common.preflight.methods import trainer_class_for
 
     register_config_resolvers()  # ${ibpo_prompt_length:...}, as main_ibpo.main does before resolving
     with initialize_config_module(config_module="recipe.ibpo.config", version_base=None):

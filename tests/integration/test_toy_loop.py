@@ -81,7 +81,7 @@ def test_gspo_loss_gradient_is_the_advantage_weighted_mean_log_prob(toy):
 def test_model_shape_matches_the_setup_check(toy):
     from transformers import AutoModelForCausalLM
 
-    from recipe.common.setup_checks import model_flop_shape
+    from recipe.common.preflight.model import model_flop_shape
 
     model = AutoModelForCausalLM.from_pretrained(toy.model_dir, dtype=torch.float32)
     assert toy_loop.model_shape(model) == model_flop_shape(toy.model_dir)

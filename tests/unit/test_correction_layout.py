@@ -18,7 +18,8 @@ from ibpo.prefix_sharing import common_prefix_length, shared_prefix_fraction, sh
 from ibpo.prompts import TRUNCATION_MARKER, render_candidate
 from ibpo.references import get_reference_rule, select_references_in_group
 from ibpo.budget import TRUNCATION_MARKER_TOKENS, CorrectionBudgetError, correction_budget
-from recipe.common.setup_checks import IBPOSetupError, check_trainer_config
+from recipe.common.preflight import IBPOSetupError
+from recipe.ibpo.preflight import check_trainer_config
 from verl_cpu.tiny_assets import build_tiny_tokenizer
 
 PER_GROUP = get_reference_rule("per_group")

@@ -67,7 +67,7 @@ def test_model_shape_matches_torchs_flop_counter_on_a_real_forward(tmp_path):
     from torch.utils.flop_counter import FlopCounterMode
     from transformers import AutoModelForCausalLM, Qwen2Config
 
-    from recipe.common.setup_checks import model_flop_shape
+    from recipe.common.preflight.model import model_flop_shape
 
     for tied in (True, False):
         config = Qwen2Config(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=2,

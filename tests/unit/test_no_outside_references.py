@@ -1,11 +1,13 @@
 """The shipped files cite only what ships: no path outside the repository (the authors' machines, a
 ``../shared`` folder beside the checkout) and no design document a user does not have. What the code
-needs to cite lives in ``docs/``."""
+needs to cite lives in ``docs/``. And the pinned verl's version is written in one place (the pin), not in
+prose or code."""
 
 from __future__ import annotations
 
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -56,3 +58,55 @@ def test_the_check_catches_a_reference():
 def test_docs_the_code_cites_exist():
     for doc in ("method_ibpo.md", "method_counterfactual.md", "verl_on_cpu.md", "verifiers.md", "gpu.md"):
         assert (REPO / "docs" / doc).is_file(), doc
+
+
+# ------------------------------------------------------------------ the verl version is written once
+# The pinned verl's version lives in recipe/common/REQUIRED_VERL.txt (setup.py and the drift checks read it);
+# prose says "the pinned verl" and code reads the pin (recipe.common.upstream.pinned_verl_version). The only
+# other lines that may write it are records of a run, which an upgrade does not change (docs/upgrading_verl.md):
+VERSION_ALLOWED = {
+    ("recipe/common/REQUIRED_VERL.txt", "verl[verl-core]=="): "the pin itself",
+    ("docs/gpu.md", 'pip install "verl[vllm]=='): "the GPU install as verified on the H100 (the verified set)",
+    ("docs/gpu.md", "Verified set:"): "the environment line of the GPU measurements",
+    ("docs/verl_on_cpu.md", "2.13.0+cpu, verl "): "the environment line of the CPU observations",
+}
+
+
+def version_mentions(version: str) -> list[str]:
+    """``file:line: text`` of every line of a shipped file outside ``tests/`` that writes ``version`` and is not
+    on :data:`VERSION_ALLOWED`."""
+    pattern = re.compile(r"(?<![\d.])" + re.escape(version) + r"(?!\d)")
+    found = []
+    for name in shipped_files():
+        if name.startswith("tests/"):
+            continue
+        try:
+            text = (REPO / name).read_text(encoding="utf-8")
+        except (UnicodeDecodeError, FileNotFoundError, IsADirectoryError):
+            continue
+        for line_no, line in enumerate(text.splitlines(), start=1):
+            if pattern.search(line) and not any(name == f and part in line for f, part in VERSION_ALLOWED):
+                found.append(f"{name}:{line_no}: {line.strip()[:160]}")
+    return found
+
+
+def test_the_pinned_verl_version_is_written_only_in_the_pin_and_run_records():
+    from recipe.common.upstream import pinned_verl_version
+
+    found = version_mentions(pinned_verl_version())
+    assert not found, ('write "the pinned verl" (docs/upgrading_verl.md) or read recipe.common.upstream.'
+                       "pinned_verl_version() instead of the number:\n" + "\n".join(found))
+
+
+def test_the_version_check_catches_a_mention(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
+    monkeypatch.setattr(sys.modules[__name__], "shipped_files",
+                        lambda: ["a.py", "docs/gpu.md", "tests/unit/t.py", "b.md"])
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "tests" / "unit").mkdir(parents=True)
+    (tmp_path / "a.py").write_text('"""Runs on verl 0.9.1."""\nx = "10.9.12"\n')
+    (tmp_path / "docs" / "gpu.md").write_text("Verified set: torch 2, verl 0.9.1\nverl 0.9.1 prose\n")
+    (tmp_path / "tests" / "unit" / "t.py").write_text("# verl 0.9.1\n")
+    (tmp_path / "b.md").write_text("verl==0.9.1.\n0.9.10 and 10.9.1 are other versions\n")
+    assert version_mentions("0.9.1") == ['a.py:1: """Runs on verl 0.9.1."""', "docs/gpu.md:2: verl 0.9.1 prose",
+                                         "b.md:1: verl==0.9.1."]

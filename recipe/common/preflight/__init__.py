@@ -1,0 +1,70 @@
+"""The pre-flight: every check that needs no Ray worker, in the driver, before Ray starts, so a misconfigured
+run fails in seconds with one line naming the option (``recipe.ibpo.main_ibpo.run_preflight`` calls
+:func:`resolve_config` then :func:`preflight`). One module per job:
+
+- ``errors``: :class:`IBPOSetupError`, what every check raises;
+- ``option_types``: an option value against its declared type;
+- ``methods``: the method registry (``method:`` -> option block, trainer, the method's own check);
+- ``legacy_reward_keys``: top-level reward keys the pinned verl no longer reads;
+- ``verl_validation``: verl's option types and its own ``validate_config``, in the driver;
+- ``model``: the model's path, context length and FLOP shape, from its config;
+- ``reward_function``: the reward function loaded as verl loads it, its keyword arguments, the self-test;
+- ``data_files``: the data files and every row in them.
+
+A method's own checks live with its recipe (IBPO's: ``recipe/ibpo/preflight.py``), named by its registry
+entry; nothing here imports a method's recipe."""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig, OmegaConf
+
+from recipe.common.preflight.data_files import check_data_rows, data_files
+from recipe.common.preflight.errors import IBPOSetupError
+from recipe.common.preflight.legacy_reward_keys import check_legacy_reward_keys
+from recipe.common.preflight.methods import check_option_block_types, method_of, run_method_check
+from recipe.common.preflight.model import check_context_length, check_model_path, model_context_length
+from recipe.common.preflight.reward_function import check_reward_kwargs, load_reward_function, run_verifier_self_test
+from recipe.common.preflight.verl_validation import check_verl_option_types, run_verl_validation
+
+__all__ = ["IBPOSetupError", "preflight", "resolve_config"]
+
+
+def resolve_config(config: DictConfig) -> None:
+    """Resolve the config's interpolations in place, after checking the option types the interpolations read
+    (``ibpo.num_references=abc`` would otherwise fail inside ``${ibpo_prompt_length:...}`` with a
+    traceback naming rollout.prompt_length); a resolution failure raises naming the key."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    check_option_block_types(config)
+    check_verl_option_types(config, resolve=False)
+    try:
+        OmegaConf.resolve(config)
+    except (OmegaConfBaseException, ValueError, TypeError) as exc:
+        key = getattr(exc, "full_key", None)
+        raise IBPOSetupError(f"{key or 'config'}: cannot resolve its interpolation: "
+                             f"{' '.join(str(exc).split())}") from exc
+
+
+def preflight(config: DictConfig) -> None:
+    """Every check that needs no Ray worker, cheapest first: ``method`` and its option block with types,
+    legacy reward keys, verl's option types, the data files, the model path, the reward function and its
+    keyword arguments, the model's context, the method's own check (IBPO: the tokenizer against the correction
+    prompt budget), verl's own validation, every data row and, for the project's own verifiers, their
+    self-test. ``config`` must be resolved (:func:`resolve_config` first, as ``main_ibpo`` does).
+    Raises :class:`IBPOSetupError` (or ``ValueError`` from the option dataclasses) naming the option."""
+    method = method_of(config)  # validates the method's option block, rejects the other method's
+    check_legacy_reward_keys(config)
+    check_verl_option_types(config)
+    train_files = data_files(config, "train_files")
+    val_files = data_files(config, "val_files")
+    model = config.actor_rollout_ref.model
+    check_model_path(str(model.path))
+    reward_fn = load_reward_function(config)
+    check_reward_kwargs(config, reward_fn)
+    context = model_context_length(str(model.path), OmegaConf.to_container(model.get("override_config") or {},
+                                                                           resolve=True))
+    check_context_length(config, context)
+    run_method_check(config, method, context)
+    run_verl_validation(config)  # after the method's checks: they name the method-specific reason for a setting
+    sources = check_data_rows(config, reward_fn, train_files + [f for f in val_files if f not in train_files])
+    run_verifier_self_test(config, sources)

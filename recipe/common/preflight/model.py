@@ -1,0 +1,99 @@
+"""The model, read from its config on disk (no weights loaded): the path, the context length it is built
+for and the shape the FLOP counter needs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+from omegaconf import DictConfig
+
+from ibpo.compute import ModelShape
+from recipe.common.preflight.errors import IBPOSetupError
+
+
+def check_model_path(model_path: str) -> None:
+    """A local ``actor_rollout_ref.model.path`` (absolute, ``~`` or relative) must be a directory; anything else
+    is a hub id, which the model config's loading checks."""
+    if model_path.startswith(("/", "~", ".")) and not Path(model_path).expanduser().is_dir():
+        raise IBPOSetupError(f"actor_rollout_ref.model.path={model_path} is not a directory")
+
+
+def model_max_positions(model_path: str) -> int | None:
+    """``max_position_embeddings`` of the HF model at ``model_path`` (None if the config has none)."""
+    from transformers import AutoConfig
+
+    hf_config = AutoConfig.from_pretrained(model_path, trust_remote_code=False)
+    text_config = getattr(hf_config, "text_config", None) or hf_config
+    return getattr(text_config, "max_position_embeddings", None)
+
+
+def model_flop_shape(model_path: str) -> ModelShape:
+    """The FLOP counter's :class:`ibpo.compute.ModelShape` of the HF model at ``model_path``, built on the meta
+    device (no weights loaded): N = the weight matrices but the input embedding (a tied LM head reuses it
+    and counts once; biases and norm scales are no matmuls), L = ``num_hidden_layers``, d = heads × head dim."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    hf_config = AutoConfig.from_pretrained(model_path, trust_remote_code=False)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(hf_config)
+    embedding = model.get_input_embeddings().weight
+    output = model.get_output_embeddings()
+    tied = output is not None and output.weight is embedding
+    # weight matrices (shared tensors are yielded once); biases and norm scales are not multiply-adds
+    matrices = int(sum(p.numel() for p in model.parameters() if p.dim() >= 2))
+    text = getattr(hf_config, "text_config", None) or hf_config
+    heads = int(text.num_attention_heads)
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
+    return ModelShape(matmul_params=matrices if tied else matrices - int(embedding.numel()),
+                      num_layers=int(text.num_hidden_layers), attention_dim=heads * int(head_dim))
+
+
+def model_context_length(model_path: str, override: Mapping[str, Any] | None = None) -> int | None:
+    """The longest sequence the model is built for: ``max_position_embeddings`` (with
+    ``actor_rollout_ref.model.override_config`` applied), times a rope-scaling ``factor`` where the scaling
+    extends it (``yarn``/``dynamic``/``linear``: of ``original_max_position_embeddings`` when given), as vLLM
+    derives its max_model_len. None when the model config has no such field."""
+    from transformers import AutoConfig
+
+    try:
+        hf_config = AutoConfig.from_pretrained(model_path, trust_remote_code=False)
+    except (OSError, ValueError) as exc:
+        raise IBPOSetupError(f"actor_rollout_ref.model.path={model_path}: cannot read the model's config "
+                             f"({type(exc).__name__}: {' '.join(str(exc).split())[:300]})") from exc
+    text = getattr(hf_config, "text_config", None) or hf_config
+    override = dict(override or {})
+    positions = override.get("max_position_embeddings", getattr(text, "max_position_embeddings", None))
+    if positions is None:
+        return None
+    scaling = override.get("rope_scaling", getattr(text, "rope_scaling", None)) or {}
+    kind = scaling.get("rope_type", scaling.get("type"))
+    factor = scaling.get("factor")
+    if factor and kind in ("yarn", "dynamic", "linear"):
+        base = scaling.get("original_max_position_embeddings") or positions
+        return int(base * float(factor)) if kind == "yarn" else int(positions * float(factor))
+    return int(positions)
+
+
+def check_context_length(config: DictConfig, context: int | None) -> None:
+    """``rollout.max_model_len`` must not exceed the model's context (its positions beyond were never
+    trained; the HF rollout accepts it silently), and a prompt of ``data.max_prompt_length`` plus a response
+    of ``data.max_response_length`` must fit the context the rollout serves."""
+    if context is None:
+        return
+    rollout = config.actor_rollout_ref.rollout
+    max_model_len = rollout.get("max_model_len")
+    if max_model_len is not None and int(max_model_len) > context:
+        raise IBPOSetupError(
+            f"actor_rollout_ref.rollout.max_model_len={max_model_len} exceeds the model's context {context} "
+            f"(max_position_embeddings of {config.actor_rollout_ref.model.path}, with rope scaling): lower it, or "
+            "extend the context with actor_rollout_ref.model.override_config.rope_scaling")
+    served = int(max_model_len) if max_model_len is not None else context
+    total = int(config.data.max_prompt_length) + int(config.data.max_response_length)
+    if total > served:
+        raise IBPOSetupError(
+            f"data.max_prompt_length={config.data.max_prompt_length} + data.max_response_length="
+            f"{config.data.max_response_length} = {total} exceeds the context {served} "
+            f"({'rollout.max_model_len' if max_model_len is not None else 'the model max_position_embeddings'}): "
+            "long prompts would leave no room to answer; lower one of them")

@@ -1,0 +1,86 @@
+"""verl's own validation in the driver: the option types its defaults declare, then ``validate_config`` and
+the dataclass conversions its workers do, as stock ``main_ppo`` runs them before Ray."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from recipe.common.preflight.errors import IBPOSetupError
+from recipe.common.preflight.option_types import is_interpolation
+
+
+@functools.lru_cache(maxsize=1)
+def verl_default_config() -> DictConfig:
+    """The pinned verl's full default PPO config (``verl/trainer/config/_generated_ppo_trainer.yaml``, the flattened
+    ``ppo_trainer`` composition verl generates and tests against)."""
+    from importlib.resources import files
+
+    return OmegaConf.load(str(files("verl.trainer.config").joinpath("_generated_ppo_trainer.yaml")))
+
+
+def check_verl_option_types(config: DictConfig, defaults: DictConfig | None = None, resolve: bool = True) -> None:
+    """Every option whose verl default is a number or a bool must hold one (``data.train_batch_size=abc``
+    otherwise reaches ``validate_config`` as a string: ``"abc" * n`` is string repetition). Raises naming the
+    key, its value and the expected type. An int default also takes a float (``entropy_coeff: 0``)."""
+    defaults = verl_default_config() if defaults is None else defaults
+    ours = OmegaConf.to_container(config, resolve=resolve)
+    theirs = OmegaConf.to_container(defaults, resolve=False)
+
+    def walk(mine: Any, default: Any, prefix: str) -> None:
+        if isinstance(default, dict) and isinstance(mine, dict):
+            for key, value in mine.items():
+                if key in default:
+                    walk(value, default[key], f"{prefix}.{key}" if prefix else str(key))
+            return
+        if mine is None or default is None or is_interpolation(mine):
+            return
+        if isinstance(default, bool):
+            ok, expected = isinstance(mine, bool), "bool (true/false)"
+        elif isinstance(default, (int, float)):
+            ok, expected = isinstance(mine, (int, float)) and not isinstance(mine, bool), "a number"
+        else:
+            return
+        if not ok:
+            raise IBPOSetupError(f"{prefix}={mine!r} has type {type(mine).__name__}; verl expects {expected} "
+                                 f"(default {default!r})")
+
+    walk(ours, theirs, "")
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    import re
+
+    unexpected = re.search(r"unexpected keyword argument '(\w+)'.*?full_key: ([\w.]+)", text)
+    if unexpected:
+        return f"{unexpected.group(2)}.{unexpected.group(1)} is not an option of verl's config ({text})"
+    return text
+
+
+def run_verl_validation(config: DictConfig) -> None:
+    """What stock ``main_ppo.main`` runs in the driver before Ray: ``verl.utils.config.validate_config``
+    (batch sizes, micro-batch options, the actor config's dataclass with its own ``validate``), plus the
+    dataclass conversion verl's workers do of the rollout and algorithm blocks (an unknown key or a bad value
+    there otherwise surfaces inside a Ray worker). Raises :class:`IBPOSetupError` with verl's message."""
+    import contextlib
+    import io
+
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import omega_conf_to_dataclass, validate_config
+
+    steps = [("validate_config", lambda: validate_config(config=config,
+                                                         use_reference_policy=need_reference_policy(config),
+                                                         use_critic=need_critic(config))),
+             ("actor_rollout_ref.rollout", lambda: omega_conf_to_dataclass(config.actor_rollout_ref.rollout)),
+             ("algorithm", lambda: omega_conf_to_dataclass(config.algorithm))]
+    for what, step in steps:
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):  # validate_config prints its passing line
+                step()
+        except Exception as exc:  # noqa: BLE001 - AssertionError/ValueError/TypeError/Hydra errors from verl
+            raise IBPOSetupError(f"verl's config validation ({what}, as main_ppo runs it in the driver) failed: "
+                                 f"{type(exc).__name__}: {_one_line(exc)}") from exc
+

@@ -1,0 +1,110 @@
+"""IBPO's own start checks: the trainer config against what IBPO needs (its advantage estimator, the
+rule-based streaming reward, the correction pass's rollout) and the correction prompts against the context
+(the budget arithmetic is the pure :mod:`ibpo.budget`).
+
+Run twice: in the driver before Ray, by the shared pre-flight (:func:`recipe.common.preflight.preflight`,
+through the ``ibpo`` entry of ``recipe.common.preflight.methods.METHODS``), and by
+:class:`recipe.ibpo.ibpo_ray_trainer.RayIBPOTrainer` at construction, which keeps the resolved candidate
+budget."""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig
+
+from ibpo.budget import (MIN_DERIVED_CANDIDATE_TOKENS, TRUNCATION_MARKER_TOKENS, CorrectionBudgetError,
+                         correction_budget)
+from ibpo.config import IBPOConfig
+from ibpo.prompts import build_correction_messages
+from recipe.common.preflight.errors import IBPOSetupError
+from recipe.common.preflight.methods import ibpo_config_from
+from recipe.ibpo.correction_rollout import check_correction_rollout
+
+# Chat-template scaffolding around the correction prompt (role headers, generation prompt) plus slack.
+CHAT_TEMPLATE_SLACK_TOKENS = 32
+
+
+def correction_template_tokens(ibpo: IBPOConfig, tokenizer) -> int:
+    """Tokens of the correction template's own text (empty problem and candidates), by the run's tokenizer,
+    plus the chat template's scaffolding allowance."""
+    scaffold = build_correction_messages([{"role": "user", "content": ""}], "", [""] * ibpo.num_references, ibpo)
+    return len(tokenizer.encode(scaffold[-1]["content"], add_special_tokens=False)) + CHAT_TEMPLATE_SLACK_TOKENS
+
+
+def check_trainer_config(config: DictConfig, ibpo: IBPOConfig, tokenizer,
+                         max_positions: int | None = None) -> IBPOConfig:
+    """Fail early on settings that would make IBPO silently wrong; return ``ibpo`` with the candidate budget
+    resolved (``max_candidate_tokens = 0`` replaced by the budget derived from the context and
+    ``rollout.prompt_length``, :func:`correction_budget`). ``max_positions`` is the model's context length
+    (``max_position_embeddings``), used when ``rollout.max_model_len`` is unset, as verl's vLLM server does."""
+    algo = config.algorithm
+    if algo.adv_estimator in ("remax",):
+        raise IBPOSetupError("algorithm.adv_estimator=remax is not supported by the IBPO trainer")
+    if ibpo.enable and algo.adv_estimator != "ibpo":
+        raise IBPOSetupError(
+            f"algorithm.adv_estimator={algo.adv_estimator!r} with ibpo.enable=True: IBPO's advantage is Eq. 23 "
+            "(population std, ε = 1e-8, a one-sample group gets 0), which only algorithm.adv_estimator=ibpo "
+            "computes; verl's 'grpo' uses the sample std and ε = 1e-6 and gives a one-member correction group "
+            "its raw reward as advantage. Set algorithm.adv_estimator=ibpo")
+    if ibpo.enable and config.reward.reward_model.get("enable", False):
+        raise IBPOSetupError("reward.reward_model.enable=True: IBPO scores corrections with the streaming rule-based "
+                             "reward (reward.custom_reward_function); a model reward is not supported")
+    if config.get("skip", {}).get("rollout", {}).get("enable", False):
+        raise IBPOSetupError("skip.rollout.enable=True would serve the correction generation from the main "
+                             "generation's cache; turn it off")
+    check_correction_rollout(config, ibpo)  # lookup speculation and the length bound (recipe/ibpo/correction_rollout.py)
+    if ibpo.enable and int(config.actor_rollout_ref.rollout.n) < 2 and ibpo.num_references > 0:
+        raise IBPOSetupError("actor_rollout_ref.rollout.n must be >= 2 for reference-based correction "
+                             "(or set ibpo.num_references=0 for self-correction)")
+    if not ibpo.enable:
+        return ibpo
+    rollout = config.actor_rollout_ref.rollout
+    have = int(rollout.prompt_length)
+    context = rollout.get("max_model_len") or max_positions
+    template = correction_template_tokens(ibpo, tokenizer)
+    # first what the context allows (a derived budget that cannot fit names ibpo.max_candidate_tokens)
+    try:
+        correction_budget(config.data.max_prompt_length, config.data.max_response_length, ibpo.num_references,
+                          ibpo.max_candidate_tokens, template, context)
+    except CorrectionBudgetError as exc:
+        raise IBPOSetupError(str(exc)) from None
+    response_length = int(rollout.get("response_length") or config.data.max_response_length)
+    total = have + response_length
+    if context is not None and total > int(context):
+        raise IBPOSetupError(
+            f"actor_rollout_ref.rollout.prompt_length={have} + response_length={response_length} = {total} "
+            f"exceeds the model context {context} (rollout.max_model_len, else max_position_embeddings): the "
+            f"rollout would silently shorten long corrections, which then score wrong. Lower "
+            f"rollout.prompt_length (ibpo.max_candidate_tokens = 0 derives the candidates' budget from what is "
+            f"left; an explicit ibpo.max_candidate_tokens must fit it), or the response length, or extend the "
+            f"context (rope scaling)."
+        )
+    k = 1 + ibpo.num_references
+    shown = (ibpo.max_candidate_tokens if ibpo.max_candidate_tokens > 0
+             else min(MIN_DERIVED_CANDIDATE_TOKENS, int(config.data.max_response_length)))
+    need = int(config.data.max_prompt_length) + template + k * (shown + TRUNCATION_MARKER_TOKENS)
+    if have < need:
+        raise IBPOSetupError(
+            f"actor_rollout_ref.rollout.prompt_length={have} is too small for correction prompts: they need "
+            f"{need} tokens (data.max_prompt_length + {k} candidates of "
+            f"{'ibpo.max_candidate_tokens=' if ibpo.max_candidate_tokens > 0 else 'at least '}{shown} tokens + marker "
+            f"+ template {template}). verl would left-truncate them with only a warning. Raise rollout.prompt_length "
+            f"or lower ibpo.max_candidate_tokens."
+        )
+    try:
+        budget = correction_budget(config.data.max_prompt_length, config.data.max_response_length,
+                                   ibpo.num_references, ibpo.max_candidate_tokens, template, context, have)
+    except CorrectionBudgetError as exc:
+        raise IBPOSetupError(str(exc)) from None
+    return ibpo.replace(max_candidate_tokens=budget.candidate_tokens)
+
+
+def check_ibpo_run(config: DictConfig, context: int | None) -> None:
+    """The pre-flight's IBPO check (the ``ibpo`` method's ``check``): :func:`check_trainer_config` with the
+    run's tokenizer and the model's context (``context``: rope scaling applied; None when the model config
+    gives none)."""
+    from verl.utils import hf_tokenizer
+
+    model = config.actor_rollout_ref.model
+    tokenizer = hf_tokenizer(model.get("tokenizer_path") or str(model.path),
+                             trust_remote_code=model.get("trust_remote_code", False))
+    check_trainer_config(config, ibpo_config_from(config), tokenizer, context)
