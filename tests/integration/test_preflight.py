@@ -169,7 +169,14 @@ def refused(tiny_run, *extra: str) -> str:
     ("ibpo.enable=maybe", "ibpo.enable='maybe' has type str; expected bool (default True)"),
     ("ibpo.num_references=1.5", "ibpo.num_references=1.5 has type float; expected int"),
     ("ibpo.candidate_labels=[1,2]", "ibpo.candidate_labels=[1, 2] has type list; expected a list of str"),
-    ("data.train_batch_size=abc", "data.train_batch_size='abc' has type str; verl expects a number (default 1024)"),
+    ("data.train_batch_size=abc", "data.train_batch_size='abc' has type str; verl expects an integer (default 1024)"),
+    ("data.train_batch_size=2.5", "data.train_batch_size=2.5 has type float; verl expects an integer (default 1024)"),
+    ("trainer.total_epochs=1.5", "trainer.total_epochs=1.5 has type float; verl expects an integer"),
+    ("actor_rollout_ref.rollout.n=4.5", "actor_rollout_ref.rollout.n=4.5 has type float; verl expects an integer"),
+    ("actor_rollout_ref.actor.ppo_mini_batch_size=2.0",
+     "actor_rollout_ref.actor.ppo_mini_batch_size=2.0 has type float; verl expects an integer"),
+    ("actor_rollout_ref.actor.entropy_coeff=abc",
+     "actor_rollout_ref.actor.entropy_coeff='abc' has type str; verl expects a number (default 0)"),
     ("trainer.val_before_train=sometimes", "trainer.val_before_train='sometimes' has type str; verl expects bool"),
     # verl's own validation, in the driver
     ("+actor_rollout_ref.actor.clip_ratio_hihg=0.3",
@@ -311,3 +318,16 @@ def test_the_readme_byo_yaml_passes_the_preflight(tiny_run, tmp_path):
     resolve_config(cfg)
     preflight(cfg)
     assert cfg.actor_rollout_ref.rollout.prompt_length > cfg.data.max_prompt_length == 64
+
+
+@pytest.mark.parametrize("override", [
+    "actor_rollout_ref.actor.entropy_coeff=0.001",  # int default 0, verl's ActorConfig declares a float
+    "actor_rollout_ref.rollout.top_p=0.9",  # int default 1, RolloutConfig: float
+    "actor_rollout_ref.rollout.val_kwargs.temperature=0.6",
+    "trainer.esi_redundant_time=0.5",  # no dataclass, not a count
+])
+def test_a_fraction_where_verl_takes_one_passes_the_type_check(override):
+    from recipe.common.preflight.verl_validation import check_verl_option_types, verl_default_config
+
+    check_verl_option_types(OmegaConf.merge(verl_default_config(), OmegaConf.from_dotlist([override])),
+                            resolve=False)

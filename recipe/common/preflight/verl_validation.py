@@ -4,6 +4,9 @@ the dataclass conversions its workers do, as stock ``main_ppo`` runs them before
 from __future__ import annotations
 
 import functools
+import importlib
+import re
+import typing
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -21,24 +24,60 @@ def verl_default_config() -> DictConfig:
     return OmegaConf.load(str(files("verl.trainer.config").joinpath("_generated_ppo_trainer.yaml")))
 
 
+# Options of verl's plain (dataclass-less) config nodes (``data.*``, ``trainer.*``, ...) whose int default is a
+# count, a size, a length or an index: a fraction there is a mistake (``data.train_batch_size=2.5`` would reach a
+# DataLoader or ``range`` inside Ray), not a setting. Nodes with a ``_target_`` dataclass use its annotations.
+_COUNT_OPTION = re.compile(
+    r"(^n$|^seed$|^rank$|^port$|size|length|_len$|steps?$|epochs|freq|^num_|_num_|workers|nnodes|n_gpus|samples"
+    r"|replicas|shards|prefetch|generations|warmup$|stack_depth|entries)")
+
+
+def _field_hints(node: dict) -> dict[str, Any]:
+    """The type annotations of the dataclass a verl config node names in ``_target_`` (``{}`` without one)."""
+    target = node.get("_target_")
+    if not isinstance(target, str) or "." not in target:
+        return {}
+    module, _, name = target.rpartition(".")
+    try:
+        return typing.get_type_hints(getattr(importlib.import_module(module), name))
+    except Exception:  # a target that cannot be imported here (an optional backend): fall back to the name rule
+        return {}
+
+
+def _takes_fraction(key: str, annotation: Any) -> bool:
+    """Whether an option whose verl default is an int may hold a non-integer number: by its dataclass
+    annotation where verl declares one (``entropy_coeff: float``, default ``0``), else unless its name is a
+    count (:data:`_COUNT_OPTION`)."""
+    if annotation is not None:
+        args = typing.get_args(annotation) or (annotation,)
+        return float in args
+    return not _COUNT_OPTION.search(key)
+
+
 def check_verl_option_types(config: DictConfig, defaults: DictConfig | None = None, resolve: bool = True) -> None:
     """Every option whose verl default is a number or a bool must hold one (``data.train_batch_size=abc``
-    otherwise reaches ``validate_config`` as a string: ``"abc" * n`` is string repetition). Raises naming the
-    key, its value and the expected type. An int default also takes a float (``entropy_coeff: 0``)."""
+    otherwise reaches ``validate_config`` as a string: ``"abc" * n`` is string repetition), and an integer
+    option an integer (``data.train_batch_size=2.5``, ``trainer.total_epochs=1.5``). Raises naming the key, its
+    value and the expected type. An int default takes a float where verl's dataclass declares a float
+    (``entropy_coeff: 0``, ``top_p: 1``) or, without a dataclass, where the option is not a count."""
     defaults = verl_default_config() if defaults is None else defaults
     ours = OmegaConf.to_container(config, resolve=resolve)
     theirs = OmegaConf.to_container(defaults, resolve=False)
 
-    def walk(mine: Any, default: Any, prefix: str) -> None:
+    def walk(mine: Any, default: Any, prefix: str, key: str = "", annotation: Any = None) -> None:
         if isinstance(default, dict) and isinstance(mine, dict):
-            for key, value in mine.items():
-                if key in default:
-                    walk(value, default[key], f"{prefix}.{key}" if prefix else str(key))
+            hints = _field_hints(default)
+            for child, value in mine.items():
+                if child in default:
+                    walk(value, default[child], f"{prefix}.{child}" if prefix else str(child), str(child),
+                         hints.get(child))
             return
         if mine is None or default is None or is_interpolation(mine):
             return
         if isinstance(default, bool):
             ok, expected = isinstance(mine, bool), "bool (true/false)"
+        elif isinstance(default, int) and not _takes_fraction(key, annotation):
+            ok, expected = isinstance(mine, int) and not isinstance(mine, bool), "an integer"
         elif isinstance(default, (int, float)):
             ok, expected = isinstance(mine, (int, float)) and not isinstance(mine, bool), "a number"
         else:
