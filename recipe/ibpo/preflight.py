@@ -31,11 +31,11 @@ def correction_template_tokens(ibpo: IBPOConfig, tokenizer) -> int:
 
 
 def check_trainer_config(config: DictConfig, ibpo: IBPOConfig, tokenizer,
-                         max_positions: int | None = None) -> IBPOConfig:
+                         model_context: int | None = None) -> IBPOConfig:
     """Fail early on settings that would make IBPO silently wrong; return ``ibpo`` with the candidate budget
     resolved (``max_candidate_tokens = 0`` replaced by the budget derived from the context and
-    ``rollout.prompt_length``, :func:`correction_budget`). ``max_positions`` is the model's context length
-    (``max_position_embeddings``), used when ``rollout.max_model_len`` is unset, as verl's vLLM server does."""
+    ``rollout.prompt_length``, :func:`correction_budget`). ``model_context`` is the model's context length
+    (:func:`recipe.common.preflight.model.context_length`, rope scaling included), used when ``rollout.max_model_len`` is unset, as verl's vLLM server does."""
     algo = config.algorithm
     if algo.adv_estimator in ("remax",):
         raise IBPOSetupError("algorithm.adv_estimator=remax is not supported by the IBPO trainer")
@@ -59,7 +59,7 @@ def check_trainer_config(config: DictConfig, ibpo: IBPOConfig, tokenizer,
         return ibpo
     rollout = config.actor_rollout_ref.rollout
     have = int(rollout.prompt_length)
-    context = rollout.get("max_model_len") or max_positions
+    context = rollout.get("max_model_len") or model_context
     template = correction_template_tokens(ibpo, tokenizer)
     # first what the context allows (a derived budget that cannot fit names ibpo.max_candidate_tokens)
     try:

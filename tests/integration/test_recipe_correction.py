@@ -107,7 +107,7 @@ def make_trainer(ibpo_options: dict, n: int = 4, mini_batch: int = 2) -> RayIBPO
         "reward": {"reward_model": {"enable": False}},
     })
     trainer.tokenizer = FakeTokenizer()
-    trainer._init_ibpo_state(max_positions=None, model_shape=ModelShape(matmul_params=1000, num_layers=2,
+    trainer._init_ibpo_state(model_context=None, model_shape=ModelShape(matmul_params=1000, num_layers=2,
                                                                        attention_dim=8))
     trainer.actor_rollout_wg = SimpleNamespace(world_size=2)  # 2 DP ranks, as balanced below
     trainer.async_rollout_manager = FakeRolloutManager()
@@ -269,12 +269,12 @@ def test_start_checks_name_the_key():
         check_trainer_config(cfg, trainer.ibpo, FakeTokenizer())
     cfg.actor_rollout_ref.rollout.prompt_length = 4096
     cfg.actor_rollout_ref.rollout.response_length = RESP_LEN
-    check_trainer_config(cfg, trainer.ibpo, FakeTokenizer(), max_positions=8192)
+    check_trainer_config(cfg, trainer.ibpo, FakeTokenizer(), model_context=8192)
     with pytest.raises(IBPOSetupError, match="exceeds the model context 4000"):
-        check_trainer_config(cfg, trainer.ibpo, FakeTokenizer(), max_positions=4000)
+        check_trainer_config(cfg, trainer.ibpo, FakeTokenizer(), model_context=4000)
     cfg.actor_rollout_ref.rollout.max_model_len = 2048  # an explicit rollout context wins
     with pytest.raises(IBPOSetupError, match="exceeds the model context 2048"):
-        check_trainer_config(cfg, trainer.ibpo, FakeTokenizer(), max_positions=8192)
+        check_trainer_config(cfg, trainer.ibpo, FakeTokenizer(), model_context=8192)
     cfg.actor_rollout_ref.rollout.max_model_len = None
     for estimator in ("gae", "grpo"):  # verl's grpo: sample std, ε = 1e-6, singleton groups keep their reward
         cfg.algorithm.adv_estimator = estimator

@@ -19,15 +19,6 @@ def check_model_path(model_path: str) -> None:
         raise IBPOSetupError(f"actor_rollout_ref.model.path={model_path} is not a directory")
 
 
-def model_max_positions(model_path: str) -> int | None:
-    """``max_position_embeddings`` of the HF model at ``model_path`` (None if the config has none)."""
-    from transformers import AutoConfig
-
-    hf_config = AutoConfig.from_pretrained(model_path, trust_remote_code=False)
-    text_config = getattr(hf_config, "text_config", None) or hf_config
-    return getattr(text_config, "max_position_embeddings", None)
-
-
 def model_flop_shape(model_path: str) -> ModelShape:
     """The FLOP counter's :class:`ibpo.compute.ModelShape` of the HF model at ``model_path``, built on the meta
     device (no weights loaded): N = the weight matrices but the input embedding (a tied LM head reuses it
@@ -50,11 +41,30 @@ def model_flop_shape(model_path: str) -> ModelShape:
                       num_layers=int(text.num_hidden_layers), attention_dim=heads * int(head_dim))
 
 
-def model_context_length(model_path: str, override: Mapping[str, Any] | None = None) -> int | None:
-    """The longest sequence the model is built for: ``max_position_embeddings`` (with
+def context_length(hf_config: Mapping[str, Any], override: Mapping[str, Any] | None = None) -> int | None:
+    """The longest sequence a model is built for, from its config as a dict (``config.json``, or a transformers
+    config's ``to_dict()``; a multimodal model's ``text_config`` first): ``max_position_embeddings`` (with
     ``actor_rollout_ref.model.override_config`` applied), times a rope-scaling ``factor`` where the scaling
     extends it (``yarn``/``dynamic``/``linear``: of ``original_max_position_embeddings`` when given), as vLLM
-    derives its max_model_len. None when the model config has no such field."""
+    derives its max_model_len. None when the config has no such field. The one reader of a model's context:
+    the pre-flight, the trainer's start checks and the ``ibpo_prompt_length`` resolver all use it."""
+    text = dict(hf_config.get("text_config") or hf_config)
+    text.update(override or {})
+    positions = text.get("max_position_embeddings")
+    if positions is None:
+        return None
+    # transformers 5 writes rope_parameters, older configs rope_scaling; an override may use either
+    scaling = text.get("rope_scaling") or text.get("rope_parameters") or {}
+    kind = scaling.get("rope_type", scaling.get("type"))
+    factor = scaling.get("factor")
+    if factor and kind in ("yarn", "dynamic", "linear"):
+        base = scaling.get("original_max_position_embeddings") or positions
+        return int(base * float(factor)) if kind == "yarn" else int(positions * float(factor))
+    return int(positions)
+
+
+def model_context_length(model_path: str, override: Mapping[str, Any] | None = None) -> int | None:
+    """:func:`context_length` of the HF model at ``model_path`` (its config read by transformers)."""
     from transformers import AutoConfig
 
     try:
@@ -62,18 +72,7 @@ def model_context_length(model_path: str, override: Mapping[str, Any] | None = N
     except (OSError, ValueError) as exc:
         raise IBPOSetupError(f"actor_rollout_ref.model.path={model_path}: cannot read the model's config "
                              f"({type(exc).__name__}: {' '.join(str(exc).split())[:300]})") from exc
-    text = getattr(hf_config, "text_config", None) or hf_config
-    override = dict(override or {})
-    positions = override.get("max_position_embeddings", getattr(text, "max_position_embeddings", None))
-    if positions is None:
-        return None
-    scaling = override.get("rope_scaling", getattr(text, "rope_scaling", None)) or {}
-    kind = scaling.get("rope_type", scaling.get("type"))
-    factor = scaling.get("factor")
-    if factor and kind in ("yarn", "dynamic", "linear"):
-        base = scaling.get("original_max_position_embeddings") or positions
-        return int(base * float(factor)) if kind == "yarn" else int(positions * float(factor))
-    return int(positions)
+    return context_length(hf_config.to_dict(), override)
 
 
 def check_context_length(config: DictConfig, context: int | None) -> None:

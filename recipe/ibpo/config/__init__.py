@@ -5,11 +5,14 @@ blocks) and the OmegaConf resolver they use. Whoever composes a config calls
 from __future__ import annotations
 
 
-def local_max_positions(model_path: str | None) -> int | None:
-    """``max_position_embeddings`` from ``model_path/config.json`` when the model is a local directory (no
-    hub access at config time; None otherwise: the start check then measures the context)."""
+def local_context_length(model_path: str | None) -> int | None:
+    """The context of a model that is a local directory (``model_path/config.json``, read without transformers
+    or hub access at config time; None otherwise: the start check then measures the context), by
+    :func:`recipe.common.preflight.model.context_length`, rope scaling included."""
     import json
     import os
+
+    from recipe.common.preflight.model import context_length
 
     if not model_path:
         return None
@@ -17,22 +20,20 @@ def local_max_positions(model_path: str | None) -> int | None:
     if not os.path.isfile(config_file):
         return None
     with open(config_file) as f:
-        hf = json.load(f)
-    value = (hf.get("text_config") or {}).get("max_position_embeddings") or hf.get("max_position_embeddings")
-    return int(value) if value else None
+        return context_length(json.load(f))
 
 
 def ibpo_prompt_length(enable: bool, max_prompt: int, max_response: int, num_references: int,
                        max_candidate_tokens: int, max_model_len: int | None = None,
                        model_path: str | None = None) -> int:
     """Default ``rollout.prompt_length``: sized for correction prompts when IBPO is on, else the data's.
-    The context (``rollout.max_model_len``, else a local model's ``max_position_embeddings``) bounds the
+    The context (``rollout.max_model_len``, else a local model's context) bounds the
     candidate budget when ``ibpo.max_candidate_tokens = 0`` (``ibpo.budget.correction_budget``)."""
     from ibpo.budget import correction_prompt_length
 
     if not enable:
         return int(max_prompt)
-    context = max_model_len if max_model_len else local_max_positions(model_path)
+    context = max_model_len if max_model_len else local_context_length(model_path)
     return correction_prompt_length(max_prompt, max_response, num_references, max_candidate_tokens, context=context)
 
 
