@@ -51,6 +51,7 @@ Decisions where the description leaves room (stated once here, tested in tests/u
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Literal, Mapping, Sequence
@@ -115,6 +116,9 @@ class CounterfactualConfig:
                 f"counterfactual.{name}={getattr(self, name)!r} is out of range: must be {allowed}"
             )
 
+        for option in dataclasses.fields(self):  # nan passes every comparison below (nan < 0 is False)
+            if isinstance(getattr(self, option.name), float) and not math.isfinite(getattr(self, option.name)):
+                raise bad(option.name, "a finite number")
         if self.mode not in MODES:
             raise bad("mode", f"one of {MODES}")
         for name in ("max_spans", "min_sentence_tokens", "max_span_tokens"):

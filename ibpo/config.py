@@ -182,6 +182,9 @@ class IBPOConfig:
         def bad(name: str, allowed: str) -> IBPOConfigError:
             return IBPOConfigError(f"ibpo.{name}={getattr(self, name)!r} is out of range: must be {allowed}")
 
+        for option in dataclasses.fields(self):  # nan passes every comparison below (nan < 0 is False)
+            if isinstance(getattr(self, option.name), float) and not math.isfinite(getattr(self, option.name)):
+                raise bad(option.name, "a finite number")
         if self.variant not in variant_names():
             raise bad("variant", f"one of the registered variants {variant_names()} (ibpo.variants.register_variant)")
         if self.alpha_mode not in ALPHA_MODES:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
 
 import numpy as np
 import pytest
 
+from counterfactual.importance import CounterfactualConfig
 from ibpo.config import DEFAULT_INSTRUCTION, IBPOConfig, IBPOConfigError
 from ibpo.prompts import (
     TRUNCATION_MARKER,
@@ -184,3 +186,15 @@ def test_correction_messages_shuffle_and_self_correction():
     assert "### Solution 1\nT" in solo and "Solution 2" not in solo and "candidate solution to the problem" in solo
     with pytest.raises(ValueError, match="no user message"):
         build_correction_messages([{"role": "system", "content": "s"}], "T", ["R"], IBPOConfig())
+
+
+@pytest.mark.parametrize("cls, prefix", [(IBPOConfig, "ibpo"), (CounterfactualConfig, "counterfactual")])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_every_float_option_refuses_a_non_finite_value(cls, prefix, value):
+    """nan passes every range comparison (nan < 0 is False): ``ibpo.lam=nan`` would train on r' = nan."""
+    default = cls()
+    floats = [f.name for f in dataclasses.fields(cls) if isinstance(getattr(default, f.name), float)]
+    assert len(floats) >= 5, floats
+    for name in floats:
+        with pytest.raises(ValueError, match=rf"^{prefix}\.{name}={value!r} is out of range: must be a finite number"):
+            cls.from_mapping({name: value})

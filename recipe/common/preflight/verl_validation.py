@@ -85,6 +85,8 @@ def check_verl_option_types(config: DictConfig, defaults: DictConfig | None = No
         if not ok:
             raise IBPOSetupError(f"{prefix}={mine!r} has type {type(mine).__name__}; verl expects {expected} "
                                  f"(default {default!r})")
+        if isinstance(mine, float) and mine != mine:  # nan passes verl's range checks (nan < 0 is False)
+            raise IBPOSetupError(f"{prefix}=nan is not a number verl can train with (default {default!r})")
 
     walk(ours, theirs, "")
 
