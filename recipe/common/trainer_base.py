@@ -51,6 +51,25 @@ from verl.utils.metric import reduce_metrics
 from verl.utils.skip.skip_manager import SkipManager
 
 
+class NonFiniteRewardError(RuntimeError):
+    """A reward function returned nan or ±inf: training on it would turn the advantages and then the weights
+    into nan (verl trains on whatever the reward manager stored)."""
+
+
+def require_finite_scores(scores: torch.Tensor, data_sources, what: str) -> None:
+    """Stop the run when a sequence score is not finite, naming the rows and their ``data_source``
+    (``scores``: one per row; ``data_sources``: the batch's ``non_tensor_batch["data_source"]`` or None)."""
+    bad = ~torch.isfinite(scores)
+    if not bool(bad.any()):
+        return
+    rows = bad.nonzero().flatten().tolist()
+    sources = sorted({str(data_sources[i]) for i in rows}) if data_sources is not None else "unknown"
+    raise NonFiniteRewardError(
+        f"{what}: the reward function returned a non-finite score for {len(rows)} of {len(scores)} rows "
+        f"(rows {rows[:8]}, values {[float(scores[i]) for i in rows[:3]]}, data_source {sources}); "
+        "a verifier must return a finite number (reward.custom_reward_function)")
+
+
 class HookedRayPPOTrainer(RayPPOTrainer):
     """verl's ``RayPPOTrainer`` whose ``fit`` calls six (no-op) hooks; subclasses put a method in them."""
 
@@ -71,7 +90,10 @@ class HookedRayPPOTrainer(RayPPOTrainer):
 
     def _shape_rewards(self, batch: DataProto, metrics: dict) -> None:
         """``batch.batch["token_level_rewards"]`` is set (scores, minus the KL penalty if any); change it in
-        place before the advantage estimator reads it."""
+        place before the advantage estimator reads it. An override calls this first: it stops the run on a
+        non-finite score before anything trains on it."""
+        require_finite_scores(batch.batch["token_level_scores"].sum(dim=-1), batch.non_tensor_batch.get("data_source"),
+                              f"step {self.global_steps}")
 
     def _after_advantage(self, batch: DataProto, metrics: dict, timing_raw: dict) -> None:
         """``batch.batch["advantages"]`` is set (inside the ``adv`` timer); change it in place before the

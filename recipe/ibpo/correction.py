@@ -29,6 +29,7 @@ from ibpo.correction_bound import AGENT_LOOP_NAME, MAX_TOKENS_KEY, bounded_lengt
 from ibpo.lookup_decoding import NgramParams, batch_decode_steps, simulate_lookup
 from ibpo.pipeline import CorrectionRequest, ShapingOutcome, plan_corrections
 from ibpo.prefix_sharing import shared_prefix_lengths
+from recipe.common.trainer_base import require_finite_scores
 
 # keys IBPO adds to the training batch
 DELTA_KEY = "ibpo_delta"
@@ -38,15 +39,20 @@ IS_PADDING_KEY = "ibpo_is_padding"
 CORRECTION_UID_SUFFIX = "::ibpo_corr"
 
 
-def sequence_scores(gen_output: DataProto) -> torch.Tensor:
+def sequence_scores(gen_output: DataProto, data_sources=None, what: str = "generation") -> torch.Tensor:
     """Verifier reward per row: the row sum of the streaming reward ``rm_scores`` (outcome rewards sit on
-    the last response token)."""
+    the last response token). A non-finite score stops the run naming ``what``, the rows and their
+    ``data_sources`` (default: the output's own ``data_source`` column)."""
     if gen_output.batch is None or "rm_scores" not in gen_output.batch.keys():
         raise KeyError(
             "generation output has no 'rm_scores': IBPO needs the streaming reward of verl's agent loop "
             "(reward.custom_reward_function set, no separate reward-model pool)"
         )
-    return gen_output.batch["rm_scores"].sum(dim=-1).float()
+    scores = gen_output.batch["rm_scores"].sum(dim=-1).float()
+    if data_sources is None:
+        data_sources = gen_output.non_tensor_batch.get("data_source")
+    require_finite_scores(scores, data_sources, what)
+    return scores
 
 
 def response_token_ids(gen_output: DataProto) -> list[list[int]]:
@@ -168,7 +174,7 @@ def plan(gen_batch: DataProto, gen_output: DataProto, decode: Callable[[list[int
     ``encode`` makes the candidate budget count re-tokenised tokens."""
     if len(gen_batch) != len(gen_output):
         raise ValueError(f"generation input has {len(gen_batch)} rows but output {len(gen_output)}")
-    scores = sequence_scores(gen_output)
+    scores = sequence_scores(gen_output, gen_batch.non_tensor_batch.get("data_source"), f"step {step}, main generation")
     is_correct = (scores >= config.correct_threshold).tolist()
     ids = response_token_ids(gen_output)
     prompts = [messages_of(p) for p in gen_batch.non_tensor_batch["raw_prompt"]]
@@ -217,7 +223,7 @@ def read_corrections(requests: list[CorrectionRequest], correction_output: DataP
         raise RuntimeError(f"correction pass returned {got} rows for {len(requests)} requests")
     if not requests:
         return torch.zeros(0), []
-    return sequence_scores(correction_output), response_token_ids(correction_output)
+    return sequence_scores(correction_output, what="correction pass"), response_token_ids(correction_output)
 
 
 def attach_shaping(gen_output: DataProto, result: CorrectionPass) -> None:

@@ -136,6 +136,7 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
 
     def _shape_rewards(self, batch: DataProto, metrics: dict) -> None:
         """IBPO (3): r' = r + λΔ on the last response token (Eq. 15/27), on top of any KL penalty."""
+        super()._shape_rewards(batch, metrics)
         self._step_lambda = self.lambda_schedule.current()
         shaped = corr.shaped_token_rewards(batch, self._step_lambda)
         batch.batch["token_level_rewards"] = batch.batch["token_level_rewards"] + (

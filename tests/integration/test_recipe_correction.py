@@ -11,6 +11,7 @@ union, ``_balance_batch``, ``compute_advantage`` dispatching to the registered `
 from __future__ import annotations
 
 import copy
+import sys
 
 from types import SimpleNamespace
 
@@ -423,3 +424,21 @@ def test_correction_prefix_cache_metrics():
     out.non_tensor_batch["num_cached_tokens"] = np.array([0, None], dtype=object)
     assert "ibpo/correction/prompt_tokens_cached_frac" not in corr.prefix_cache_metrics(out)
     assert corr.prefix_cache_metrics(None) == {}
+
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_non_finite_reward_stops_the_step_naming_rows_and_source(bad, monkeypatch):
+    """A verifier that returns nan would make its group's advantages and then the weights nan: the scores of the
+    main generation (and of the corrections, read by the same function) and of the trained batch are checked."""
+    from recipe.common.trainer_base import NonFiniteRewardError
+
+    trainer = make_trainer({"variant": "binary"})
+    monkeypatch.setattr(sys.modules[__name__], "score", lambda r: bad if r == [7, 7, 9] else float(r == CORRECT))
+    with pytest.raises(NonFiniteRewardError, match=r"^step 1, main generation: .* for 1 of 4 rows \(rows \[1\].*"
+                                                   r"data_source \['ibpo/synthetic_arith'\]"):
+        main_step(trainer, [CORRECT, [7, 7, 9], CORRECT, [7, 7, 8]], n=4)
+    batch = DataProto.from_dict(tensors={"token_level_scores": torch.tensor([[0.0, 1.0], [0.0, bad]])},
+                                non_tensors={"data_source": np.array(["a", "b"], dtype=object)})
+    with pytest.raises(NonFiniteRewardError, match=r"^step 1: .* for 1 of 2 rows \(rows \[1\].*data_source \['b'\]"):
+        trainer._shape_rewards(batch, {})
