@@ -177,6 +177,10 @@ class IBPOConfig:
         "doc": "rows per probe forward on each rank (0 = all at once)"})
     seed: int = field(default=0, metadata={
         "doc": "reference selection / candidate shuffling RNG (per step: seed, step)"})
+    resume_allow_option_changes: bool = field(default=False, metadata={
+        "doc": "false: resuming from a checkpoint whose ibpo options differ (other than the diagnostics' "
+               "intervals) stops the run naming them, since the shaped reward would change mid-run; true: "
+               "resume anyway and print the changes"})
 
     def __post_init__(self) -> None:
         def bad(name: str, allowed: str) -> IBPOConfigError:
@@ -306,4 +310,25 @@ class IBPOConfig:
         return dataclasses.replace(self, **changes)
 
 
-__all__ = ["IBPOConfig", "IBPOConfigError", "CANDIDATE_ORDERS", "DEFAULT_INSTRUCTION"]
+# Options a resumed run may change freely: how often it measures, not what it trains on.
+RESUME_FREE_OPTIONS = ("diagnostics_interval", "grad_probe_interval", "grad_probe_coordinates",
+                       "grad_probe_micro_batch_size", "lookup_proxy_interval", "resume_allow_option_changes")
+
+
+def saved_options(config: IBPOConfig) -> dict[str, Any]:
+    """The options as a checkpoint stores them (JSON types: tuples as lists)."""
+    return {name: list(value) if isinstance(value, tuple) else value
+            for name, value in dataclasses.asdict(config).items()}
+
+
+def option_changes(saved: Mapping[str, Any], current: IBPOConfig) -> list[tuple[str, Any, Any]]:
+    """(option, saved value, current value) for every option that differs between a checkpoint's
+    :func:`saved_options` and the resumed run's config, but those in :data:`RESUME_FREE_OPTIONS`. An option
+    the checkpoint does not know (added since) counts as changed only if it is not at its default."""
+    now, default = saved_options(current), saved_options(IBPOConfig())
+    return [(name, saved.get(name, default[name]), value) for name, value in now.items()
+            if name not in RESUME_FREE_OPTIONS and saved.get(name, default[name]) != value]
+
+
+__all__ = ["IBPOConfig", "IBPOConfigError", "CANDIDATE_ORDERS", "DEFAULT_INSTRUCTION", "option_changes",
+           "saved_options"]

@@ -36,7 +36,7 @@ from verl.workers.utils.padding import left_right_2_no_padding
 
 from ibpo.advantages import get_mask_sign
 from ibpo.compute import StepWork, phase_seconds, step_flops
-from ibpo.config import IBPOConfig
+from ibpo.config import IBPOConfig, option_changes, saved_options
 from ibpo.diagnostics import LambdaSchedule, theorem_stats, trained_advantage_variance
 from ibpo.minibatch import ActorMiniBatchPlan, actor_minibatch_plan, optimizer_updates_reported, row_multiple
 from ibpo.pipeline import shape_batch
@@ -78,6 +78,10 @@ def step_work(batch: DataProto, correction_output: DataProto | None, *, grad_pro
         old_log_prob_forward=old_log_prob_forward,
         reference_forward=reference_forward,
     )
+
+
+class IBPOResumeError(RuntimeError):
+    """A resumed run's IBPO options differ from its checkpoint's (``ibpo.resume_allow_option_changes``)."""
 
 
 class RayIBPOTrainer(HookedRayPPOTrainer):
@@ -319,7 +323,29 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
 
     def _ibpo_state(self, step_seconds_so_far: float = 0.0) -> dict:
         return {"lambda_schedule": self.lambda_schedule.state_dict(), "compute_totals": dict(self.compute_totals),
-                "time_totals": {"cumulative_step_s": self.time_totals["cumulative_step_s"] + step_seconds_so_far}}
+                "time_totals": {"cumulative_step_s": self.time_totals["cumulative_step_s"] + step_seconds_so_far},
+                "ibpo_options": saved_options(self.ibpo), "rollout_n": int(self.config.actor_rollout_ref.rollout.n)}
+
+    def _restore_ibpo_state(self, state: dict, path: str) -> None:
+        """Continue from a checkpoint's IBPO state; a resumed run whose ibpo options or group size G differ
+        from the checkpoint's stops naming them (the shaped reward would change mid-run) unless
+        ``ibpo.resume_allow_option_changes``. A state written before the options were stored is not compared."""
+        changes = option_changes(state["ibpo_options"], self.ibpo) if "ibpo_options" in state else []
+        saved_n, n = state.get("rollout_n"), int(self.config.actor_rollout_ref.rollout.n)
+        if saved_n is not None and saved_n != n:
+            changes.append(("actor_rollout_ref.rollout.n (G)", saved_n, n))
+        if changes:
+            listed = ", ".join(f"{name if '.' in name else 'ibpo.' + name}: {old!r} -> {new!r}"
+                               for name, old, new in changes)
+            if not self.ibpo.resume_allow_option_changes:
+                raise IBPOResumeError(
+                    f"resuming at step {self.global_steps} from {path} with changed options ({listed}): the shaped "
+                    "reward would change mid-run. Resume with the checkpoint's options, start a new run "
+                    "(trainer.resume_mode=disable), or set ibpo.resume_allow_option_changes=true")
+            print(f"[ibpo] resuming at step {self.global_steps} with changed options: {listed}", flush=True)
+        self.lambda_schedule.load_state_dict(state["lambda_schedule"])
+        self.compute_totals.update(state["compute_totals"])
+        self.time_totals.update(state.get("time_totals", {}))
 
     def _write_ibpo_state(self, folder: str, step_seconds_so_far: float = 0.0) -> None:
         """Write ``ibpo_state.json`` atomically (a crash mid-write leaves the previous file, never half)."""
@@ -350,10 +376,7 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
                 f"would restart at 0 and the theorem λ schedule would forget its running λ_max. Resume from a "
                 f"checkpoint written by the IBPO trainer.")
         with open(path) as f:
-            state = json.load(f)
-        self.lambda_schedule.load_state_dict(state["lambda_schedule"])
-        self.compute_totals.update(state["compute_totals"])
-        self.time_totals.update(state.get("time_totals", {}))
+            self._restore_ibpo_state(json.load(f), path)
         return result
 
     def _plan_actor_minibatches(self, main_rows: int, joint_rows: int) -> ActorMiniBatchPlan:

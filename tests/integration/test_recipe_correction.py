@@ -11,6 +11,7 @@ union, ``_balance_batch``, ``compute_advantage`` dispatching to the registered `
 from __future__ import annotations
 
 import copy
+import json
 import sys
 
 from types import SimpleNamespace
@@ -442,3 +443,35 @@ def test_a_non_finite_reward_stops_the_step_naming_rows_and_source(bad, monkeypa
                                 non_tensors={"data_source": np.array(["a", "b"], dtype=object)})
     with pytest.raises(NonFiniteRewardError, match=r"^step 1: .* for 1 of 2 rows \(rows \[1\].*data_source \['b'\]"):
         trainer._shape_rewards(batch, {})
+
+
+def test_resuming_with_changed_options_stops_naming_them(capsys):
+    """The checkpoint stores the ibpo options and G; a resume that changes what is trained on stops (the
+    shaped reward would change mid-run), a change of a diagnostic interval does not, and the opt-out resumes
+    and says what changed."""
+    from recipe.ibpo.ibpo_ray_trainer import IBPOResumeError
+
+    saved = make_trainer({"variant": "binary", "lam": 0.6})
+    saved.compute_totals["total_flops"] = 123.0
+    state = json.loads(json.dumps(saved._ibpo_state()))  # as written to and read from ibpo_state.json
+    assert state["ibpo_options"]["lam"] == 0.6 and state["rollout_n"] == 4
+
+    same = make_trainer({"variant": "binary", "lam": 0.6, "grad_probe_interval": 5})
+    same._restore_ibpo_state(state, "ckpt/global_step_1/ibpo_state.json")
+    assert same.compute_totals["total_flops"] == 123.0
+
+    for options, n, named in [({"variant": "binary", "lam": 0.3}, 4, r"ibpo\.lam: 0\.6 -> 0\.3"),
+                              ({"variant": "ratio", "lam": 0.6}, 4, r"ibpo\.variant: 'binary' -> 'ratio'"),
+                              ({"variant": "binary", "lam": 0.6}, 8, r"actor_rollout_ref\.rollout\.n \(G\): 4 -> 8")]:
+        changed = make_trainer(options, n=n)
+        with pytest.raises(IBPOResumeError, match=rf"^resuming at step 1 from ckpt/x with changed options \({named}\)"):
+            changed._restore_ibpo_state(state, "ckpt/x")
+        assert changed.compute_totals["total_flops"] == 0.0  # nothing restored
+
+    allowed = make_trainer({"variant": "binary", "lam": 0.3, "resume_allow_option_changes": True})
+    allowed._restore_ibpo_state(state, "ckpt/x")
+    assert allowed.compute_totals["total_flops"] == 123.0
+    assert "with changed options: ibpo.lam: 0.6 -> 0.3" in capsys.readouterr().out
+
+    legacy = {k: v for k, v in state.items() if k not in ("ibpo_options", "rollout_n")}  # written before this check
+    make_trainer({"variant": "ratio"})._restore_ibpo_state(legacy, "ckpt/old")

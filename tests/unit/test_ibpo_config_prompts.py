@@ -198,3 +198,21 @@ def test_every_float_option_refuses_a_non_finite_value(cls, prefix, value):
     for name in floats:
         with pytest.raises(ValueError, match=rf"^{prefix}\.{name}={value!r} is out of range: must be a finite number"):
             cls.from_mapping({name: value})
+
+
+def test_option_changes_between_a_checkpoint_and_a_resumed_run():
+    from ibpo.config import option_changes, saved_options
+
+    saved = saved_options(IBPOConfig(lam=0.6, candidate_labels=("A", "B")))
+    assert option_changes(saved, IBPOConfig(lam=0.6, candidate_labels=("A", "B"))) == []
+    assert option_changes(saved, IBPOConfig(lam=0.4, candidate_labels=("A", "C"))) == [
+        ("lam", 0.6, 0.4), ("candidate_labels", ["A", "B"], ["A", "C"])]
+    # measuring more or less often is not a change of what is trained on
+    assert option_changes(saved, IBPOConfig(lam=0.6, candidate_labels=("A", "B"), diagnostics_interval=7,
+                                            grad_probe_interval=3, lookup_proxy_interval=0)) == []
+    # an option the checkpoint predates compares as its default
+    older = {k: v for k, v in saved.items() if k != "rewrite_condition"}
+    assert option_changes(older, IBPOConfig(lam=0.6, candidate_labels=("A", "B"))) == []
+    assert option_changes(older, IBPOConfig(lam=0.6, candidate_labels=("A", "B"),
+                                            rewrite_condition="closer_to_reference")) == [
+        ("rewrite_condition", "both", "closer_to_reference")]
