@@ -255,7 +255,7 @@ def format_tables(summary: dict, args: argparse.Namespace) -> str:
         if math.isfinite(t["low"]) and math.isfinite(t["high"]):
             reach += f" [{t['low']:.3g}, {t['high']:.3g}]"
         elif s["seeds"] > 1 and math.isfinite(t["compute"]):
-            reach += f" [CI n/a: reached in {t['reached_share']:.0%} of resamples]"
+            reach += f" [CI n/a: reached by {t['reached_share']:.0%} of seeds]"
         rel = f"{t['relative']:.2f}" if math.isfinite(t.get("relative", float("nan"))) else "-"
         updates = sorted(set(s["optimizer_updates"]))
         steps = "/".join(map(str, sorted(set(s["steps"]))))

@@ -8,8 +8,8 @@ and the compute each run needs to reach a training-reward threshold, normalised 
         --run IBPO=s0/ibpo.jsonl --run IBPO=s1/ibpo.jsonl --x step --out fig.png   # seeds of one method
 
 A label given several times names the seeds of one method: the method gets one colour, its seeds thin
-lines, their mean a thick line and a band of the 95% bootstrap CI of the mean over seeds (seeds
-resampled with replacement; curves first interpolated onto a common x grid).
+lines, their mean a thick line and a band of the 95% Student-t CI of the mean over seeds (mean ± t·sd/√n at
+every point; curves first interpolated onto a common x grid).
 
 Logs: verl's ``file`` logger (``trainer.logger=['console','file']``; one JSON object per line,
 ``{"step": int, "data": {metric: value}}``, at ``$VERL_FILE_LOGGER_PATH`` or
@@ -28,7 +28,8 @@ Threshold (**Decision**): the training reward is smoothed by a trailing moving a
 logged points, defined only once a full window exists (a single lucky first batch must not count as
 reaching it), and the compute at which the smoothed curve first reaches the threshold is interpolated
 linearly between the two logged points around the crossing. With several seeds the crossing is taken on
-the mean of the seeds' smoothed curves (on the common grid), with a bootstrap CI over seeds. Without
+the mean of the seeds' smoothed curves (on the common grid); its CI is the Student-t interval over the seeds'
+own crossings (shown only when every seed reaches the threshold). Without
 ``--threshold`` no threshold line is drawn and no table is written.
 
 Nothing is drawn of nothing (**Decision**: errors, exit status 2 with one line, rather than a clamped window
@@ -52,7 +53,7 @@ from typing import Iterable
 
 import numpy as np
 
-from analysis.evaluation_stats import draw_bootstrap_indices
+from analysis.evaluation_stats import student_t_quantile, t_interval
 
 DEFAULT_X = "ibpo/compute/total_flops"
 DEFAULT_REWARD = "ibpo/raw_score_mean"
@@ -191,45 +192,40 @@ def on_common_grid(curves: list[tuple[np.ndarray, np.ndarray]], num: int = 200) 
     return grid, np.stack([np.interp(grid, x, y) for x, y in curves])
 
 
-def seed_mean_band(values: np.ndarray, confidence: float = 0.95, num_boot: int = 2000, seed: int = 0
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Mean over seeds (rows) at every grid point and the percentile bootstrap CI of that mean (seeds
-    resampled with replacement, the same draws at every point). One seed: the band is the curve itself."""
+def seed_mean_band(values: np.ndarray, confidence: float = 0.95) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Mean over seeds (rows) at every grid point and the Student-t interval of that mean, mean ± t·sd/√n
+    (``analysis.evaluation_stats``; a percentile bootstrap over 2-5 seeds covers far less than its nominal
+    level: with 2 seeds its "95%" band is the seeds' range, a 50% interval). One seed: the band is the curve."""
     values = np.asarray(values, dtype=np.float64)
     mean = values.mean(axis=0)
-    if values.shape[0] < 2:
+    n = values.shape[0]
+    if n < 2:
         return mean, mean.copy(), mean.copy()
-    idx = draw_bootstrap_indices(values.shape[0], num_boot, np.random.default_rng(seed))
-    reps = values[idx].mean(axis=1)  # (num_boot, num_points)
-    low, high = np.quantile(reps, [(1 - confidence) / 2, (1 + confidence) / 2], axis=0)
-    return mean, low, high
+    half = student_t_quantile((1 + confidence) / 2, n - 1) * values.std(axis=0, ddof=1) / math.sqrt(n)
+    return mean, mean - half, mean + half
 
 
 def mean_compute_to_threshold(curves: list[tuple[np.ndarray, np.ndarray]], threshold: float,
-                              confidence: float = 0.95, num_boot: int = 2000, seed: int = 0) -> dict:
-    """Compute at which the mean over seeds of the (already smoothed) curves first reaches ``threshold``, and a
-    percentile bootstrap CI over seeds. ``reached_share`` is the share of bootstrap replicates whose mean curve
-    reaches it at all; the CI bounds are ``nan`` when fewer than ``confidence`` of them do (not estimable)."""
+                              confidence: float = 0.95) -> dict:
+    """Compute at which the mean over seeds of the (already smoothed) curves first reaches ``threshold``
+    (``compute``), and the Student-t interval over seeds of each seed's own crossing (``low``/``high``; NaN
+    unless every seed's curve reaches it: an unreached seed has no crossing to average). ``reached_share``:
+    the share of seeds whose own curve reaches it."""
     grid, values = on_common_grid(curves)
     point = compute_to_threshold(grid, values.mean(axis=0), threshold, 1)
-    if values.shape[0] < 2:
-        return {"compute": point, "low": float("nan"), "high": float("nan"), "reached_share": float(math.isfinite(point))}
-    idx = draw_bootstrap_indices(values.shape[0], num_boot, np.random.default_rng(seed))
-    reps = np.array([compute_to_threshold(grid, values[row].mean(axis=0), threshold, 1) for row in idx])
-    reached = np.isfinite(reps)
-    share = float(reached.mean())
+    own = np.array([compute_to_threshold(grid, row, threshold, 1) for row in values])
+    reached = np.isfinite(own)
     low = high = float("nan")
-    if share >= confidence:
-        # unreached replicates count as +inf: the upper quantile then stays finite only when enough reach it
-        low, high = (float(v) for v in np.quantile(np.where(reached, reps, np.inf),
-                                                   [(1 - confidence) / 2, (1 + confidence) / 2]))
-    return {"compute": point, "low": low, "high": high, "reached_share": share}
+    if values.shape[0] >= 2 and reached.all():
+        interval = t_interval(own, confidence)
+        low, high = interval.low, interval.high
+    return {"compute": point, "low": low, "high": high, "reached_share": float(reached.mean())}
 
 
 def threshold_table(runs: dict[str, list[list[Record]]], baseline: str, reward_key: str, x_key: str,
                     threshold: float, window: int) -> tuple[str, dict[str, dict]]:
-    """Markdown table (Table 2) and the numbers: compute to the threshold (on the seed mean, with a bootstrap CI
-    over seeds when there are several), and its ratio to the baseline's."""
+    """Markdown table (Table 2) and the numbers: compute to the threshold (on the seed mean, with a Student-t CI
+    over the seeds' own crossings when there are several), and its ratio to the baseline's."""
     numbers = {}
     for label, seeds in runs.items():
         finals = [series(recs, reward_key, x_key)[1] for recs in seeds]
@@ -241,12 +237,12 @@ def threshold_table(runs: dict[str, list[list[Record]]], baseline: str, reward_k
                           "points": int(sum(y.size for y in finals)), "seeds": len(seeds)}
     base = numbers[baseline]["compute"]
     lines = [f"| run | seeds | {x_key} to reach {reward_key} >= {threshold} (trailing mean of {window}; seed mean) "
-             f"| 95% CI | relative to {baseline} |", "|---|---:|---:|---|---:|"]
+             f"| 95% CI (t, seeds' own crossings) | relative to {baseline} |", "|---|---:|---:|---|---:|"]
     for label, n in numbers.items():
         n["relative"] = n["compute"] / base if math.isfinite(base) and base > 0 and math.isfinite(n["compute"]) else float("nan")
         reached = f"{n['compute']:.4g}" if math.isfinite(n["compute"]) else f"not reached (final {n['final_reward']:.3f})"
         ci = (f"[{n['low']:.4g}, {n['high']:.4g}]" if math.isfinite(n["low"]) and math.isfinite(n["high"])
-              else ("-" if n["seeds"] < 2 else f"not estimable (reached in {n['reached_share']:.0%} of resamples)"))
+              else ("-" if n["seeds"] < 2 else f"not estimable (reached by {n['reached_share']:.0%} of seeds)"))
         rel = f"{n['relative']:.2f}" if math.isfinite(n["relative"]) else "-"
         lines.append(f"| {label} | {n['seeds']} | {reached} | {ci} | {rel} |")
     return "\n".join(lines), numbers
@@ -255,7 +251,7 @@ def threshold_table(runs: dict[str, list[list[Record]]], baseline: str, reward_k
 def plot(runs: dict[str, list[list[Record]]], reward_key: str, eval_keys: list[str], x_key: str,
          threshold: float | None, window: int, out: Path, x_label: str | None = None) -> None:
     """One PNG: the training-reward panel, then one panel per evaluation key. One colour per method; a method's
-    seeds are thin lines, their mean a thick line with the 95% bootstrap CI band over seeds. The threshold
+    seeds are thin lines, their mean a thick line with the 95% Student-t CI band over seeds. The threshold
     line is drawn only when ``threshold`` is given."""
     import matplotlib
 

@@ -89,12 +89,21 @@ def test_seed_mean_band_and_threshold_on_the_seed_mean():
     mean, low, high = mod.seed_mean_band(values)
     # the third curve shifted right by 0.5: on the grid its value is 0.1(g-0.5)-0.1 = 0.1g - 0.15
     np.testing.assert_allclose(mean, 0.1 * grid - 0.05 / 3, atol=1e-12)
-    assert np.all(low <= mean + 1e-12) and np.all(high >= mean - 1e-12) and np.all(high - low > 0.05)
+    # Student-t band: mean ± t_{0.975, 2} · sd / √3 at every point (computed here from the definition)
+    half = 4.302652729911275 * values.std(axis=0, ddof=1) / np.sqrt(3)
+    np.testing.assert_allclose(low, mean - half, atol=1e-9)
+    np.testing.assert_allclose(high, mean + half, atol=1e-9)
     same = mod.seed_mean_band(np.tile(0.1 * grid, (4, 1)))
     np.testing.assert_allclose(same[1], same[2])  # identical seeds: a zero-width band
     result = mod.mean_compute_to_threshold(curves, 0.5)
     assert result["compute"] == pytest.approx(5.0 + 0.05 / 3 / 0.1)
-    assert result["low"] <= result["compute"] <= result["high"] and result["reached_share"] == 1.0
+    # the CI is the t-interval over the seeds' own crossings (on the common grid from 1.5: 5.0, 4.0, 6.5)
+    own = np.array([5.0, 4.0, 6.5])
+    half = 4.302652729911275 * own.std(ddof=1) / np.sqrt(3)
+    assert result["low"] == pytest.approx(own.mean() - half) and result["high"] == pytest.approx(own.mean() + half)
+    assert result["reached_share"] == 1.0
+    partly = mod.mean_compute_to_threshold(curves, 1.05)  # the second seed alone reaches 1.05 (at x = 9.5)
+    assert partly["reached_share"] == pytest.approx(1 / 3) and np.isnan(partly["low"]) and np.isnan(partly["compute"])
     assert np.isnan(mod.mean_compute_to_threshold(curves, 2.0)["compute"])
 
 
