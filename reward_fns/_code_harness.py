@@ -436,7 +436,10 @@ class Monitor:
         if pids and anon_bytes:
             self.live_anon_floor = min(self.live_anon_floor or anon_bytes, anon_bytes)
         elif not pids and objects:
-            anon_bytes = self.live_anon_floor
+            # whoever made the objects was alive with at least one anonymous page beside them; under load the
+            # monitor may never have sampled it alive (a floor of 0 let segments filling shmall exactly, the
+            # whole limit, pass as "correct")
+            anon_bytes = self.live_anon_floor or resource.getpagesize()
         return anon_bytes + max(shmem * 1024, objects)
 
 
