@@ -297,7 +297,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--effect", type=float, default=0.05, help="loop: effect size the power is computed for")
     p.add_argument("--micro-batch", type=int, default=32,
                    help="verl: rows per actor/log-prob micro-batch (same gradients; 0 = the whole batch)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="loop: (arm, seed) runs side by side in this many processes (results do not depend on it)")
+    p.add_argument("--deadline", type=float, default=None,
+                   help="loop: unix time after which no new seed is started (started seeds finish every arm)")
     args = p.parse_args(argv)
+    if args.jobs < 1:
+        p.error(f"--jobs must be >= 1, got {args.jobs}")
     command = "python scripts/compare_methods.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     if args.engine == "loop":
         return run_loop(args, command)
@@ -370,7 +376,8 @@ def run_loop(args: argparse.Namespace, command: str) -> int:
     if not args.report_only:
         loop_main(["--assets", args.assets, "--out", str(out), "--arms", *names, "--seeds", *map(str, args.seeds),
                    "--budget-steps", str(args.budget_steps), "--n", str(args.n), "--batch-size", str(args.batch_size),
-                   "--lr", str(args.lr), "--warmup-steps", str(args.warmup_steps), "--test-size", str(args.test_size)])
+                   "--lr", str(args.lr), "--warmup-steps", str(args.warmup_steps), "--test-size", str(args.test_size),
+                   "--jobs", str(args.jobs), *(["--deadline", str(args.deadline)] if args.deadline else [])])
     meta, results = report.load_results(out)
     results = {k: v for k, v in results.items() if k in names}
     if names[0] not in results:
