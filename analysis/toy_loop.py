@@ -177,13 +177,15 @@ def gspo_loss(model: torch.nn.Module, prompts: list[list[int]], responses: list[
 
 
 def run(toy: Toy, arm: Arm, seed: int, budget: float, n: int, batch_size: int, lr: float, warmup_flops: float,
-        max_steps: int = 10_000, log=None, milestones: tuple[float, ...] = MILESTONES) -> dict:
+        max_steps: int = 10_000, log=None, milestones: tuple[float, ...] = MILESTONES, step_hook=None) -> dict:
     """One arm, one seed, to ``budget`` FLOPs; returns per-step records, milestone evaluations and localisation.
 
     The learning rate warms up linearly over the first ``warmup_flops`` of compute (not steps: at equal compute
     an arm with 4x costlier steps would otherwise spend its few updates at a fraction of the rate); step k uses
     lr · min(1, FLOPs after step k / warmup_flops). With no ``milestones`` the run is matched in steps instead:
-    it makes ``max_steps`` steps and is evaluated once after the last (``"milestone": None``)."""
+    it makes ``max_steps`` steps and is evaluated once after the last (``"milestone": None``). ``step_hook``,
+    if given, is called before each update with the step's samples and advantages (``analysis.grad_probe_loop``);
+    what it returns is stored in the step's record under ``"hook"``."""
     from verl_cpu.hf_rollout import HFGenerator, request_seed
 
     torch.manual_seed(seed)
@@ -267,6 +269,10 @@ def run(toy: Toy, arm: Arm, seed: int, budget: float, n: int, batch_size: int, l
         model.train()
         for g in optim.param_groups:
             g["lr"] = lr * min(1.0, (flops + step_f.total) / warmup_flops) if warmup_flops > 0 else lr
+        hooked = None
+        if step_hook is not None:
+            hooked = step_hook(step=step, model=model, prompts=prompts, responses=responses, rewards=rewards,
+                               group_ids=group_ids, token_advantages=token_adv, delta=delta, pad_id=generator.pad_id)
         loss = gspo_loss(model, prompts, responses, token_adv, generator.pad_id)
         optim.zero_grad(set_to_none=True)
         loss.backward()
@@ -281,7 +287,8 @@ def run(toy: Toy, arm: Arm, seed: int, budget: float, n: int, batch_size: int, l
                         "ibpo_host": t_host - t_score - t_corr_gen, "update": t_update - t_host},
                "flops_by_phase": {"main_gen": step_f.main_gen, "correction_gen": step_f.correction_gen,
                                   "actor_update": step_f.actor_update},
-               "updates": 1, **{f"ibpo/{k}": v for k, v in metrics.items()}}
+               "updates": 1, **{f"ibpo/{k}": v for k, v in metrics.items()},
+               **({"hook": hooked} if hooked is not None else {})}
         while milestones and flops >= milestones[0]:
             e0 = time.perf_counter()
             model.eval()
