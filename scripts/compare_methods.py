@@ -390,8 +390,9 @@ def run_loop(args: argparse.Namespace, command: str) -> int:
     (out / "table.md").write_text(text + "\n", encoding="utf-8")
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str), encoding="utf-8")
     report.plot(summary, results, out / "curves.png")
+    report.write_runs_csv({k: results[k] for k in names if k in results}, out / "runs.csv")
     print(text)
-    print(f"\nwrote {out / 'table.md'}, {out / 'summary.json'}, {out / 'curves.png'}")
+    print(f"\nwrote {out / 'table.md'}, {out / 'summary.json'}, {out / 'curves.png'}, {out / 'runs.csv'}")
     return 0
 
 
