@@ -17,7 +17,9 @@ streams: the first n samples of a prompt at a step are the same requests in ever
 same FLOP budget and is evaluated greedily on a held-out test set of ``--test-size`` problems (disjoint seed)
 when its cumulative FLOPs first reach each milestone (¼, ½, ¾, 1 of the budget). The primary metric is test
 accuracy at the full budget, compared to GSPO G=n by the paired t over seeds. Nothing is selected on the test
-set. Run ``python -m analysis.toy_loop --help``.
+set. ``--jobs N`` runs N (arm, seed) runs side by side in spawned one-thread workers (a run's result does not
+depend on N); ``--max-steps K`` matches runs in steps instead (``analysis.loop_vs_verl``). Run
+``python -m analysis.toy_loop --help``.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@
 
     python -m toy_task.warm_start --out outputs/toy_assets        # once: tiny model, SFT warm start, data
     python scripts/compare_methods.py --assets outputs/toy_assets --out outputs/toy_loop \
-        --engine loop --seeds $(seq 0 29) --budget-steps 12 --test-size 512      # equal compute (docs/evidence.md)
+        --engine loop --seeds $(seq 0 29) --budget-steps 12 --test-size 512 --threshold 0.4 --jobs 2
+        # equal compute: the published table (docs/evidence.md), one command; --jobs N runs N (arm, seed) runs side by side
     python scripts/compare_methods.py --assets outputs/toy_assets --out outputs/compare --engine verl \
         --seeds 0 1 --steps 30 --n 4 --batch-size 8 --lr 3e-4 --warmup-steps 5   # equal steps, verl trainer
 
