@@ -118,6 +118,36 @@ def summarise_runs(meta: dict, results: dict[str, dict[int, dict]], baseline: st
     return summary
 
 
+def per_run_rows(results: dict[str, dict[int, dict]]) -> list[dict]:
+    """One row per (arm, seed): steps, FLOPs and test accuracy at every milestone, wall seconds; enough to
+    recompute the paired differences without the per-run JSONs (``runs.csv``, kept with the published table)."""
+    milestones = sorted({e["milestone"] for runs in results.values() for r in runs.values() for e in r["evals"]
+                         if e["milestone"] is not None})
+    rows = []
+    for arm, runs in results.items():
+        for seed, r in sorted(runs.items()):
+            row = {"arm": arm, "seed": seed, "steps": len(r["steps"]), "flops": r["steps"][-1]["flops"] if r["steps"] else 0.0,
+                   "wall_s": round(float(r.get("wall_s", float("nan"))), 1)}
+            for m in milestones:
+                e = _eval_at(r, m)
+                row[f"accuracy_at_{m:g}"] = e["accuracy"] if e else None
+                row[f"step_at_{m:g}"] = e["step"] if e else None
+            rows.append(row)
+    return rows
+
+
+def write_runs_csv(results: dict[str, dict[int, dict]], path: str | Path) -> Path:
+    """``per_run_rows`` as CSV."""
+    import csv
+
+    rows = per_run_rows(results)
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]) if rows else ["arm", "seed"])
+        writer.writeheader()
+        writer.writerows(rows)
+    return Path(path)
+
+
 def _f(x: float, fmt: str = "{:.3f}") -> str:
     return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else fmt.format(x)
 

@@ -17,7 +17,9 @@ streams: the first n samples of a prompt at a step are the same requests in ever
 same FLOP budget and is evaluated greedily on a held-out test set of ``--test-size`` problems (disjoint seed)
 when its cumulative FLOPs first reach each milestone (¼, ½, ¾, 1 of the budget). The primary metric is test
 accuracy at the full budget, compared to GSPO G=n by the paired t over seeds. Nothing is selected on the test
-set. Run ``python -m analysis.toy_loop --help``.
+set. ``--jobs N`` runs N (arm, seed) runs side by side in spawned one-thread workers (a run's result does not
+depend on N); ``--max-steps K`` matches runs in steps instead (``analysis.loop_vs_verl``). Run
+``python -m analysis.toy_loop --help``.
 """
 
 from __future__ import annotations
@@ -177,12 +179,15 @@ def gspo_loss(model: torch.nn.Module, prompts: list[list[int]], responses: list[
 
 
 def run(toy: Toy, arm: Arm, seed: int, budget: float, n: int, batch_size: int, lr: float, warmup_flops: float,
-        max_steps: int = 10_000, log=None, milestones: tuple[float, ...] = MILESTONES) -> dict:
+        max_steps: int = 10_000, log=None, milestones: tuple[float, ...] = MILESTONES, step_hook=None) -> dict:
     """One arm, one seed, to ``budget`` FLOPs; returns per-step records, milestone evaluations and localisation.
 
     The learning rate warms up linearly over the first ``warmup_flops`` of compute (not steps: at equal compute
     an arm with 4x costlier steps would otherwise spend its few updates at a fraction of the rate); step k uses
-    lr · min(1, FLOPs after step k / warmup_flops)."""
+    lr · min(1, FLOPs after step k / warmup_flops). With no ``milestones`` the run is matched in steps instead:
+    it makes ``max_steps`` steps and is evaluated once after the last (``"milestone": None``). ``step_hook``,
+    if given, is called before each update with the step's samples and advantages (``analysis.grad_probe_loop``);
+    what it returns is stored in the step's record under ``"hook"``."""
     from verl_cpu.hf_rollout import HFGenerator, request_seed
 
     torch.manual_seed(seed)
@@ -198,7 +203,8 @@ def run(toy: Toy, arm: Arm, seed: int, budget: float, n: int, batch_size: int, l
     fractions = list(milestones)
     milestones = [m * budget for m in fractions]
     step = 0
-    while milestones and step < max_steps:
+    equal_steps = not fractions  # no compute milestones: run max_steps steps, evaluate after the last one
+    while (milestones or equal_steps) and step < max_steps:
         step += 1
         t0 = time.perf_counter()
         idx = [int(order[((step - 1) * batch_size + k) % len(order)]) for k in range(batch_size)]
@@ -268,6 +274,10 @@ def run(toy: Toy, arm: Arm, seed: int, budget: float, n: int, batch_size: int, l
         model.train()
         for g in optim.param_groups:
             g["lr"] = lr * min(1.0, (flops + step_f.total) / warmup_flops) if warmup_flops > 0 else lr
+        hooked = None
+        if step_hook is not None:
+            hooked = step_hook(step=step, model=model, prompts=prompts, responses=responses, rewards=rewards,
+                               group_ids=group_ids, token_advantages=token_adv, delta=delta, pad_id=generator.pad_id)
         loss = gspo_loss(model, prompts, responses, token_adv, generator.pad_id)
         optim.zero_grad(set_to_none=True)
         loss.backward()
@@ -282,7 +292,8 @@ def run(toy: Toy, arm: Arm, seed: int, budget: float, n: int, batch_size: int, l
                         "ibpo_host": t_host - t_score - t_corr_gen, "update": t_update - t_host},
                "flops_by_phase": {"main_gen": step_f.main_gen, "correction_gen": step_f.correction_gen,
                                   "actor_update": step_f.actor_update},
-               "updates": 1, **{f"ibpo/{k}": v for k, v in metrics.items()}}
+               "updates": 1, **{f"ibpo/{k}": v for k, v in metrics.items()},
+               **({"hook": hooked} if hooked is not None else {})}
         while milestones and flops >= milestones[0]:
             e0 = time.perf_counter()
             model.eval()
@@ -296,8 +307,41 @@ def run(toy: Toy, arm: Arm, seed: int, budget: float, n: int, batch_size: int, l
             log(f"{arm.name} s{seed} step {step}: reward {rec['reward']:.3f} flops {flops:.3g} "
                 f"({time.perf_counter() - t0:.1f} s)" + (f" eval {evals[-1]['accuracy']:.3f}" if evals and
                                                          evals[-1]['step'] == step else ""))
+    if equal_steps and steps:
+        e0 = time.perf_counter()
+        model.eval()
+        correct = evaluate(toy, generator)
+        evals.append({"milestone": None, "step": step, "flops": flops, "accuracy": float(correct.mean()),
+                      "correct": correct.astype(int).tolist()})
+        steps[-1]["time"]["eval"] = time.perf_counter() - e0
     return {"arm": arm.name, "seed": seed, "steps": steps, "evals": evals, "localisation": localisations,
             "budget": budget}
+
+
+_WORKER_TOY: Toy | None = None
+
+
+def _init_worker(model_dir: str, train_size: int, test_size: int) -> None:
+    """A worker process of ``--jobs``: one torch thread, its own tokenizer and problem sets."""
+    global _WORKER_TOY
+    torch.set_num_threads(1)
+    _WORKER_TOY = Toy(model_dir, train_size, test_size)
+
+
+def run_and_save(toy: Toy | None, arm: Arm, seed: int, path: str, budget: float, n: int, batch_size: int,
+                 lr: float, warmup_flops: float, milestones: tuple[float, ...], max_steps: int) -> str:
+    """One (arm, seed) run written to ``path`` (in a worker when ``toy`` is None); returns its summary line.
+    A run depends only on its arguments (fresh model, ``torch.manual_seed(seed)``, seeded request streams),
+    so which process runs it, and in which order, does not change its result."""
+    toy = toy if toy is not None else _WORKER_TOY
+    start = time.perf_counter()
+    result = run(toy, arm, seed, budget, n, batch_size, lr, warmup_flops, max_steps=max_steps, milestones=milestones)
+    result["wall_s"] = time.perf_counter() - start
+    tmp = Path(path).with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(result))
+    tmp.replace(path)  # a killed run leaves no half-written JSON that a rerun would skip
+    final = f"final eval {result['evals'][-1]['accuracy']:.3f}" if result["evals"] else "no eval"
+    return f"[toy_loop] {arm.name} s{seed}: {len(result['steps'])} steps, {final}, {result['wall_s']:.0f} s"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -316,16 +360,30 @@ def main(argv: list[str] | None = None) -> int:
                    help="linear lr warmup over this many baseline steps' worth of FLOPs (every arm the same compute)")
     p.add_argument("--milestones", type=float, nargs="+", default=list(MILESTONES),
                    help="fractions of the budget at which every arm is evaluated on the test set")
+    p.add_argument("--max-steps", type=int, default=None,
+                   help="equal STEPS instead of equal compute: every run makes exactly this many steps and is "
+                        "evaluated after the last (no compute milestones; the equal-compute report does not read "
+                        "such runs; analysis.loop_vs_verl does)")
     p.add_argument("--test-size", type=int, default=512)
     p.add_argument("--train-size", type=int, default=1024)
+    p.add_argument("--jobs", type=int, default=1,
+                   help="(arm, seed) runs side by side in this many worker processes, one torch thread each; "
+                        "results do not depend on it")
     p.add_argument("--deadline", type=float, default=None, help="unix time after which no new seed is started")
     args = p.parse_args(argv)
+    if args.jobs < 1:
+        p.error(f"--jobs must be >= 1, got {args.jobs}")
+    if args.max_steps is not None and args.max_steps < 1:
+        p.error(f"--max-steps must be >= 1, got {args.max_steps}")
     torch.set_num_threads(1)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     assets = json.loads((Path(args.assets) / "assets.json").read_text())
     model_dir = assets["model"]
     arms = default_arms()
+    unknown = [a for a in (args.arms or []) if a not in arms]
+    if unknown:
+        p.error(f"--arms: unknown {unknown}; the arms are {list(arms)}")
     chosen = [arms[a] for a in (args.arms or list(arms))]
     toy = Toy(model_dir, args.train_size, args.test_size)
     meta_path = out / "meta.json"
@@ -349,21 +407,56 @@ def main(argv: list[str] | None = None) -> int:
         meta_path.write_text(json.dumps(meta))
     print(f"[toy_loop] budget {meta['budget_flops']:.3g} FLOPs, warm start {meta['warm_start_sha256'][:12]} "
           f"test acc {meta['warm_start_test_accuracy']:.3f}", flush=True)
-    for seed in args.seeds:
+    equal_steps = args.max_steps is not None
+    common = dict(budget=float("inf") if equal_steps else meta["budget_flops"], n=args.n, batch_size=args.batch_size,
+                  lr=args.lr, warmup_flops=args.warmup_steps * meta["baseline_step_flops"],
+                  milestones=() if equal_steps else tuple(args.milestones),
+                  max_steps=args.max_steps if equal_steps else 10_000)
+    # seed-major order, so an interrupted comparison stays balanced across arms
+    todo = [(seed, arm) for seed in args.seeds for arm in chosen if not (out / f"{arm.slug}_s{seed}.json").exists()]
+    started: set[int] = set()
+
+    def may_start(seed: int) -> bool:
+        """--deadline stops new seeds only; a seed already started finishes all its arms."""
+        if seed in started:
+            return True
         if args.deadline and time.time() > args.deadline:
             print(f"[toy_loop] deadline reached before seed {seed}", flush=True)
-            break
-        for arm in chosen:
-            path = out / f"{arm.slug}_s{seed}.json"
-            if path.exists():
-                continue
-            start = time.perf_counter()
-            result = run(toy, arm, seed, meta["budget_flops"], args.n, args.batch_size, args.lr,
-                         args.warmup_steps * meta["baseline_step_flops"], milestones=tuple(args.milestones))
-            result["wall_s"] = time.perf_counter() - start
-            path.write_text(json.dumps(result))
-            print(f"[toy_loop] {arm.name} s{seed}: {len(result['steps'])} steps, final eval "
-                  f"{result['evals'][-1]['accuracy']:.3f}, {result['wall_s']:.0f} s", flush=True)
+            return False
+        started.add(seed)
+        return True
+
+    start = time.perf_counter()
+    if args.jobs == 1:
+        for seed, arm in todo:
+            if not may_start(seed):
+                break
+            print(run_and_save(toy, arm, seed, str(out / f"{arm.slug}_s{seed}.json"), **common), flush=True)
+    else:
+        import multiprocessing
+        from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+        # spawn, not fork: a forked child of a process that has run torch ops can deadlock in OpenMP
+        with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker,
+                                 initargs=(model_dir, args.train_size, args.test_size)) as pool:
+            pending: set = set()
+            queue = list(todo)
+            while queue or pending:
+                while queue and len(pending) < args.jobs:
+                    seed, arm = queue[0]
+                    if not may_start(seed):
+                        queue.clear()
+                        break
+                    queue.pop(0)
+                    pending.add(pool.submit(run_and_save, None, arm, seed, str(out / f"{arm.slug}_s{seed}.json"),
+                                            **common))
+                if not pending:
+                    break
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    print(future.result(), flush=True)  # a failed run raises here and stops the comparison
+    print(f"[toy_loop] {len(started)} seeds started, runs done in {time.perf_counter() - start:.0f} s wall "
+          f"(--jobs {args.jobs})", flush=True)
     return 0
 
 

@@ -4,7 +4,8 @@
 
     python -m toy_task.warm_start --out outputs/toy_assets        # once: tiny model, SFT warm start, data
     python scripts/compare_methods.py --assets outputs/toy_assets --out outputs/toy_loop \
-        --engine loop --seeds $(seq 0 29) --budget-steps 12 --test-size 512      # equal compute (docs/evidence.md)
+        --engine loop --seeds $(seq 0 29) --budget-steps 12 --test-size 512 --threshold 0.4 --jobs 2
+        # equal compute: the published table (docs/evidence.md), one command; --jobs N runs N (arm, seed) runs side by side
     python scripts/compare_methods.py --assets outputs/toy_assets --out outputs/compare --engine verl \
         --seeds 0 1 --steps 30 --n 4 --batch-size 8 --lr 3e-4 --warmup-steps 5   # equal steps, verl trainer
 
@@ -297,7 +298,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--effect", type=float, default=0.05, help="loop: effect size the power is computed for")
     p.add_argument("--micro-batch", type=int, default=32,
                    help="verl: rows per actor/log-prob micro-batch (same gradients; 0 = the whole batch)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="loop: (arm, seed) runs side by side in this many processes (results do not depend on it)")
+    p.add_argument("--deadline", type=float, default=None,
+                   help="loop: unix time after which no new seed is started (started seeds finish every arm)")
     args = p.parse_args(argv)
+    if args.jobs < 1:
+        p.error(f"--jobs must be >= 1, got {args.jobs}")
     command = "python scripts/compare_methods.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     if args.engine == "loop":
         return run_loop(args, command)
@@ -370,7 +377,8 @@ def run_loop(args: argparse.Namespace, command: str) -> int:
     if not args.report_only:
         loop_main(["--assets", args.assets, "--out", str(out), "--arms", *names, "--seeds", *map(str, args.seeds),
                    "--budget-steps", str(args.budget_steps), "--n", str(args.n), "--batch-size", str(args.batch_size),
-                   "--lr", str(args.lr), "--warmup-steps", str(args.warmup_steps), "--test-size", str(args.test_size)])
+                   "--lr", str(args.lr), "--warmup-steps", str(args.warmup_steps), "--test-size", str(args.test_size),
+                   "--jobs", str(args.jobs), *(["--deadline", str(args.deadline)] if args.deadline else [])])
     meta, results = report.load_results(out)
     results = {k: v for k, v in results.items() if k in names}
     if names[0] not in results:
@@ -383,8 +391,9 @@ def run_loop(args: argparse.Namespace, command: str) -> int:
     (out / "table.md").write_text(text + "\n", encoding="utf-8")
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str), encoding="utf-8")
     report.plot(summary, results, out / "curves.png")
+    report.write_runs_csv({k: results[k] for k in names if k in results}, out / "runs.csv")
     print(text)
-    print(f"\nwrote {out / 'table.md'}, {out / 'summary.json'}, {out / 'curves.png'}")
+    print(f"\nwrote {out / 'table.md'}, {out / 'summary.json'}, {out / 'curves.png'}, {out / 'runs.csv'}")
     return 0
 
 

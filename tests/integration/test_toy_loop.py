@@ -88,3 +88,47 @@ def test_model_shape_matches_the_setup_check(toy):
     shape = toy_loop.model_shape(model)
     assert step_flops(StepWork(main_gen=[5], train_main=[5], old_log_prob_forward=False), shape).total == \
         pytest.approx(4 * forward_flops([5], shape))
+
+
+def _without_wall_times(result: dict) -> dict:
+    """A run's JSON minus what measures the machine, not the run (seconds)."""
+    result = {k: v for k, v in result.items() if k != "wall_s"}
+    result["steps"] = [{k: v for k, v in s.items() if k != "time"} for s in result["steps"]]
+    return result
+
+
+def test_jobs_do_not_change_results_and_existing_runs_are_skipped(toy, tmp_path):
+    """--jobs 2 (spawned workers) writes the same per-run JSON as --jobs 1, bit for bit apart from seconds; a run
+    whose JSON exists is not run again; --deadline in the past starts no seed."""
+    assets = tmp_path / "assets"
+    assets.mkdir()
+    (assets / "assets.json").write_text(json.dumps({"model": toy.model_dir}))
+    arms = toy_loop.default_arms()
+    one = toy_loop.run(toy, arms["GSPO G=n"], 0, budget=float("inf"), n=2, batch_size=2, lr=1e-3, warmup_flops=0,
+                       max_steps=1)
+    budget = 1.5 * one["steps"][0]["flops"]  # two steps of the baseline
+    common = ["--assets", str(assets), "--arms", "GSPO G=n", "IBPO G=n", "--seeds", "1", "--n", "2",
+              "--batch-size", "2", "--lr", "1e-3", "--budget-flops", str(budget), "--train-size", "16",
+              "--test-size", "4"]
+    for jobs in (1, 2):
+        assert toy_loop.main([*common, "--out", str(tmp_path / f"j{jobs}"), "--jobs", str(jobs)]) == 0
+    names = ["gspo_g_n_s1.json", "ibpo_g_n_s1.json"]
+    for name in names:
+        a, b = (json.loads((tmp_path / f"j{j}" / name).read_text()) for j in (1, 2))
+        assert [e["milestone"] for e in a["evals"]] == [0.5, 1.0]
+        assert _without_wall_times(a) == _without_wall_times(b)
+    assert len(json.loads((tmp_path / "j1" / names[0]).read_text())["steps"]) == 2
+    stamps = {n: (tmp_path / "j2" / n).stat().st_mtime_ns for n in names}
+    assert toy_loop.main([*common, "--out", str(tmp_path / "j2"), "--jobs", "2"]) == 0
+    assert {n: (tmp_path / "j2" / n).stat().st_mtime_ns for n in names} == stamps
+    assert toy_loop.main([*common, "--seeds", "2", "--out", str(tmp_path / "late"), "--deadline", "1"]) == 0
+    assert not list((tmp_path / "late").glob("*_s2.json"))
+
+
+def test_equal_steps_mode_makes_exactly_max_steps_and_evaluates_after_the_last(toy):
+    arms = toy_loop.default_arms()
+    result = toy_loop.run(toy, arms["GSPO G=n"], 0, budget=float("inf"), n=2, batch_size=2, lr=1e-3,
+                          warmup_flops=0, max_steps=3, milestones=())
+    assert [s["step"] for s in result["steps"]] == [1, 2, 3]
+    assert [(e["milestone"], e["step"]) for e in result["evals"]] == [(None, 3)]
+    assert len(result["evals"][0]["correct"]) == 4

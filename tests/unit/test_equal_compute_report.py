@@ -74,3 +74,17 @@ def test_power_formula_matches_the_normal_limit():
     # many seeds: power -> Φ(δ√n/σ − 1.96); δ√n/σ = 0.05·√100/0.1 = 5 -> Φ(3.04) ≈ 0.9988
     assert report.paired_power(0.1, 0.05, 100) == pytest.approx(0.9988, abs=5e-4)
     assert report.paired_power(0.0, 0.05, 10) != report.paired_power(0.0, 0.05, 10)  # NaN: no spread observed
+
+
+def test_runs_csv_has_one_row_per_arm_and_seed(tmp_path):
+    import csv
+
+    write(tmp_path)
+    _, results = report.load_results(tmp_path)
+    path = report.write_runs_csv(results, tmp_path / "runs.csv")
+    rows = list(csv.DictReader(open(path, encoding="utf-8")))
+    assert [(r["arm"], r["seed"]) for r in rows] == [("GSPO G=n", "0"), ("GSPO G=n", "1"), ("GSPO G=n", "2"),
+                                                     ("IBPO G=n", "0"), ("IBPO G=n", "1"), ("IBPO G=n", "2")]
+    ibpo1 = rows[4]
+    assert float(ibpo1["accuracy_at_1"]) == pytest.approx(0.76) and float(ibpo1["accuracy_at_0.5"]) == 0.55
+    assert (ibpo1["steps"], ibpo1["step_at_1"], ibpo1["step_at_0.5"], float(ibpo1["flops"])) == ("5", "5", "2", 100.0)
