@@ -25,7 +25,6 @@ import time
 
 import numpy as np
 import torch
-from omegaconf import OmegaConf
 from verl import DataProto
 from verl.protocol import pad_dataproto_to_divisor, unpad_dataproto
 from verl.trainer.distillation.losses import is_distillation_enabled
@@ -44,7 +43,7 @@ from ibpo.variants import get_variant
 from recipe.ibpo import correction as corr
 from recipe.ibpo.correction_rollout import proxy_params
 from recipe.common.preflight.methods import ibpo_config_from
-from recipe.common.preflight.model import model_context_length, model_flop_shape
+from recipe.common.preflight.model import configured_context_length, model_flop_shape
 from recipe.ibpo.preflight import check_trainer_config
 from recipe.common.trainer_base import HookedRayPPOTrainer
 
@@ -90,10 +89,9 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         model_path = self.config.actor_rollout_ref.model.path
-        override = OmegaConf.to_container(self.config.actor_rollout_ref.model.get("override_config") or {},
-                                          resolve=True)
         # the same context the pre-flight checked (rope scaling and override_config included)
-        self._init_ibpo_state(model_context_length(model_path, override), model_flop_shape(model_path))
+        self._init_ibpo_state(configured_context_length(self.config.actor_rollout_ref.model),
+                              model_flop_shape(model_path))
 
     def _init_ibpo_state(self, model_context: int | None, model_shape) -> None:
         """The validated ``ibpo:`` block, the start checks, the λ schedule and the compute counter."""

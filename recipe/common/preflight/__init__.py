@@ -22,7 +22,7 @@ from recipe.common.preflight.data_files import check_data_rows, data_files
 from recipe.common.preflight.errors import IBPOSetupError
 from recipe.common.preflight.legacy_reward_keys import check_legacy_reward_keys
 from recipe.common.preflight.methods import check_option_block_types, method_of, run_method_check
-from recipe.common.preflight.model import check_context_length, check_model_path, model_context_length
+from recipe.common.preflight.model import check_context_length, check_model_path, configured_context_length
 from recipe.common.preflight.reward_function import check_reward_kwargs, load_reward_function, run_verifier_self_test
 from recipe.common.preflight.verl_validation import check_verl_option_types, run_verl_validation
 
@@ -61,8 +61,7 @@ def preflight(config: DictConfig) -> None:
     check_model_path(str(model.path))
     reward_fn = load_reward_function(config)
     check_reward_kwargs(config, reward_fn)
-    context = model_context_length(str(model.path), OmegaConf.to_container(model.get("override_config") or {},
-                                                                           resolve=True))
+    context = configured_context_length(model)
     check_context_length(config, context)
     run_method_check(config, method, context)
     run_verl_validation(config)  # after the method's checks: they name the method-specific reason for a setting

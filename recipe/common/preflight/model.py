@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from ibpo.compute import ModelShape
 from recipe.common.preflight.errors import IBPOSetupError
@@ -73,6 +73,13 @@ def model_context_length(model_path: str, override: Mapping[str, Any] | None = N
         raise IBPOSetupError(f"actor_rollout_ref.model.path={model_path}: cannot read the model's config "
                              f"({type(exc).__name__}: {' '.join(str(exc).split())[:300]})") from exc
     return context_length(hf_config.to_dict(), override)
+
+
+def configured_context_length(model: DictConfig) -> int | None:
+    """:func:`model_context_length` of ``actor_rollout_ref.model``: its ``path`` with its ``override_config``
+    (what the pre-flight checks and the trainer's start checks use)."""
+    override = OmegaConf.to_container(model.get("override_config") or {}, resolve=True)
+    return model_context_length(str(model.path), override)
 
 
 def check_context_length(config: DictConfig, context: int | None) -> None:

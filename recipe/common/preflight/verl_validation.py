@@ -37,6 +37,13 @@ def _field_hints(node: dict) -> dict[str, Any]:
     target = node.get("_target_")
     if not isinstance(target, str) or "." not in target:
         return {}
+    return _dataclass_hints(target)
+
+
+@functools.lru_cache(maxsize=None)
+def _dataclass_hints(target: str) -> dict[str, Any]:
+    """Annotations of ``module.Class`` (cached: the actor, ref and rollout nodes share classes, and the check
+    runs before and after interpolations are resolved)."""
     module, _, name = target.rpartition(".")
     try:
         return typing.get_type_hints(getattr(importlib.import_module(module), name))
