@@ -85,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--budget-steps", type=float, default=12.0)
     p.add_argument("--test-size", type=int, default=512)
+    p.add_argument("--task", default="addition", help="a task of toy_task.tasks; every warm start must be one of it")
     p.add_argument("--report-only", action="store_true")
     args = p.parse_args(argv)
     warm = parse_warm_starts(args.warm_start)
@@ -97,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         for lo in range(0, len(seeds), args.chunk):
             chunk = [str(s) for s in seeds[lo:lo + args.chunk]]
             for name, model in warm.items():
-                toy_loop.main(["--model", model, "--out", str(Path(args.out) / f"ws_{name}"), "--arms", *args.arms,
+                toy_loop.main(["--model", model, "--task", args.task, "--out", str(Path(args.out) / f"ws_{name}"), "--arms", *args.arms,
                                "--seeds", *chunk, "--budget-steps", str(args.budget_steps),
                                "--test-size", str(args.test_size), "--jobs", str(args.jobs), "--milestones", "1.0"])
     from analysis.ablation_report import write_report

@@ -89,7 +89,7 @@ def write_report(out: Path, warm_starts: list[str], baseline: str, argv: list[st
         for arm, runs in results.items():
             for seed, r in sorted(runs.items()):
                 ev = {e["milestone"]: e for e in r["evals"]}
-                csv_rows.append({"task": "toy_addition", "warm_start": name, "warm_start_sha256": meta["warm_start_sha256"],
+                csv_rows.append({"task": meta.get("task", "addition"), "warm_start": name, "warm_start_sha256": meta["warm_start_sha256"],
                                  "warm_start_accuracy": meta["warm_start_test_accuracy"], "arm": arm, "seed": seed,
                                  "steps": len(r["steps"]), "updates": sum(s["updates"] for s in r["steps"]),
                                  "flops": r["steps"][-1]["flops"] if r["steps"] else 0.0,

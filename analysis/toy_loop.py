@@ -44,10 +44,10 @@ from ibpo.config import IBPOConfig
 from ibpo.mechanism import RewardDropAlarm, advantage_mechanism, group_kinds, sibling_overlap
 from ibpo.pipeline import plan_corrections, shape_batch
 from ibpo.variants import get_variant
-from toy_task.addition import DATA_SOURCE, AdditionProblem, sample_problems
+from toy_task.tasks import ToyTask, get_task
 
 TEST_SEED = 5000  # test problems: disjoint from SFT (1000+), RL train (0) and val (1) seeds
-MAX_RESPONSE_TOKENS = 96
+MAX_RESPONSE_TOKENS = 96  # the addition task's generation budget (toy_task.tasks gives each task's)
 MILESTONES = (0.5, 1.0)
 
 
@@ -119,29 +119,45 @@ def model_shape(model: torch.nn.Module) -> ModelShape:
 class Toy:
     """Tokenizer, scorer and problem sets shared by every run."""
 
-    def __init__(self, model_dir: str | Path, train_size: int, test_size: int, train_seed: int = 0):
+    def __init__(self, model_dir: str | Path, train_size: int, test_size: int, train_seed: int = 0,
+                 task: str = "addition"):
         from transformers import AutoTokenizer
 
         from reward_fns import compute_score
 
         self.model_dir = str(model_dir)
+        self.task: ToyTask = get_task(task)
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
-        self.train = sample_problems(train_size, train_seed)
-        self.test = sample_problems(test_size, TEST_SEED)
+        self.train = self.task.sample_problems(train_size, train_seed)
+        self.test = self.task.sample_problems(test_size, TEST_SEED)
         self._score = compute_score
-        self.prompt_cache: dict[tuple[int, int], list[int]] = {}
+        self.prompt_cache: dict = {}
 
-    def messages(self, problem: AdditionProblem) -> list[dict]:
+    @property
+    def max_tokens(self) -> int:
+        """The task's response budget (the addition task's is the module's ``MAX_RESPONSE_TOKENS``)."""
+        return MAX_RESPONSE_TOKENS if self.task.name == "addition" else self.task.max_response_tokens
+
+    def truth(self, problem, response: list[int]) -> list[int]:
+        """The right worked solution nearest to ``response`` (token edit distance; the task's only one for the
+        addition task), with the EOS the policy ends a response with: what the oracle mask and the
+        localisation compare a wrong response to."""
+        from ibpo.alignment import normalized_edit_distance
+
+        eos = [self.tokenizer.eos_token_id]
+        candidates = [self.encode(text) + eos for text in self.task.right_solutions(problem)]
+        return min(candidates, key=lambda ids: normalized_edit_distance(response, ids))
+
+    def messages(self, problem) -> list[dict]:
         return [{"role": "user", "content": problem.prompt_text}]
 
     def encode_chat(self, messages: list[dict]) -> list[int]:
         return list(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)["input_ids"])
 
-    def prompt_ids(self, problem: AdditionProblem) -> list[int]:
-        key = (problem.a, problem.b)
-        if key not in self.prompt_cache:
-            self.prompt_cache[key] = self.encode_chat(self.messages(problem))
-        return self.prompt_cache[key]
+    def prompt_ids(self, problem) -> list[int]:
+        if problem not in self.prompt_cache:
+            self.prompt_cache[problem] = self.encode_chat(self.messages(problem))
+        return self.prompt_cache[problem]
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
@@ -149,18 +165,20 @@ class Toy:
     def encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
-    def score(self, ids: list[int], problem: AdditionProblem) -> float:
-        return float(self._score(DATA_SOURCE, self.decode(ids), str(problem.answer))["score"])
+    def score(self, ids: list[int], problem) -> float:
+        return float(self._score(self.task.data_source, self.decode(ids), str(problem.answer))["score"])
 
 
-def generate(generator, prompts: list[list[int]], seeds: list[int] | None, chunk: int = 128) -> list[list[int]]:
-    """Sampled (temperature 1, per-request seeds) or greedy (``seeds`` None) responses, in chunks."""
+def generate(generator, prompts: list[list[int]], seeds: list[int] | None, chunk: int = 128,
+             max_tokens: int | None = None) -> list[list[int]]:
+    """Sampled (temperature 1, per-request seeds) or greedy (``seeds`` None) responses, in chunks, of at most
+    ``max_tokens`` tokens (default ``MAX_RESPONSE_TOKENS``)."""
     from verl_cpu.hf_rollout import GenRequest, parse_sampling_spec
 
     spec = parse_sampling_spec({"temperature": 1.0 if seeds is not None else 0.0, "top_p": 1.0, "top_k": -1})
     out: list[list[int]] = []
     for lo in range(0, len(prompts), chunk):
-        reqs = [GenRequest(prompt_ids=p, spec=spec, max_tokens=MAX_RESPONSE_TOKENS, want_logprobs=False,
+        reqs = [GenRequest(prompt_ids=p, spec=spec, max_tokens=max_tokens or MAX_RESPONSE_TOKENS, want_logprobs=False,
                            seed=None if seeds is None else seeds[lo + i]) for i, p in enumerate(prompts[lo:lo + chunk])]
         out += [r.token_ids for r in generator.generate_batch(reqs)]
     return out
@@ -168,7 +186,7 @@ def generate(generator, prompts: list[list[int]], seeds: list[int] | None, chunk
 
 def evaluate(toy: Toy, generator) -> np.ndarray:
     """Greedy correctness (0/1) on every test problem."""
-    responses = generate(generator, [toy.prompt_ids(p) for p in toy.test], None, chunk=512)
+    responses = generate(generator, [toy.prompt_ids(p) for p in toy.test], None, chunk=512, max_tokens=toy.max_tokens)
     return np.array([toy.score(r, p) for r, p in zip(responses, toy.test)], dtype=np.float64)
 
 
@@ -190,10 +208,16 @@ def gspo_loss(model: torch.nn.Module, prompts: list[list[int]], responses: list[
         adv[i, len(p):len(p) + len(r)] = torch.as_tensor(a, dtype=torch.float32)
     logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()
     logp = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
-    mask, a = resp[:, 1:], adv[:, 1:]
-    ratio = torch.exp(logp - logp.detach())
-    per_token = -a * ratio * mask
-    per_row = per_token.sum(-1) / mask.sum(-1).clamp(min=1)
+    return gspo_loss_from_log_probs(logp, adv[:, 1:], resp[:, 1:])
+
+
+def gspo_loss_from_log_probs(log_probs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """GSPO's ``seq-mean-token-mean`` loss at the on-policy point from (rows, T) token log-probs, advantages and
+    loss mask: mean over rows (with any valid token) of the mean over their tokens of −Â_t·π_t/sg(π_t). Equal to
+    verl's ``compute_policy_loss_gspo`` with ``old_log_prob = log_prob`` and the update's rows as the global batch
+    (no padding rows; tests/integration/test_recipe_correction.py checks value and gradient)."""
+    ratio = torch.exp(log_probs - log_probs.detach())
+    per_row = (-advantages * ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1)
     return per_row.mean()
 
 
@@ -239,7 +263,7 @@ def sample_step(toy: Toy, generator, order: np.ndarray, step: int, seed: int, ba
     prompts = [toy.prompt_ids(p) for p in problems]
     seeds = [request_seed(seed, f"main|{i}|{j}", step) for i in idx for j in range(group)]
     t0 = time.perf_counter()
-    responses = generate(generator, prompts, seeds)
+    responses = generate(generator, prompts, seeds, max_tokens=toy.max_tokens)
     t_gen = time.perf_counter()
     rewards = np.array([toy.score(r, p) for r, p in zip(responses, problems)])
     return StepSamples(problems, prompts, responses, rewards, [k for k in range(batch_size) for _ in range(group)],
@@ -262,7 +286,7 @@ def correction_pass(toy: Toy, generator, cfg: IBPOConfig, samples: StepSamples, 
     c0 = time.perf_counter()
     corr_prompts = [toy.encode_chat(r.messages) for r in requests]
     corr_seeds = [request_seed(seed, f"corr|{r.target_row}|{k}", step) for k, r in enumerate(requests)]
-    corrections = generate(generator, corr_prompts, corr_seeds, chunk=64)
+    corrections = generate(generator, corr_prompts, corr_seeds, chunk=64, max_tokens=toy.max_tokens)
     seconds = time.perf_counter() - c0
     scores = [toy.score(c, samples.problems[r.target_row]) for c, r in zip(corrections, requests)]
     right = [s >= cfg.correct_threshold for s in scores]
@@ -274,14 +298,13 @@ def correction_pass(toy: Toy, generator, cfg: IBPOConfig, samples: StepSamples, 
         result.joint_rewards = [s - cfg.rewrite_penalty * float(w) for s, w in zip(scores, outcome.correction_rewrite)]
         result.joint_group_ids = [f"{r.group_id}:correction" + (f":{r.target_row}" if cfg.joint_grouping ==
                                                                  "per_correction_prompt" else "") for r in requests]
-    eos = sorted(generator.eos_ids)[:1]
     for req, corr, ok, rewrite in zip(requests, corrections, right, outcome.correction_rewrite):
         if not ok:
             continue
         row = req.target_row
         reference = samples.responses[req.reference_rows[0]] if req.reference_rows else []
         lines = line_index([newline_tokens.get(t, "") for t in samples.responses[row]])
-        loc = localise(samples.responses[row], corr, toy.encode(samples.problems[row].solution) + eos, reference,
+        loc = localise(samples.responses[row], corr, toy.truth(samples.problems[row], samples.responses[row]), reference,
                        lines, reference_right=bool(req.reference_rows and is_correct[req.reference_rows[0]]),
                        eos_ids=generator.eos_ids)
         result.localisations.append({"step": step, "shaped": bool(outcome.delta[row] > 0), "rewrite": bool(rewrite),
@@ -289,12 +312,10 @@ def correction_pass(toy: Toy, generator, cfg: IBPOConfig, samples: StepSamples, 
     return result
 
 
-def oracle_masks(toy: Toy, samples: StepSamples, eos_ids) -> list[np.ndarray]:
-    """The oracle arm's token masks: on every wrong response, the tokens a minimal edit into the task's right
-    worked solution changes (``analysis.credit_localisation.wrong_mask``); ones on right responses."""
-    eos = sorted(eos_ids)[:1]
-    return [np.ones(len(r), dtype=np.float32) if ok else
-            wrong_mask(r, toy.encode(p.solution) + eos).astype(np.float32)
+def oracle_masks(toy: Toy, samples: StepSamples) -> list[np.ndarray]:
+    """The oracle arm's token masks: on every wrong response, the tokens a minimal edit into the nearest right
+    worked solution changes (``Toy.truth``, ``analysis.credit_localisation.wrong_mask``); ones on right ones."""
+    return [np.ones(len(r), dtype=np.float32) if ok else wrong_mask(r, toy.truth(p, r)).astype(np.float32)
             for r, p, ok in zip(samples.responses, samples.problems, samples.is_correct)]
 
 
@@ -375,7 +396,7 @@ def run(toy: Toy, arm: Arm, seed: int, budget: float, n: int, batch_size: int, l
         corr = (correction_pass(toy, generator, arm.ibpo.replace(seed=seed), samples, seed, step, newline_tokens)
                 if arm.ibpo is not None else CorrectionResult(np.zeros(len(samples.responses))))
         localisations += corr.localisations
-        oracle = oracle_masks(toy, samples, generator.eos_ids) if arm.oracle_mask else None
+        oracle = oracle_masks(toy, samples) if arm.oracle_mask else None
         adv, token_adv = token_advantages(arm, samples, corr, oracle)
         t_host = time.perf_counter()
         main_lengths = [len(p) + len(r) for p, r in zip(samples.prompts, samples.responses)]
@@ -441,11 +462,11 @@ def evaluate_at(toy: Toy, generator, milestone: float | None, step: int, flops: 
 _WORKER_TOY: Toy | None = None
 
 
-def _init_worker(model_dir: str, train_size: int, test_size: int) -> None:
+def _init_worker(model_dir: str, train_size: int, test_size: int, task: str = "addition") -> None:
     """A worker process of ``--jobs``: one torch thread, its own tokenizer and problem sets."""
     global _WORKER_TOY
     torch.set_num_threads(1)
-    _WORKER_TOY = Toy(model_dir, train_size, test_size)
+    _WORKER_TOY = Toy(model_dir, train_size, test_size, task=task)
 
 
 def run_and_save(toy: Toy | None, arm: Arm, seed: int, path: str, budget: float, n: int, batch_size: int,
@@ -470,6 +491,7 @@ def main(argv: list[str] | None = None) -> int:
     source.add_argument("--assets", help="`python -m toy_task.warm_start --out DIR` output (its model_sft)")
     source.add_argument("--model", help="a warm-start model directory (e.g. toy_task/warm_starts/addition_seed0)")
     p.add_argument("--out", required=True)
+    p.add_argument("--task", default="addition", help="a task of toy_task.tasks (the warm start must be one of it)")
     p.add_argument("--arms", nargs="+", default=None, help="subset of the arms (the first is the baseline)")
     p.add_argument("--seeds", type=int, nargs="+", default=list(range(30)))
     p.add_argument("--budget-steps", type=float, default=20,
@@ -506,7 +528,10 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         p.error(f"--arms: unknown {unknown}; the arms are {list(arms)}")
     chosen = [arms[a] for a in (args.arms or list(arms))]
-    toy = Toy(model_dir, args.train_size, args.test_size)
+    try:
+        toy = Toy(model_dir, args.train_size, args.test_size, task=args.task)
+    except ValueError as exc:
+        p.error(f"--task: {exc}")
     meta_path = out / "meta.json"
     if meta_path.exists():
         meta = json.loads(meta_path.read_text())
@@ -523,7 +548,7 @@ def main(argv: list[str] | None = None) -> int:
             budget = args.budget_steps * step_cost
         meta = {"baseline_step_flops": budget / args.budget_steps,"warm_start_sha256": sha256_of_dir(model_dir), "budget_flops": budget,
                 "warm_start_test_accuracy": float(warm.mean()), "warm_start_correct": warm.astype(int).tolist(),
-                "command": "python -m analysis.toy_loop " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
+                "task": args.task, "command": "python -m analysis.toy_loop " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
                 "args": vars(args)}
         meta_path.write_text(json.dumps(meta))
     print(f"[toy_loop] budget {meta['budget_flops']:.3g} FLOPs, warm start {meta['warm_start_sha256'][:12]} "
@@ -559,7 +584,7 @@ def main(argv: list[str] | None = None) -> int:
 
         # spawn, not fork: a forked child of a process that has run torch ops can deadlock in OpenMP
         with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker,
-                                 initargs=(model_dir, args.train_size, args.test_size)) as pool:
+                                 initargs=(model_dir, args.train_size, args.test_size, args.task)) as pool:
             pending: set = set()
             queue = list(todo)
             while queue or pending:
