@@ -87,6 +87,8 @@ class IBPOResumeError(RuntimeError):
 class RayIBPOTrainer(HookedRayPPOTrainer):
     """verl's PPO trainer with IBPO's counterfactual correction pass in every training step."""
 
+    shapes_ibpo_rewards = True  # the `ibpo` estimator may run under this trainer (HookedRayPPOTrainer.init_workers)
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         model_path = self.config.actor_rollout_ref.model.path
