@@ -748,12 +748,28 @@ def to_wire(value, depth=0):
         return {"__c": [value.real, value.imag]}
     if module == "numpy" and hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
         return to_wire(value.item(), depth + 1)  # numpy scalars compare equal to Python numbers
-    # Subclasses of builtins (defaultdict, Counter, namedtuple, str/int subclasses) compare like their base.
-    for base, encode in ((bool, bool), (int, int), (float, float), (str, str), (dict, dict), (list, list),
-                         (tuple, tuple), (frozenset, frozenset), (set, set), (complex, complex)):
-        if isinstance(value, base):
-            return to_wire(encode(value), depth + 1)
+    # Subclasses of builtins (defaultdict, Counter, namedtuple, str/int subclasses) compare like their base, by
+    # what they ARE: their storage read through the base type's own slots (list.__iter__, dict.items, int.__int__
+    # ...), never through methods the subclass may override (a list subclass storing [9, 9] whose __iter__ yields
+    # the expected answer is [9, 9]). The type is type(value), not isinstance (a __class__ property can lie).
+    for base, exact in SUBCLASS_STORAGE:
+        if issubclass(kind, base):
+            return to_wire(exact(value), depth + 1)
     return {"__o": f"{module}.{kind.__qualname__}"}
+
+
+# (builtin base, its exact value of an instance of a subclass, read with the base's own C slots)
+SUBCLASS_STORAGE = (
+    (int, int.__int__),  # bool cannot be subclassed; int.__int__ returns the exact int stored
+    (float, float.__float__),
+    (str, str.__str__),
+    (dict, lambda v: dict(dict.items(v))),
+    (list, lambda v: list(list.__iter__(v))),
+    (tuple, lambda v: tuple(tuple.__iter__(v))),
+    (frozenset, lambda v: frozenset(frozenset.__iter__(v))),
+    (set, lambda v: set(set.__iter__(v))),
+    (complex, lambda v: complex(complex.real.__get__(v), complex.imag.__get__(v))),
+)
 
 
 def run_functional_child(job, code_text, req_r, rep_w):
@@ -801,8 +817,8 @@ def run_functional_child(job, code_text, req_r, rep_w):
             continue
         try:
             prediction = method(*args)
-            if isinstance(prediction, tuple):  # LCB: "don't penalize model if it produces tuples"
-                prediction = list(prediction)
+            if issubclass(type(prediction), tuple):  # LCB: "don't penalize model if it produces tuples"
+                prediction = list(tuple.__iter__(prediction))  # its storage, not what an override says
             try:
                 reply({"status": "ok", "value": to_wire(prediction)})
             except (RecursionError, ValueError, TypeError) as exc:
