@@ -48,6 +48,7 @@ CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
+SYS_PRCTL = 157  # x86_64
 PR_SET_SECCOMP = 22
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_NO_NEW_PRIVS = 38
@@ -162,7 +163,8 @@ def block_user_namespaces(private_ipc=True, private_net=True):
     clone3 with ENOSYS (glibc then uses clone); the keyring syscalls fail with EPERM (a sample cannot leave a
     key for a later sample nor read one, whatever uid it runs as); without a private IPC namespace SysV
     message queues/semaphores and POSIX message queues fail too, and without a private network namespace
-    socket(AF_UNIX) does (abstract unix sockets would be shared with the host). x86_64 only; returns False
+    socket(AF_UNIX) does (abstract unix sockets would be shared with the host); prctl(PR_SET_DUMPABLE, 0) fails
+    with EPERM (a process the memory monitor cannot read would hide its memory). x86_64 only; returns False
     elsewhere."""
     if platform.machine() != "x86_64":
         return False
@@ -182,6 +184,10 @@ def block_user_namespaces(private_ipc=True, private_net=True):
     if not private_net:                                                     # socket(AF_UNIX, ...): EPERM
         prog += [(jeq, 0, 4, SYS_SOCKET), (ld_w_abs, 0, 0, 16), (jeq, 0, 1, AF_UNIX), (ret, 0, 0, errno_ret | 1),
                  (ret, 0, 0, allow)]
+    prog += [                                                               # prctl(PR_SET_DUMPABLE, 0): EPERM
+        (jeq, 0, 6, SYS_PRCTL), (ld_w_abs, 0, 0, 16), (jeq, 0, 3, PR_SET_DUMPABLE), (ld_w_abs, 0, 0, 24),
+        (jeq, 0, 1, 0), (ret, 0, 0, errno_ret | 1), (ret, 0, 0, allow),
+    ]
     prog += [
         (jeq, 1, 0, 272), (jeq, 0, 3, 56),                                  # unshare / clone: check flags
         (ld_w_abs, 0, 0, 16), (jset, 0, 1, CLONE_NEWUSER), (ret, 0, 0, errno_ret | 1),
@@ -394,10 +400,13 @@ class Monitor:
                         data = fh.read()
                 fds = os.listdir(f"/proc/{pid}/fd")
             except PermissionError:
-                # A fresh fork is unreadable until it makes itself dumpable; for half a second means it hides.
+                # Only the harness's own fresh fork (the main child, before its prctl) may be unreadable, and for
+                # at most half a second. Every other process inherited dumpable=1 and the seccomp filter refuses
+                # PR_SET_DUMPABLE 0, so an unreadable one hides its memory: the sample is refused at once (the
+                # kernel's memory cgroup, where there is one, bounds it whether read or not).
                 first = self.unreadable.get(pid, now)
-                if now - first > 0.5 and not _is_zombie(pid):
-                    raise Violation("runtime_error", "a process hid from the sandbox's memory monitor")
+                if (pid != self.main_child or now - first > 0.5) and not _is_zombie(pid):
+                    raise Violation("runtime_error", "a process hid from the sandbox's memory monitor (not readable)")
                 unreadable[pid] = first
                 continue
             except OSError:
@@ -443,11 +452,16 @@ class Monitor:
         return anon_bytes + max(shmem * 1024, objects)
 
 
+PF_EXITING = 0x4
+
+
 def _is_zombie(pid):
+    """Dead or exiting (PF_EXITING: its memory is being freed and /proc/<pid>/fd refuses everyone)."""
     try:
         with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except (OSError, IndexError):
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return fields[0] in ("Z", "X") or bool(int(fields[6]) & PF_EXITING)
+    except (OSError, IndexError, ValueError):
         return True
 
 
