@@ -107,25 +107,46 @@ def test_math_final_text():
     ("2^{-30}", r"\boxed{0.0}", "wrong_answer"),
     ("2^{-30}", r"\boxed{0}", "wrong_answer"),
     (r"\frac{1}{2006!}", r"\boxed{0.000000}", "wrong_answer"),
-    ("2^{-30}", r"\boxed{9.3132257e-10}", "correct"),
-    ("2^{-30}", r"\boxed{8.3132257e-10}", "wrong_answer"),       # wrong first significant digit
+    ("2^{-30}", r"\boxed{9.3132257e-10}", "wrong_answer"),       # an approximation of an exact gold
+    ("2^{-30}", r"\boxed{9.31322574615478515625e-10}", "correct"),  # the exact value, written as a decimal
+    ("2^{-30}", r"\boxed{8.3132257e-10}", "wrong_answer"),
     ("100000000000000000001", r"\boxed{1e20}", "wrong_answer"),
+    ("100000000000000000001", r"\boxed{1.0 \times 10^{20}}", "wrong_answer"),
+    (r"10^{20}+1", r"\boxed{1.0 \times 10^{20}}", "wrong_answer"),
+    (r"10^{20}+1", r"\boxed{1.00000000000000000001 \times 10^{20}}", "correct"),
     ("100000000000000000001", r"\boxed{100000000000000000000}", "wrong_answer"),
     ("100000000000000000001", r"\boxed{100000000000000000001}", "correct"),
     ("100000000000000000001", r"\boxed{10^{20}+1}", "correct"),
     (r"2^{25} \cdot 26!", r"\boxed{2^{25} \cdot 26! + 1}", "wrong_answer"),
     ("70", r"\boxed{70.0}", "correct"),
+    ("2500", r"\boxed{2.5 \times 10^{3}}", "correct"),
     ("70", r"\boxed{70.0000001}", "wrong_answer"),
-    (r"\pi", r"\boxed{3.14159}", "correct"),
-    (r"\pi", r"\boxed{3.1413}", "wrong_answer"),
+    (r"\pi", r"\boxed{3.14159}", "wrong_answer"),                # symbolic gold: no decimal is it
+    (r"\pi", r"\boxed{3.14159265358979}", "wrong_answer"),
     (r"\pi", r"\boxed{3.14}", "wrong_answer"),
-    (r"\sqrt{2}", r"\boxed{1.41421356}", "correct"),
-    (r"\frac{1}{3}", r"\boxed{0.333333}", "correct"),
-    (r"\frac{1}{3}", r"\boxed{0.333}", "wrong_answer"),
-    ("0.5", r"\boxed{\frac{1}{2}}", "correct"),
+    (r"2\pi", r"\boxed{6.283185}", "wrong_answer"),
+    ("e", r"\boxed{2.718281828}", "wrong_answer"),
+    (r"\sqrt{2}", r"\boxed{1.41421356}", "wrong_answer"),
+    (r"\frac{\sqrt{3}}{2}", r"\boxed{0.8660254}", "wrong_answer"),
+    (r"\frac{1}{3}", r"\boxed{0.333333}", "wrong_answer"),
+    (r"\frac{1}{3}", r"\boxed{0.3333333333333}", "wrong_answer"),
+    (r"\frac{1}{4}", r"\boxed{0.25}", "correct"),                 # a decimal that IS the gold
+    (r"\frac{7}{8}", r"\boxed{0.875}", "correct"),
+    (r"\pi", r"\boxed{\pi}", "correct"),
+    (r"\sqrt{2}", r"\boxed{\frac{2}{\sqrt{2}}}", "correct"),
+    ("0.5", r"\boxed{\frac{1}{2}}", "correct"),                   # a decimal gold: the problem asked for one
+    ("0.5", r"\boxed{0.50}", "correct"),
+    ("0.5", r"\boxed{0.46}", "wrong_answer"),
+    ("0.125", r"\boxed{\frac{1}{8}}", "correct"),
+    ("3.14", r"\boxed{3.14}", "correct"),
+    ("3.14", r"\boxed{3.14159}", "wrong_answer"),                 # not the stated decimal
+    ("3.14", r"\boxed{\pi}", "wrong_answer"),
+    ("1.5", r"\boxed{1.5000001}", "correct"),                     # relative 7e-8: representation noise
+    ("0.0015", r"\boxed{1.5 \times 10^{-3}}", "correct"),
+    ("0.0015", r"\boxed{0.0016}", "wrong_answer"),
     (r"\frac{\pi}{10^{20}}", r"\boxed{\frac{3}{10^{20}}}", "wrong_answer"),
 ])
-def test_numbers_use_relative_tolerance_and_exact_integers(gold, response, expected):
+def test_a_decimal_matches_only_a_decimal_gold_or_the_exact_value(gold, response, expected):
     assert verdict(response, gold) == expected
 
 
