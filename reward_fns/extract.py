@@ -499,7 +499,9 @@ _END_MARK_RE = re.compile(r"\s*\\(?:qed|blacksquare|square|Box|qedsymbol)\s*$")
 _TRAILING_UNIT_RE = re.compile(r"(?<=[\d}])(?:\s|\\[,;! ]|~)*\\(?:text|textrm|mathrm|mbox)\s*\{\s*([A-Za-z][A-Za-z .]{0,30})\}\s*$"
                                r"|(?<=[\d$])\s+\(?([A-Za-z]{2,15}(?:\s+[A-Za-z]{2,15}){0,2})\)?"
                                r"(?:\^\{?[23]\}?|[²³])?\s*$")
-_LATEX_SPACE_RE = re.compile(r"\\[,;:! ]|~|\\q?quad(?![A-Za-z])")
+# a row break ``\\`` (matrices, arrays, cases) is matched first so that its second backslash is never read as
+# the start of a LaTeX space ``\ `` (``1 & 2 \\ 3 & 4`` kept, not ``1 & 2 \  3 & 4``)
+_LATEX_SPACE_RE = re.compile(r"\\\\|\\[,;:! ]|~|\\q?quad(?![A-Za-z])")
 _THOUSANDS_RE = re.compile(r"(?<![\d.,])\d{1,3}(?:(?: |\{,\}|,)\d{3})+(?![\d])")
 _REPEATING_RE = re.compile(r"^(-?)(\d*)\.(\d*)(?:\\overline\s*\{(\d{1,12})\}|\\dot\s*\{?(\d)\}?|\((\d{1,12})\))$")
 _CONGRUENCE_RE = re.compile(r"^(?P<lhs>[^=]*?)\s*(?:\\equiv|≡)\s*(?P<value>[-\w{}\\]+?)\s*"
@@ -562,7 +564,7 @@ def rewrite_admitted_forms(answer: str, gold: str) -> str:
     if len(answer) > MAX_ANSWER_CHARS:
         return answer  # rejected by answer_problem; no rewrite scans it
     s = _unicode_math(answer)
-    s = _LATEX_SPACE_RE.sub(" ", s).strip()
+    s = _LATEX_SPACE_RE.sub(lambda m: m.group() if m.group() == "\\\\" else " ", s).strip()  # \\ is a row break
     gold_has = lambda token: token in gold  # noqa: E731
     for _ in range(2):
         s = _END_MARK_RE.sub("", s)
@@ -579,6 +581,7 @@ def rewrite_admitted_forms(answer: str, gold: str) -> str:
     single_gold = len(_gold_items(gold)) == 1
     if single_gold and not re.search(r"\d(?: |\{,\}|,)\d", gold):
         s = _THOUSANDS_RE.sub(lambda m: re.sub(r"\D", "", m.group()), s)  # RULE "thousands": 1 000 000, 1{,}000
+    before_items = s
     items = split_top_level(s)
     if not any(gold_has(t) for t in ("\\equiv", "≡", "mod")):
         rewritten = []
@@ -606,7 +609,16 @@ def rewrite_admitted_forms(answer: str, gold: str) -> str:
             a, b = m.group("a").strip(), m.group("b").strip()
             b = f"({b})" if re.search(r"(?<!^)[-+]", b) else b
             items = [f"{a}+{b}" if a else b, f"{a}-{b}"]  # RULE "±": a \pm b lists a+b, a-b for a two-root gold
+    if _SEPARATOR_GOLD_RE.search(gold) and [i.strip() for i in items] == [o.strip() for o in
+                                                                        split_top_level(before_items)]:
+        # a gold whose separators carry meaning (``14,916`` one number, ``p=5,q=2;p=7,q=2`` two groups): an
+        # answer no rule rewrote keeps its own separators, so the same text parses as the gold does
+        return before_items.strip()
     return ", ".join(item.strip() for item in items)
+
+
+# a comma followed by a digit (``14,916``: thousands, as math-verify reads it) or a semicolon (groups)
+_SEPARATOR_GOLD_RE = re.compile(r",(?=\d)|;")
 
 
 def _repeating_decimal(item: str) -> str:

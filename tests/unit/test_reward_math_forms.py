@@ -194,3 +194,63 @@ def test_check_ground_truth_contract():
     check_ground_truth("livecodebench_v6", reward_fns.encode_tests({"inputs": ["1"], "outputs": ["1"]}))
     with pytest.raises(BadGroundTruth):
         check_ground_truth("aime25", 70)  # not a string (the pre-flight converts ints when it means to)
+
+
+# ------------------------------------------------------------------------ every gold math-verify accepts
+# "Unusable" means what math-verify cannot parse, not what a fast check does not know: each form below is a gold
+# math-verify parses, and a right answer (the same form or an equivalent one) scores while a wrong one does not.
+# scripts/measure_gold_forms.py measures the same on math-verify's own test cases (README).
+GOLD_FORMS = [
+    (r"\begin{pmatrix} 1 & 2 \\ 3 & 4 \end{pmatrix}",
+     [r"\begin{pmatrix} 1 & 2 \\ 3 & 4 \end{pmatrix}", r"\begin{bmatrix} 1 & 2 \\ 3 & 4 \end{bmatrix}",
+      r"\begin{pmatrix}1&2\\3&4\end{pmatrix}"],
+     [r"\begin{pmatrix} 1 & 2 \\ 3 & 5 \end{pmatrix}", r"\begin{pmatrix} 1 & 3 \\ 2 & 4 \end{pmatrix}"]),
+    (r"\begin{pmatrix} -1 \\ 2 \end{pmatrix}", [r"\begin{bmatrix} -1 \\ 2 \end{bmatrix}"],
+     [r"\begin{pmatrix} 2 \\ -1 \end{pmatrix}", r"\begin{pmatrix} -1 & 2 \end{pmatrix}"]),
+    (r"\begin{bmatrix} 0 & 3 \\ 0 & -1 \end{bmatrix}", [r"\begin{pmatrix} 0 & 3 \\ 0 & -1 \end{pmatrix}"],
+     [r"\begin{pmatrix} 0 & 3 \\ 0 & 1 \end{pmatrix}"]),
+    (r"\{1, 2, 3\}", [r"\{3, 2, 1\}", r"\{1,2,3\}"], [r"\{1, 2\}", r"\{1, 2, 4\}"]),
+    ("(1, 2]", ["(1, 2]", "(1,2]"], ["[1, 2]", "(1, 2)"]),
+    (r"[0, \infty)", [r"[0, \infty)"], [r"(0, \infty)"]),
+    (r"(-\infty, 0) \cup (1, \infty)", [r"(-\infty, 0) \cup (1, \infty)"], [r"(-\infty, 0] \cup (1, \infty)"]),
+    ("(3, 4)", ["(3, 4)", "(3,4)"], ["(4, 3)", "(3, 5)"]),
+    ("y = 2x + 1", ["y = 2x + 1", "y = 1 + 2x"], ["y = 2x - 1"]),
+    ("14,916", ["14,916", "14916", "14{,}916"], ["14,917"]),
+    ("p=5,q=2;p=7,q=2", ["p=5,q=2;p=7,q=2"], ["p=5,q=2;p=7,q=3"]),
+    (r"\frac{\sqrt{3}}{2}", [r"\frac{\sqrt{3}}{2}", r"\frac{\sqrt3}{2}"], [r"\frac{\sqrt{2}}{2}"]),
+]
+
+
+@pytest.mark.parametrize("gold, right, wrong", GOLD_FORMS, ids=[g for g, _, _ in GOLD_FORMS])
+def test_every_gold_math_verify_accepts_scores_its_right_answers(gold, right, wrong):
+    from reward_fns import check_ground_truth
+
+    check_ground_truth("math_dapo", gold, thorough=True)  # never refused
+    for answer in right:
+        assert verdict(f"So \\boxed{{{answer}}}", gold) == "correct", answer
+    for answer in wrong:
+        assert verdict(f"So \\boxed{{{answer}}}", gold) == "wrong_answer", answer
+
+
+def test_a_row_break_is_not_a_latex_space():
+    from reward_fns.extract import rewrite_admitted_forms
+
+    assert rewrite_admitted_forms(r"\begin{pmatrix} 1 \\ 2 \end{pmatrix}", "1") == r"\begin{pmatrix} 1 \\ 2 \end{pmatrix}"
+    assert rewrite_admitted_forms(r"1\ 000", "1000") == "1000"  # "\ " is still a space
+
+
+def test_the_gold_form_measurement_reads_parametrized_golds(tmp_path):
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    (tmp_path / "test_x.py").write_text(
+        'import pytest\n@pytest.mark.parametrize("gold,pred,expected", [("$1$", "1", 1), ("$[0,1)$", "x", 0)])\n'
+        'def test_a(gold, pred, expected): pass\n'
+        '@pytest.mark.parametrize("pred,gold", [("2", "$3$")])\ndef test_b(pred, gold): pass\n')
+    path = Path(__file__).resolve().parents[2] / "scripts" / "measure_gold_forms.py"
+    spec = importlib.util.spec_from_file_location("ibpo_measure_gold_forms", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    assert mod.parametrized_golds(tmp_path) == ["$1$", "$[0,1)$", "$3$"]
