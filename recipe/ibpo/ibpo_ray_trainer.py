@@ -42,11 +42,14 @@ from ibpo.minibatch import ActorMiniBatchPlan, actor_minibatch_plan, optimizer_u
 from ibpo.pipeline import shape_batch
 from ibpo.variants import get_variant
 from recipe.ibpo import correction as corr
-from recipe.ibpo.correction_rollout import proxy_params
+from recipe.ibpo.correction_rollout import proxy_params, spec_decode_step_metrics, speculative_config_of
 from recipe.common.preflight.methods import ibpo_config_from
 from recipe.common.preflight.model import configured_context_length, model_flop_shape
 from recipe.ibpo.preflight import check_trainer_config
 from recipe.common.trainer_base import HookedRayPPOTrainer
+
+# verl's rollout-common names of vLLM's request_spec_decode_stats (vllm_async_server.py generate)
+SPEC_STAT_KEYS = ("spec_num_draft_tokens", "spec_num_accepted_tokens", "spec_num_verify_steps")
 
 
 def generation_tokens(output: DataProto | None) -> tuple[float, float]:
@@ -221,6 +224,10 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
         counted in ``_after_advantage``). If this step wrote a checkpoint, its IBPO state is written again
         now that the step's time is known."""
         metrics.update(phase_seconds(timing_raw))
+        # accepted draft tokens per decode step, from the rollout's own per-request statistics; with a
+        # speculative_config and none reported, rollout/spec_stats_reported=0 says "unknown", never "no speed-up"
+        spec_stats = [batch.non_tensor_batch.get(k) for k in SPEC_STAT_KEYS]
+        metrics.update(spec_decode_step_metrics(speculative_config_of(self.config) is not None, *spec_stats))
         self.time_totals["cumulative_step_s"] += timing_raw.get("step", 0.0)
         metrics["ibpo/time/cumulative_step_s"] = self.time_totals["cumulative_step_s"]
         metrics["ibpo/time/host_share"] = metrics["ibpo/time/host_s"] / max(timing_raw.get("step", 0.0), 1e-9)
