@@ -45,14 +45,17 @@ setup(
     packages=find_packages(include=["ibpo", "ibpo.*", "counterfactual", "counterfactual.*", "analysis", "analysis.*",
                                     "verl_cpu", "verl_cpu.*", "recipe", "recipe.*", "reward_fns", "reward_fns.*",
                                     "data_prep", "data_prep.*", "toy_task", "toy_task.*"]),
-    package_data={"recipe.ibpo": ["*.sh"], "recipe.ibpo.config": ["*.yaml"], "recipe.common": ["REQUIRED_VERL.txt"],
+    package_data={"recipe.ibpo": ["*.sh"], "recipe.ibpo.config": ["*.yaml"], "recipe.counterfactual": ["*.sh"],
+                  "recipe.counterfactual.config": ["*.yaml"], "recipe.common": ["REQUIRED_VERL.txt"],
                   "recipe.common.upstream": ["*.txt", "*.toml"]},
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS,
     entry_points={
         # verl imports every entry point of this group at `import verl` (verl/__init__.py), in every process.
         "verl.plugins": [
-            "ibpo = ibpo.verl_plugin",  # advantage estimator `ibpo`
+            # advantage estimator `ibpo`, agent loop `ibpo_correction` (an install made before this module moved
+            # names `ibpo.verl_plugin`, which is this module under its old name)
+            "ibpo = recipe.verl_plugin",
             "verl_cpu = verl_cpu.plugin",  # CPU platform + `hf` rollout (inert unless VERL_PLATFORM=cpu)
         ],
     },

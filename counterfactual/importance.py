@@ -80,7 +80,7 @@ class CounterfactualConfig:
     §token weights]; ``gradient_conservation`` is ON by default (see the module docstring). Each field carries
     its documentation (``metadata["doc"]``); the ``counterfactual:`` block of
     ``recipe/ibpo/config/counterfactual_block.yaml`` is generated from these fields
-    (``python -m recipe.ibpo.config.blocks``, checked by tests/unit/test_config_defaults.py).
+    (``python -m recipe.common.config_blocks``, checked by tests/unit/test_config_defaults.py).
     """
 
     mode: str = field(default="counterfactual", metadata={

@@ -1,11 +1,13 @@
-"""IBPO: Implicit Behavior Policy Optimization as pure functions (no Ray, no trainer).
+"""IBPO: Implicit Behavior Policy Optimization as pure functions (no Ray, no trainer, no verl).
 
 Modules: ``config`` (validated options), ``references`` (Alg. 1 l.14-19), ``prompts`` (Eq. 13/28),
-``alignment`` (App. C.2), ``budget`` (correction-prompt token budgets), ``shaping`` (Eq. 14-19), ``advantages`` (Eq. 8-9, 23), ``diagnostics``
-(Theorem A.2, compute estimate), ``pipeline`` (a batch's steps B-C), ``counterfactual`` (counterfactual
-importance weighting, docs/method_counterfactual.md), ``evaluation`` (avg@k, pass@k, bootstrap), ``grad_probe``
-(per-sample policy-gradient variance), ``simulation`` (Theorem A.2 check with known ground truth),
-``verl_plugin`` (verl registration).
+``alignment`` (App. C.2), ``shaping`` (Eq. 14-19), ``variants`` (the shaping variants' registry),
+``advantages`` (Eq. 8-9, 23), ``pipeline`` (a batch's steps B-C), ``diagnostics`` (Theorem A.2 statistics),
+``lambda_schedule`` (λ per step), ``mechanism`` (what group normalisation does to the shaping), ``budget``
+(correction-prompt token budgets), ``correction_bound`` (per-correction max_tokens), ``prefix_sharing``
+(prefix-cache proxy), ``lookup_decoding`` (draft-free speculation replayed), ``minibatch`` (actor updates
+under joint training), ``compute`` (FLOPs and seconds per phase), ``grad_probe`` (per-sample policy-gradient
+variance). ``verl_plugin`` is only the old path of ``recipe.verl_plugin`` (the verl registrations).
 """
 
 from ibpo.config import IBPOConfig, IBPOConfigError

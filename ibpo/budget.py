@@ -1,6 +1,6 @@
 """The correction pass's token budgets as pure arithmetic (docs/correction_pass.md, "Bounded cost"): how many
 tokens each candidate of a correction prompt x~ (Eq. 13/28) may show and how long x~ can get, from the data
-lengths, K and the model context. The pre-flight (``recipe.ibpo.preflight``) and the Hydra config default
+lengths, K and the model context. The pre-flight (``recipe.ibpo.start_checks``) and the Hydra config default
 of ``rollout.prompt_length`` (``recipe.ibpo.config``) call it."""
 
 from __future__ import annotations

@@ -64,7 +64,7 @@ class IBPOConfig:
 
     Each field carries its documentation (``metadata["doc"]``; ``metadata["section"]``: a comment block for
     the group of options it opens). The ``ibpo:`` block of ``recipe/ibpo/config/ibpo_blocks.yaml`` is
-    generated from these fields (``python -m recipe.ibpo.config.blocks``) and
+    generated from these fields (``python -m recipe.common.config_blocks``) and
     tests/unit/test_config_defaults.py checks that the committed file is that text. G (the group size) is not
     an option: it is ``actor_rollout_ref.rollout.n``.
     """

@@ -9,25 +9,21 @@ as it is (usually wrong, so Δ = 0) and, under joint training, trained on as a t
 How a request carries its bound through the pinned verl without forking it: verl's agent loop passes every
 ``non_tensor_batch`` column of a row to its agent loop as a keyword (``agent_loop.py:645``) and picks the
 loop by the row's ``agent_name`` column. The correction rows name the ``ibpo_correction`` loop
-(:mod:`ibpo.correction_agent_loop`, verl's single-turn loop that copies the row's ``ibpo_max_tokens``
+(``recipe.ibpo.correction_agent_loop``, verl's single-turn loop that copies the row's ``ibpo_max_tokens``
 into ``sampling_params["max_tokens"]``), which both verl's vLLM server and the CPU ``hf`` server honour
-(``vllm_async_server.py:601``, ``verl_cpu/hf_rollout.resolve_max_tokens``). This module is light: it is
-imported by the ``verl.plugins`` entry point in every process, and registers the loop in verl's registry
-only when verl's agent-loop module is imported (a post-import hook; hydra imports the class itself).
+(``vllm_async_server.py:601``, ``verl_cpu/hf_rollout.resolve_max_tokens``); the ``verl.plugins`` entry point
+(``recipe.verl_plugin``) registers the name. This module holds the arithmetic and the names, no verl.
 """
 
 from __future__ import annotations
 
 import math
-from types import ModuleType
 from typing import Sequence
 
 import numpy as np
 
 AGENT_LOOP_NAME = "ibpo_correction"
-AGENT_LOOP_TARGET = "ibpo.correction_agent_loop.IBPOCorrectionAgentLoop"
 MAX_TOKENS_KEY = "ibpo_max_tokens"  # non_tensor_batch column: the row's max_tokens (0: the rollout's own)
-AGENT_LOOP_MODULE = "verl.experimental.agent_loop.agent_loop"
 
 
 def correction_max_tokens(target_tokens: int, factor: float, closing_tokens: int, response_length: int) -> int:
@@ -47,18 +43,4 @@ def bounded_lengths(target_lengths: Sequence[int], factor: float, closing_tokens
                      for n in target_lengths], dtype=np.int64)
 
 
-def register_agent_loop(module: ModuleType) -> None:
-    """Add the ``ibpo_correction`` loop to verl's agent-loop registry (``module``: verl's agent_loop)."""
-    module._agent_loop_registry.setdefault(AGENT_LOOP_NAME, {"_target_": AGENT_LOOP_TARGET})
-
-
-def install_registration_hook() -> None:
-    """Register the loop as soon as verl's agent-loop module is imported in this process (now if it
-    already is). Called from the ``verl.plugins`` entry point (``ibpo.verl_plugin``)."""
-    from verl_cpu.import_hooks import when_imported
-
-    when_imported(AGENT_LOOP_MODULE, register_agent_loop)
-
-
-__all__ = ["AGENT_LOOP_NAME", "MAX_TOKENS_KEY", "bounded_lengths", "correction_max_tokens",
-           "install_registration_hook", "register_agent_loop"]
+__all__ = ["AGENT_LOOP_NAME", "MAX_TOKENS_KEY", "bounded_lengths", "correction_max_tokens"]

@@ -1,4 +1,5 @@
-"""verl registrations of the IBPO package, loaded by verl through the ``verl.plugins`` entry point.
+"""The project's registrations in verl's registries, loaded by verl through the ``verl.plugins`` entry point:
+IBPO's advantage estimator ``ibpo`` and its correction pass's agent loop ``ibpo_correction``.
 
 verl imports every entry point of group ``verl.plugins`` inside ``import verl`` (verl/__init__.py) in
 every process, including Ray workers, but logs a failing plugin only at DEBUG level. Call
@@ -15,11 +16,15 @@ start in the process that computes advantages), and the registered estimator rai
 from __future__ import annotations
 
 import functools
+from types import ModuleType
 
 from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY, register_adv_est
 
 from ibpo.advantages import compute_ibpo_outcome_advantage
-from ibpo.correction_bound import install_registration_hook
+from ibpo.correction_bound import AGENT_LOOP_NAME
+
+AGENT_LOOP_TARGET = "recipe.ibpo.correction_agent_loop.IBPOCorrectionAgentLoop"
+AGENT_LOOP_MODULE = "verl.experimental.agent_loop.agent_loop"
 
 ADV_ESTIMATOR_NAME = "ibpo"
 HOW_TO_RUN_IBPO = (
@@ -53,6 +58,21 @@ def ibpo_estimator(token_level_rewards, response_mask, index, config=None, **kwa
     if _is_run_config(config) and not _ibpo_trainer_started:
         raise IBPONeedsItsTrainer(HOW_TO_RUN_IBPO)
     return compute_ibpo_outcome_advantage(token_level_rewards, response_mask, index, config, **kwargs)
+
+
+def register_agent_loop(module: ModuleType) -> None:
+    """Add the ``ibpo_correction`` loop (:mod:`recipe.ibpo.correction_agent_loop`, the per-correction length
+    bound of :mod:`ibpo.correction_bound`) to verl's agent-loop registry (``module``: verl's agent_loop)."""
+    module._agent_loop_registry.setdefault(AGENT_LOOP_NAME, {"_target_": AGENT_LOOP_TARGET})
+
+
+def install_registration_hook() -> None:
+    """Register the loop as soon as verl's agent-loop module is imported in this process (now if it already
+    is): this module is imported in every process, the agent loop module only in some; hydra imports the
+    class itself."""
+    from verl_cpu.import_hooks import when_imported
+
+    when_imported(AGENT_LOOP_MODULE, register_agent_loop)
 
 
 # The registry raises if a *different* function is registered under the name, and this module is only

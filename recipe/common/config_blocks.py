@@ -1,13 +1,13 @@
 """The option blocks of the Hydra configs, generated from the option dataclasses.
 
 Each option is documented once, on its dataclass field (``metadata["doc"]``, and ``metadata["section"]`` for
-a comment block opening a group of options): ``ibpo.config.IBPOConfig`` and
-``counterfactual.importance.CounterfactualConfig``. Hydra reads the blocks from disk, so they are committed;
-this module writes them and tests/unit/test_config_defaults.py checks that the committed files are exactly
-:func:`render_block`'s text. After changing an option::
+a comment block opening a group of options) of each registered method's option dataclass
+(:mod:`recipe.common.methods`; ``Method.options``, written to ``Method.config_dir / Method.block_file``). Hydra
+reads the blocks from disk, so they are committed; this module writes them and tests/unit/test_config_defaults.py
+checks that the committed files are exactly :func:`render_block`'s text. After changing an option::
 
-    python -m recipe.ibpo.config.blocks          # rewrite ibpo_blocks.yaml and counterfactual_block.yaml
-    python -m recipe.ibpo.config.blocks --check  # exit 1 naming the stale files, write nothing
+    python -m recipe.common.config_blocks          # rewrite every method's block file
+    python -m recipe.common.config_blocks --check  # exit 1 naming the stale files, write nothing
 
 Layout: ``  key: value`` with its doc as a comment from column 29 (continuation lines aligned under it),
 wrapped at 118 characters; a key line too long for that (the prompt texts) gets its doc as comment lines
@@ -29,11 +29,10 @@ from typing import Any
 
 import yaml
 
-CONFIG_DIR = Path(__file__).resolve().parent
 WIDTH = 118  # longest generated line (except a long value that cannot wrap)
 COMMENT_COLUMN = 29  # where an inline doc starts when the key line fits before it
 INLINE_LIMIT = 60  # a key line longer than this gets its doc above it instead
-GENERATOR = "python -m recipe.ibpo.config.blocks"
+GENERATOR = "python -m recipe.common.config_blocks"
 _PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _YAML_WORDS = {"true", "false", "yes", "no", "on", "off", "y", "n", "null", "none", "~"}
 
@@ -46,22 +45,21 @@ class Block:
     name: str
     options: type
     header: str  # the comment above the block
+    config_dir: Path | None = None  # where the file is committed (the method's config folder)
 
 
 def blocks() -> tuple[Block, ...]:
-    """The generated option blocks (imported here, not at module import: ``--help`` stays cheap)."""
-    from counterfactual.importance import CounterfactualConfig
-    from ibpo.config import IBPOConfig
+    """The generated option block of every registered method that has one (the registry is read here, not at
+    module import: ``--help`` stays cheap)."""
+    from recipe.common.methods import registered_methods
 
-    return (
-        Block("ibpo_blocks.yaml", "ibpo", IBPOConfig,
-              "The `ibpo:` option block of ibpo_trainer.yaml. Every option is validated at start (ibpo/config.py): "
-              "a typo or out-of-range value fails."),
-        Block("counterfactual_block.yaml", "counterfactual", CounterfactualConfig,
-              "The `counterfactual:` option block of counterfactual_trainer.yaml (docs/method_counterfactual.md). "
-              "Every option is validated at start (counterfactual/importance.py, CounterfactualConfig): a typo "
-              "or out-of-range value fails."),
-    )
+    return tuple(Block(m.block_file, m.name, m.options, m.block_header, m.config_dir)
+                 for m in registered_methods().values() if m.block_file)
+
+
+def block_path(block: Block, config_dir: Path | None = None) -> Path:
+    """Where ``block``'s file is: under ``config_dir`` when given (a scratch folder), else its method's folder."""
+    return (config_dir or block.config_dir) / block.file
 
 
 def yaml_value(value: Any) -> str:
@@ -129,22 +127,22 @@ def render_block(block: Block) -> str:
     return text
 
 
-def stale_blocks(config_dir: Path = CONFIG_DIR) -> list[str]:
-    """The block files under ``config_dir`` whose text differs from the generated one (or are missing)."""
+def stale_blocks(config_dir: Path | None = None) -> list[str]:
+    """The block files (under ``config_dir`` if given) whose text differs from the generated one (or are missing)."""
     stale = []
     for block in blocks():
-        path = config_dir / block.file
+        path = block_path(block, config_dir)
         if not path.is_file() or path.read_text(encoding="utf-8") != render_block(block):
             stale.append(block.file)
     return stale
 
 
-def write_blocks(config_dir: Path = CONFIG_DIR) -> list[str]:
-    """Rewrite every block file under ``config_dir``; returns the files whose text changed."""
+def write_blocks(config_dir: Path | None = None) -> list[str]:
+    """Rewrite every block file (under ``config_dir`` if given); returns the files whose text changed."""
     changed = stale_blocks(config_dir)
     for block in blocks():
         if block.file in changed:
-            (config_dir / block.file).write_text(render_block(block), encoding="utf-8")
+            block_path(block, config_dir).write_text(render_block(block), encoding="utf-8")
     return changed
 
 
@@ -155,10 +153,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         stale = stale_blocks()
         for file in stale:
-            print(f"{CONFIG_DIR / file} is stale: run `{GENERATOR}`", file=sys.stderr)
+            print(f"{file} is stale: run `{GENERATOR}`", file=sys.stderr)
         return 1 if stale else 0
     for file in write_blocks():
-        print(f"wrote {CONFIG_DIR / file}")
+        print(f"wrote {file}")
     return 0
 
 

@@ -1,10 +1,12 @@
-"""Entry point of the IBPO recipe: ``python -m recipe.ibpo.main_ibpo [hydra overrides]``.
+"""The launcher of every method: ``python -m recipe.main method=<name> [hydra overrides]``
+(``recipe.ibpo.main_ibpo`` is the same launcher with ``method=ibpo`` as its default).
 
-Copies the pinned verl's legacy ``main_ppo_v0.TaskRunner.run`` (the path the DAPO recipe uses; manifest entry in
-``recipe/common/upstream/manifest.toml``) with the
-trainer swapped for the one the config's ``method`` names (``ibpo``: :class:`RayIBPOTrainer`,
-``counterfactual``: :class:`RayCounterfactualTrainer`; ``recipe.common.preflight.methods.METHODS``). ``TaskRunner`` itself is a Ray actor class and cannot be
-subclassed, so the runner subclasses ``BaseTaskRunner``.
+``method=<name>`` picks a registered method (:mod:`recipe.common.methods`) and with it the Hydra config the run
+starts from (the method's ``config_dir`` / ``config_name``; ``--config-path``/``--config-name`` still override).
+The task runner copies the pinned verl's legacy ``main_ppo_v0.TaskRunner.run`` (the path the DAPO recipe uses;
+manifest entry in ``recipe/common/upstream/manifest.toml``) with the trainer swapped for the one the config's
+``method`` names. ``TaskRunner`` itself is a Ray actor class and cannot be subclassed, so the runner subclasses
+``BaseTaskRunner``.
 """
 
 from __future__ import annotations
@@ -18,10 +20,19 @@ import hydra
 import ray
 from omegaconf import OmegaConf
 
-from recipe.ibpo.config import register_config_resolvers
+from recipe.common.methods import Method, registered_methods
+from recipe.common.preflight.errors import SetupError
 
-# At import, not in main(): Hydra's `--cfg job --resolve` prints the resolved config before main() runs, and
-# ibpo_trainer.yaml uses ${ibpo_prompt_length:...}.
+
+def register_config_resolvers() -> None:
+    """Every method's OmegaConf resolvers. At import, not in main(): Hydra's ``--cfg job --resolve`` prints the
+    resolved config before main() runs, and a method's config may use its resolvers
+    (``${ibpo_prompt_length:...}``)."""
+    for method in registered_methods().values():
+        if method.register_resolvers is not None:
+            method.register_resolvers()
+
+
 register_config_resolvers()
 
 
@@ -31,25 +42,30 @@ def _task_runner_base():
     return BaseTaskRunner
 
 
-class IBPOTaskRunner(_task_runner_base()):
-    """Builds workers, datasets and the IBPO trainer inside the Ray driver actor, then runs ``fit``."""
+class MethodTaskRunner(_task_runner_base()):
+    """Builds workers, datasets and the config's method's trainer inside the Ray driver actor, then runs ``fit``."""
 
     def add_actor_rollout_worker(self, config):
-        """verl's worker mapping with the actor class swapped for one that also serves the gradient probe."""
+        """verl's worker mapping, with the actor class swapped for the method's own when it has one
+        (``Method.actor_worker``; IBPO's also serves the gradient probe)."""
         from verl.trainer.ppo.ray_trainer import Role
 
-        from recipe.ibpo.workers import IBPOActorRolloutRefWorker
+        from recipe.common.methods import method_of
 
         actor_rollout_cls, ray_worker_group_cls = super().add_actor_rollout_worker(config)
+        worker = registered_methods()[method_of(config)].actor_worker
+        if worker is None:
+            return actor_rollout_cls, ray_worker_group_cls
+        worker_cls = worker()
         for role in (Role.ActorRollout, Role.ActorRolloutRef):
             if role in self.role_worker_mapping:
-                self.role_worker_mapping[role] = ray.remote(IBPOActorRolloutRefWorker)
-        return IBPOActorRolloutRefWorker, ray_worker_group_cls
+                self.role_worker_mapping[role] = ray.remote(worker_cls)
+        return worker_cls, ray_worker_group_cls
 
     def run(self, config):
         """The pinned verl's ``main_ppo_v0.TaskRunner.run``, copied as text (manifest entry ``TaskRunner.run``
         in ``recipe/common/upstream/manifest.toml``) with one change, its lines marked ``# IBPO``: the trainer
-        class is the one the config's ``method`` names (``recipe.common.preflight.methods.trainer_class_for``), not
+        class is the one the config's ``method`` names (``recipe.common.methods.trainer_class_for``), not
         ``RayPPOTrainer``; the imports of verl's module scope are repeated here."""
         # Print the initial configuration. `resolve=True` will evaluate symbolic values.
         from pprint import pprint
@@ -58,7 +74,7 @@ class IBPOTaskRunner(_task_runner_base()):
         from verl.trainer.ppo.utils import need_critic, need_reference_policy  # IBPO
         from verl.utils.config import validate_config  # IBPO: verl's module-level imports
 
-        from recipe.common.preflight.methods import trainer_class_for  # IBPO
+        from recipe.common.methods import trainer_class_for  # IBPO
 
         print(f"TaskRunner hostname: {socket.gethostname()}, PID: {os.getpid()}")
         pprint(OmegaConf.to_container(config, resolve=True))
@@ -115,7 +131,7 @@ class IBPOTaskRunner(_task_runner_base()):
 
         # Initialize the PPO trainer.
         trainer_cls = trainer_class_for(config)  # IBPO: the trainer of the config's `method`
-        print(f"IBPOTaskRunner: method={config.method} trainer={trainer_cls.__name__}")  # IBPO
+        print(f"MethodTaskRunner: method={config.method} trainer={trainer_cls.__name__}")  # IBPO
         trainer = trainer_cls(  # IBPO
             config=config,
             tokenizer=tokenizer,
@@ -138,28 +154,60 @@ class IBPOTaskRunner(_task_runner_base()):
 def run_preflight(config) -> None:
     """:func:`recipe.common.preflight.preflight` in the driver, before Ray starts: a configuration mistake
     exits (status 2) within seconds with one line naming the option instead of a worker traceback."""
-    from recipe.common.preflight import IBPOSetupError, preflight, resolve_config
+    from recipe.common.preflight import SetupError, preflight, resolve_config
 
     start = time.perf_counter()
     try:
         resolve_config(config)
         preflight(config)
-    except (IBPOSetupError, ValueError) as exc:
+    except (SetupError, ValueError) as exc:
         print(f"[ibpo] configuration error: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
-    print(f"[ibpo] pre-flight checks passed in {time.perf_counter() - start:.1f} s (options and their types, verl's "
-          f"validate_config, data files and every row, reward function and its kwargs, context and prompt budget, "
-          f"verifier self-test); starting Ray", flush=True)
+    print(f"[ibpo] pre-flight checks passed in {time.perf_counter() - start:.1f} s (options and their types, "
+          f"verl's validate_config, data files and every row, reward function and its kwargs, context and prompt "
+          f"budget, verifier self-test); starting Ray", flush=True)
 
 
-@hydra.main(config_path="config", config_name="ibpo_trainer", version_base=None)
-def main(config) -> None:
+def run(config) -> None:
+    """Pre-flight, then verl's ``run_ppo`` with :class:`MethodTaskRunner` as the Ray driver actor."""
     from verl.trainer.main_ppo import run_ppo
     from verl.utils.device import auto_set_device
 
     auto_set_device(config)
     run_preflight(config)  # resolves the config; options, data, reward, context: fails here, before Ray starts
-    run_ppo(config, task_runner_class=ray.remote(num_cpus=1)(IBPOTaskRunner))
+    run_ppo(config, task_runner_class=ray.remote(num_cpus=1)(MethodTaskRunner))
+
+
+def _argument(argv: list[str], flag: str) -> str | None:
+    """The value of ``--flag=value`` or ``--flag value`` in ``argv``."""
+    for i, arg in enumerate(argv):
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+        if arg == flag and i + 1 < len(argv):
+            return argv[i + 1]
+    return None
+
+
+def method_from_argv(argv: list[str], default: str | None = None) -> Method:
+    """The method a command line runs: its ``method=<name>`` override, else the method whose config
+    ``--config-name`` names, else ``default``; exits naming the registered methods when there is none."""
+    methods = registered_methods()
+    name = next((a.split("=", 1)[1] for a in argv if a.startswith("method=")), None)
+    config_name = _argument(argv, "--config-name") or _argument(argv, "-cn")
+    if name is None and config_name is not None:
+        name = next((m.name for m in methods.values() if m.config_name == config_name), None)
+    name = name or default
+    if name not in methods:
+        print(f"[ibpo] configuration error: method={name!r} must be one of {sorted(methods)}: "
+              f"`python -m recipe.main method=<name> [overrides]`", file=sys.stderr, flush=True)
+        raise SystemExit(2)
+    return methods[name]
+
+
+def main(default_method: str | None = None) -> None:
+    """Compose the config of the method the command line names (``method=...``) and :func:`run` it."""
+    method = method_from_argv(sys.argv[1:], default_method)
+    hydra.main(config_path=str(method.config_dir), config_name=method.config_name, version_base=None)(run)()
 
 
 if __name__ == "__main__":

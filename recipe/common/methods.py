@@ -1,107 +1,133 @@
-"""The method registry: the config's top-level ``method:`` picks an entry of :data:`METHODS`, which gives
-its option block's dataclass, the trainer class that runs it and the method's own pre-flight check.
+"""The method registry: the config's top-level ``method:`` picks a registered :class:`Method`, which gives its
+option block's dataclass, its Hydra config, the trainer class that runs it and its own start check.
 
-The trainer and the check belong to the method's recipe (``recipe/ibpo``, ``recipe/counterfactual``), which
-imports this shared layer; so an entry names them by import path (``"module:attribute"``), resolved on
-first use, and nothing in ``recipe/common`` imports a method's recipe. A new method is one entry here plus
-its recipe (docs/architecture.md)."""
+The registry names no method. Each method registers itself from its own package: the module
+``recipe/<folder>/method.py`` calls :func:`register_method` at import, and :func:`registered_methods` imports
+every such module it finds under ``recipe/``, plus the modules the environment variable ``RECIPE_METHOD_MODULES``
+lists (comma-separated; a method that lives outside this tree, e.g. the test tree's: the variable reaches the
+Ray processes as the rest of the environment does). A new method is one folder (docs/architecture.md,
+"Adding a method").
+"""
 
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
-from typing import Any
+import os
+import pkgutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
 
 from omegaconf import DictConfig, OmegaConf
 
-from counterfactual.importance import CounterfactualConfig
-from ibpo.config import IBPOConfig
-from recipe.common.preflight.errors import IBPOSetupError
+from recipe.common.preflight.errors import SetupError
 from recipe.common.preflight.option_types import check_option_types
+
+RECIPE_DIR = Path(__file__).resolve().parents[1]
+METHOD_MODULE = "method"  # recipe/<folder>/method.py registers the folder's method
+EXTRA_MODULES_ENV = "RECIPE_METHOD_MODULES"  # more modules that register a method (comma-separated)
 
 
 @dataclass(frozen=True)
 class Method:
     """One ``method:`` value. Its option block is the config key of the same name."""
 
+    name: str
     options: type  # the option block's dataclass (with ``from_mapping``)
-    config_name: str  # the Hydra config a run of this method starts from (recipe/ibpo/config/)
-    trainer: str  # "module:Class" of the trainer (imported when a run builds it: Ray, verl workers)
-    # "module:function" of the method's own pre-flight check, called as ``check(config, context)`` with the
-    # model's context length (None when the model config gives none); None when the method has none
-    check: str | None = None
+    config_dir: Path  # the folder of the Hydra config a run of this method starts from
+    config_name: str  # that config's name (without .yaml)
+    trainer: Callable[[], type]  # returns the trainer class (imported when a run builds it: Ray, verl workers)
+    # the method's own start check, called as ``check(config, context)`` with the model's context length (None
+    # when the model config gives none); None when the method has none
+    check: Callable[[DictConfig, int | None], None] | None = None
+    # verl advantage estimators (``algorithm.adv_estimator``) only this method's trainer may run
+    owned_estimators: tuple[str, ...] = ()
+    # the generated option block file (config_dir/<block_file>) and its header comment (recipe.common.config_blocks)
+    block_file: str = ""
+    block_header: str = ""
+    # called before Hydra composes a config (OmegaConf resolvers the method's config uses)
+    register_resolvers: Callable[[], None] | None = None
+    # the actor worker class the method's trainer calls (None: verl's own)
+    actor_worker: Callable[[], type] | None = None
+    module: str = field(default="", compare=False)  # the module that registered it
 
 
-def _resolve(path: str) -> Any:
-    module, _, attribute = path.partition(":")
-    return getattr(importlib.import_module(module), attribute)
+_REGISTRY: dict[str, Method] = {}
 
 
-# `method:` (top level of the config) -> its option block, trainer and pre-flight check.
-METHODS: dict[str, Method] = {
-    "ibpo": Method(IBPOConfig, "ibpo_trainer.yaml", trainer="recipe.ibpo.ibpo_ray_trainer:RayIBPOTrainer",
-                   check="recipe.ibpo.preflight:check_ibpo_run"),
-    "counterfactual": Method(CounterfactualConfig, "counterfactual_trainer.yaml",
-                             trainer="recipe.counterfactual.counterfactual_trainer:RayCounterfactualTrainer"),
-}
+def register_method(method: Method) -> Method:
+    """Add ``method`` under ``method.name`` (called at import of the method's own ``method`` module);
+    registering the same name twice with a different entry raises."""
+    existing = _REGISTRY.get(method.name)
+    if existing is not None and existing != method:
+        raise SetupError(f"method {method.name!r} is registered twice ({existing.module} and {method.module})")
+    _REGISTRY[method.name] = method
+    return method
+
+
+def method_modules() -> list[str]:
+    """The in-tree registration modules: ``recipe.<folder>.method`` for every folder of ``recipe/`` that has one."""
+    return [f"recipe.{info.name}.{METHOD_MODULE}" for info in pkgutil.iter_modules([str(RECIPE_DIR)])
+            if info.ispkg and (RECIPE_DIR / info.name / f"{METHOD_MODULE}.py").is_file()]
+
+
+def registered_methods() -> dict[str, Method]:
+    """Every registered method, after importing the in-tree registration modules and those
+    ``RECIPE_METHOD_MODULES`` names."""
+    extra = [m.strip() for m in os.environ.get(EXTRA_MODULES_ENV, "").split(",") if m.strip()]
+    for module in method_modules() + extra:
+        importlib.import_module(module)
+    return dict(_REGISTRY)
 
 
 def method_options(config: DictConfig, method: str) -> Any:
-    """The validated option block of ``method`` (``ibpo:`` / ``counterfactual:``), as its dataclass."""
-    entry = METHODS[method]
+    """The validated option block of ``method`` (its config key), as its dataclass."""
+    entry = registered_methods()[method]
     block = config.get(method)
     if block is None:
-        raise IBPOSetupError(f"config has no `{method}:` block; start from recipe/ibpo/config/{entry.config_name}")
+        raise SetupError(f"config has no `{method}:` block; start from {entry.config_dir / entry.config_name}.yaml")
     options = OmegaConf.to_container(block, resolve=True)
     check_option_types(options, entry.options, method)
     return entry.options.from_mapping(options)
 
 
-def ibpo_config_from(config: DictConfig) -> IBPOConfig:
-    """The validated ``ibpo:`` block (G is ``actor_rollout_ref.rollout.n``, not an ``ibpo`` option)."""
-    return method_options(config, "ibpo")
-
-
-def counterfactual_config_from(config: DictConfig) -> CounterfactualConfig:
-    """The validated ``counterfactual:`` block of a ``method: counterfactual`` config."""
-    return method_options(config, "counterfactual")
-
-
 def method_of(config: DictConfig) -> str:
-    """The config's ``method`` (``ibpo`` | ``counterfactual``), its option block validated; a bad value,
-    a missing block or the other method's block fails here, naming the key."""
+    """The config's ``method``, its option block validated; a bad value, a missing block, another method's block
+    or an advantage estimator another method owns fails here, naming the key."""
+    methods = registered_methods()
     method = config.get("method")
-    if method not in METHODS:
-        raise IBPOSetupError(f"method={method!r} must be one of {sorted(METHODS)} (top-level key of "
-                             "ibpo_trainer.yaml / counterfactual_trainer.yaml): it picks the trainer")
+    if method not in methods:
+        raise SetupError(f"method={method!r} must be one of {sorted(methods)} (top-level key of the method's "
+                         "trainer config): it picks the trainer")
     estimator = (config.get("algorithm") or {}).get("adv_estimator")
-    if estimator == "ibpo" and method != "ibpo":
-        raise IBPOSetupError(f"algorithm.adv_estimator=ibpo with method={method}: the ibpo estimator normalises "
-                             "the reward IBPO's correction pass shapes, which only method=ibpo runs; use "
-                             "algorithm.adv_estimator=grpo (or method=ibpo)")
-    for other in METHODS:
+    for owner in methods.values():
+        if estimator in owner.owned_estimators and owner.name != method:
+            raise SetupError(f"algorithm.adv_estimator={estimator} with method={method}: the {estimator} estimator "
+                             f"normalises the reward {owner.name}'s trainer shapes, which only method={owner.name} "
+                             f"runs; use algorithm.adv_estimator=grpo (or method={owner.name})")
+    for other in methods:
         if other != method and config.get(other) is not None:
-            raise IBPOSetupError(f"method={method} but the config has a `{other}:` block; one method per run "
-                                 f"(start from {other}_trainer.yaml for `{other}`)")
+            raise SetupError(f"method={method} but the config has a `{other}:` block; one method per run "
+                             f"(start from {methods[other].config_name}.yaml for `{other}`)")
     method_options(config, method)
     return method
 
 
 def trainer_class_for(config: DictConfig) -> type:
     """The trainer class of the config's ``method`` (imported on demand)."""
-    return _resolve(METHODS[method_of(config)].trainer)
+    return registered_methods()[method_of(config)].trainer()
 
 
 def check_option_block_types(config: DictConfig) -> None:
     """The declared types of every method option block present, before the config is resolved (its
     interpolations read them)."""
-    for name, entry in METHODS.items():
+    for name, entry in registered_methods().items():
         if config.get(name) is not None:
             check_option_types(OmegaConf.to_container(config[name], resolve=False), entry.options, name)
 
 
 def run_method_check(config: DictConfig, method: str, context: int | None) -> None:
-    """The method's own pre-flight check (IBPO: the tokenizer against the correction prompt budget), if any."""
-    check = METHODS[method].check
+    """The method's own start check (IBPO: the tokenizer against the correction prompt budget), if any."""
+    check = registered_methods()[method].check
     if check is not None:
-        _resolve(check)(config, context)
+        check(config, context)

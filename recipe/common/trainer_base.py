@@ -116,7 +116,7 @@ class HookedRayPPOTrainer(RayPPOTrainer):
         return int(self.actor_rollout_wg.world_size) * micro
 
     def init_workers(self):
-        from ibpo.verl_plugin import HOW_TO_RUN_IBPO, IBPONeedsItsTrainer, assert_registered
+        from recipe.verl_plugin import HOW_TO_RUN_IBPO, IBPONeedsItsTrainer, assert_registered
 
         if self.config.algorithm.adv_estimator == "ibpo":
             # Only a trainer that shapes the reward may announce itself to the estimator (assert_registered

@@ -1,7 +1,8 @@
 """verl glue for counterfactual importance weighting: masked-copy batches and token weights on DataProto.
 
 The math lives in :mod:`counterfactual.importance`; this module only moves verl's tensors in and out of it.
-Intended use inside the trainer (``integration notes §9.3``), after ``old_log_probs`` are in ``batch``::
+How the trainer uses it (``RayCounterfactualTrainer.apply_counterfactual_weights``,
+recipe/counterfactual/counterfactual_trainer.py), after ``old_log_probs`` are in ``batch``::
 
     cfg = CounterfactualConfig.from_mapping(...)
     signal = rows_with_signal(batch, key="token_level_scores")        # skip groups with equal rewards
@@ -11,8 +12,7 @@ Intended use inside the trainer (``integration notes §9.3``), after ``old_log_p
         masked = build_masked_copies(batch, plan, tokenizer.pad_token_id)
         log_probs = compute_masked_log_probs(self.actor_rollout_wg, masked, dp_size * log_prob_micro_batch)
     weights, metrics = counterfactual_token_weights(batch, plan, cfg, batch.batch["old_log_probs"], log_probs)
-    batch.batch["cf_token_weights"] = weights                          # (bs, response_length)
-    batch.batch["advantages"] = batch.batch["advantages"] * weights    # route (a), after compute_advantage
+    batch.batch["advantages"] = batch.batch["advantages"] * weights    # (bs, response_length), after compute_advantage
 
 Row layout (verl's): ``input_ids = cat(prompts, responses)``, prompts left-padded, responses
 right-padded; a response's valid tokens are those with ``attention_mask == 1`` after the prompt.

@@ -4,7 +4,7 @@ The training loop is :class:`recipe.common.trainer_base.HookedRayPPOTrainer` ``.
 one-line hook calls). This method fills one hook, ``_after_advantage``: token weights from the drop of the
 answer's log-probability when a reasoning span is masked, multiplied into the advantages. It builds no
 IBPO state, adds no batch rows and logs no ``ibpo/`` metric. Selected by ``method: counterfactual``
-(``recipe/ibpo/config/counterfactual_trainer.yaml``).
+(``recipe/counterfactual/config/counterfactual_trainer.yaml``).
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import torch
 from verl import DataProto
 from verl.utils.debug import marked_timer
 
-from counterfactual import batch as cf
+from recipe.counterfactual import batch as cf
 from counterfactual.importance import CounterfactualConfig
-from recipe.common.preflight.methods import counterfactual_config_from
+from recipe.counterfactual.method import counterfactual_config_from
 from recipe.common.trainer_base import HookedRayPPOTrainer
 
 

@@ -203,7 +203,7 @@ def rollout_log_probs_trained_on(config: Any) -> str | None:
 
 
 def check_correction_rollout(config: Any, ibpo: IBPOConfig) -> None:
-    """Start check of the correction pass's rollout settings (called from ``recipe.ibpo.preflight.check_trainer_config``)."""
+    """Start check of the correction pass's rollout settings (called from ``recipe.ibpo.start_checks.check_trainer_config``)."""
     rollout = config.actor_rollout_ref.rollout
     model = config.actor_rollout_ref.get("model", {}) or {}
     mtp = _plain(model.get("mtp", None)) or {}

@@ -36,16 +36,17 @@ from verl.workers.utils.padding import left_right_2_no_padding
 from ibpo.advantages import get_mask_sign, shapes_reward
 from ibpo.compute import StepWork, phase_seconds, step_flops
 from ibpo.config import IBPOConfig, option_changes, saved_options
-from ibpo.diagnostics import LambdaSchedule, theorem_stats, trained_advantage_variance
+from ibpo.diagnostics import theorem_stats, trained_advantage_variance
+from ibpo.lambda_schedule import LambdaSchedule
 from ibpo.mechanism import RewardDropAlarm, advantage_mechanism, sibling_overlap
 from ibpo.minibatch import ActorMiniBatchPlan, actor_minibatch_plan, optimizer_updates_reported, row_multiple
 from ibpo.pipeline import shape_batch
 from ibpo.variants import get_variant
 from recipe.ibpo import correction as corr
 from recipe.ibpo.correction_rollout import proxy_params, spec_decode_step_metrics, speculative_config_of
-from recipe.common.preflight.methods import ibpo_config_from
+from recipe.ibpo.method import ibpo_config_from
 from recipe.common.preflight.model import configured_context_length, model_flop_shape
-from recipe.ibpo.preflight import check_trainer_config
+from recipe.ibpo.start_checks import check_trainer_config
 from recipe.common.trainer_base import HookedRayPPOTrainer
 
 # verl's rollout-common names of vLLM's request_spec_decode_stats (vllm_async_server.py generate)

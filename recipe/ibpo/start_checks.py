@@ -3,7 +3,7 @@ rule-based streaming reward, the correction pass's rollout) and the correction p
 (the budget arithmetic is the pure :mod:`ibpo.budget`).
 
 Run twice: in the driver before Ray, by the shared pre-flight (:func:`recipe.common.preflight.preflight`,
-through the ``ibpo`` entry of ``recipe.common.preflight.methods.METHODS``), and by
+through the ``ibpo`` entry of ``recipe.common.methods.METHODS``), and by
 :class:`recipe.ibpo.ibpo_ray_trainer.RayIBPOTrainer` at construction, which keeps the resolved candidate
 budget."""
 
@@ -15,8 +15,8 @@ from ibpo.budget import (MIN_DERIVED_CANDIDATE_TOKENS, TRUNCATION_MARKER_TOKENS,
                          correction_budget)
 from ibpo.config import IBPOConfig
 from ibpo.prompts import build_correction_messages
-from recipe.common.preflight.errors import IBPOSetupError
-from recipe.common.preflight.methods import ibpo_config_from
+from recipe.common.preflight.errors import SetupError
+from recipe.ibpo.method import ibpo_config_from
 from recipe.ibpo.correction_rollout import check_correction_rollout
 
 # Chat-template scaffolding around the correction prompt (role headers, generation prompt) plus slack.
@@ -38,22 +38,22 @@ def check_trainer_config(config: DictConfig, ibpo: IBPOConfig, tokenizer,
     (:func:`recipe.common.preflight.model.context_length`, rope scaling included), used when ``rollout.max_model_len`` is unset, as verl's vLLM server does."""
     algo = config.algorithm
     if algo.adv_estimator in ("remax",):
-        raise IBPOSetupError("algorithm.adv_estimator=remax is not supported by the IBPO trainer")
+        raise SetupError("algorithm.adv_estimator=remax is not supported by the IBPO trainer")
     if ibpo.enable and algo.adv_estimator != "ibpo":
-        raise IBPOSetupError(
+        raise SetupError(
             f"algorithm.adv_estimator={algo.adv_estimator!r} with ibpo.enable=True: IBPO's advantage is Eq. 23 "
             "(population std, ε = 1e-8, a one-sample group gets 0), which only algorithm.adv_estimator=ibpo "
             "computes; verl's 'grpo' uses the sample std and ε = 1e-6 and gives a one-member correction group "
             "its raw reward as advantage. Set algorithm.adv_estimator=ibpo")
     if ibpo.enable and config.reward.reward_model.get("enable", False):
-        raise IBPOSetupError("reward.reward_model.enable=True: IBPO scores corrections with the streaming rule-based "
+        raise SetupError("reward.reward_model.enable=True: IBPO scores corrections with the streaming rule-based "
                              "reward (reward.custom_reward_function); a model reward is not supported")
     if config.get("skip", {}).get("rollout", {}).get("enable", False):
-        raise IBPOSetupError("skip.rollout.enable=True would serve the correction generation from the main "
+        raise SetupError("skip.rollout.enable=True would serve the correction generation from the main "
                              "generation's cache; turn it off")
     check_correction_rollout(config, ibpo)  # lookup speculation and the length bound (recipe/ibpo/correction_rollout.py)
     if ibpo.enable and int(config.actor_rollout_ref.rollout.n) < 2 and ibpo.num_references > 0:
-        raise IBPOSetupError("actor_rollout_ref.rollout.n must be >= 2 for reference-based correction "
+        raise SetupError("actor_rollout_ref.rollout.n must be >= 2 for reference-based correction "
                              "(or set ibpo.num_references=0 for self-correction)")
     if not ibpo.enable:
         return ibpo
@@ -66,11 +66,11 @@ def check_trainer_config(config: DictConfig, ibpo: IBPOConfig, tokenizer,
         correction_budget(config.data.max_prompt_length, config.data.max_response_length, ibpo.num_references,
                           ibpo.max_candidate_tokens, template, context)
     except CorrectionBudgetError as exc:
-        raise IBPOSetupError(str(exc)) from None
+        raise SetupError(str(exc)) from None
     response_length = int(rollout.get("response_length") or config.data.max_response_length)
     total = have + response_length
     if context is not None and total > int(context):
-        raise IBPOSetupError(
+        raise SetupError(
             f"actor_rollout_ref.rollout.prompt_length={have} + response_length={response_length} = {total} "
             f"exceeds the model context {context} (rollout.max_model_len, else max_position_embeddings): the "
             f"rollout would silently shorten long corrections, which then score wrong. Lower "
@@ -83,7 +83,7 @@ def check_trainer_config(config: DictConfig, ibpo: IBPOConfig, tokenizer,
              else min(MIN_DERIVED_CANDIDATE_TOKENS, int(config.data.max_response_length)))
     need = int(config.data.max_prompt_length) + template + k * (shown + TRUNCATION_MARKER_TOKENS)
     if have < need:
-        raise IBPOSetupError(
+        raise SetupError(
             f"actor_rollout_ref.rollout.prompt_length={have} is too small for correction prompts: they need "
             f"{need} tokens (data.max_prompt_length + {k} candidates of "
             f"{'ibpo.max_candidate_tokens=' if ibpo.max_candidate_tokens > 0 else 'at least '}{shown} tokens + marker "
@@ -94,7 +94,7 @@ def check_trainer_config(config: DictConfig, ibpo: IBPOConfig, tokenizer,
         budget = correction_budget(config.data.max_prompt_length, config.data.max_response_length,
                                    ibpo.num_references, ibpo.max_candidate_tokens, template, context, have)
     except CorrectionBudgetError as exc:
-        raise IBPOSetupError(str(exc)) from None
+        raise SetupError(str(exc)) from None
     return ibpo.replace(max_candidate_tokens=budget.candidate_tokens)
 
 

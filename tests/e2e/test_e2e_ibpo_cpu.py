@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from ibpo.diagnostics import LambdaSchedule
+from ibpo.lambda_schedule import LambdaSchedule
 from verl_cpu.hf_rollout import DEBUG_ENV, DEBUG_PREFIX
 from recipe.ibpo.quickstart import ibpo_overrides, run_cpu_training
 

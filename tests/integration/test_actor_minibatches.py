@@ -24,7 +24,7 @@ from verl.workers.engine_workers import TrainingWorker
 from ibpo.minibatch import actor_minibatch_plan, optimizer_updates_reported, row_multiple
 from recipe.ibpo import correction as corr
 from recipe.ibpo.ibpo_ray_trainer import RayIBPOTrainer
-from recipe.common.preflight.methods import ibpo_config_from
+from recipe.ibpo.method import ibpo_config_from
 
 PROMPT, RESPONSE = 5, 4
 

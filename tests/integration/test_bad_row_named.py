@@ -47,11 +47,11 @@ def test_main_ibpo_names_the_bad_row_with_the_shipped_defaults(files, config_nam
     line is the row's, whatever other option is still unset (verl's own validation runs after the rows)."""
     from hydra import compose, initialize_config_module
 
-    from recipe.ibpo.config import register_config_resolvers
-    from recipe.ibpo.main_ibpo import run_preflight
+    from recipe.common.main import register_config_resolvers, run_preflight
 
     register_config_resolvers()
-    with initialize_config_module(config_module="recipe.ibpo.config", version_base=None):
+    module = {"ibpo_trainer": "recipe.ibpo.config", "counterfactual_trainer": "recipe.counterfactual.config"}
+    with initialize_config_module(config_module=module[config_name], version_base=None):
         cfg = compose(config_name=config_name, overrides=[
             f"data.train_files={files['bad']}", f"data.val_files={files['val']}",
             f"actor_rollout_ref.model.path={files['model']}"])

@@ -13,8 +13,8 @@ from omegaconf import OmegaConf
 
 from ibpo.config import IBPOConfig
 from recipe.ibpo.config import register_config_resolvers
-from recipe.common.preflight import IBPOSetupError
-from recipe.common.preflight.methods import method_of, trainer_class_for
+from recipe.common.preflight import SetupError
+from recipe.common.methods import method_of, trainer_class_for
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 SEARCHPATH = "hydra:\n  searchpath:\n    - pkg://verl.trainer.config\n    - pkg://recipe.ibpo.config\n"
@@ -76,5 +76,5 @@ def test_overrides_reach_the_readme_yaml(tmp_path):
 def test_a_yaml_missing_what_ibpo_needs_is_named(tmp_path):
     """ppo_trainer + ibpo_blocks alone: no `method` -> the pre-flight's first check names it."""
     cfg = compose_file(tmp_path, "bare", SEARCHPATH + "defaults:\n  - ppo_trainer\n  - ibpo_blocks\n  - _self_\n")
-    with pytest.raises(IBPOSetupError, match=r"^method=None must be one of \['counterfactual', 'ibpo'\]"):
+    with pytest.raises(SetupError, match=r"^method=None must be one of \['counterfactual', 'ibpo'\]"):
         method_of(cfg)

@@ -25,7 +25,7 @@ from ibpo.pipeline import CorrectionRequest
 from recipe.ibpo import correction as corr
 from recipe.ibpo.config import register_config_resolvers
 from recipe.ibpo.correction_rollout import SPEC_OPTION, check_correction_rollout, speculative_config_of
-from recipe.common.preflight.methods import ibpo_config_from
+from recipe.ibpo.method import ibpo_config_from
 from verl_cpu.launch import cpu_overrides
 
 SPEC = "{method:ngram,prompt_lookup_min:2,prompt_lookup_max:5,num_speculative_tokens:8}"
@@ -84,7 +84,7 @@ def test_the_bound_reaches_the_hf_servers_request(tiny_run, monkeypatch):
     from transformers import AutoTokenizer
     from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 
-    from ibpo.correction_agent_loop import IBPOCorrectionAgentLoop
+    from recipe.ibpo.correction_agent_loop import IBPOCorrectionAgentLoop
     from verl_cpu.hf_rollout import HFServer
 
     with initialize_config_module("verl.trainer.config", version_base=None):

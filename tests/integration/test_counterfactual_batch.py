@@ -1,4 +1,4 @@
-"""Counterfactual weighting on verl DataProtos (counterfactual/batch.py).
+"""Counterfactual weighting on verl DataProtos (recipe/counterfactual/batch.py).
 
 Batches are built by hand in verl's layout (left-padded prompts, right-padded responses) with the
 locally built tiny tokenizer; a tiny Qwen2 model run in-process (float64) stands in for the actor's
@@ -13,7 +13,7 @@ import torch
 from tensordict import TensorDict
 
 from counterfactual.importance import CounterfactualConfig, answer_log_prob, response_weights, span_drops
-from counterfactual.batch import (
+from recipe.counterfactual.batch import (
     build_masked_copies,
     compute_masked_log_probs,
     counterfactual_token_weights,

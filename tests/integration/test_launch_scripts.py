@@ -10,14 +10,16 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_module
+from hydra import compose, initialize_config_dir, initialize_config_module
 from omegaconf import OmegaConf
 
-from recipe.ibpo.config import register_config_resolvers
-from recipe.common.preflight.methods import ibpo_config_from, method_of, trainer_class_for
+from recipe.common.main import method_from_argv, register_config_resolvers
+from recipe.common.methods import method_of, trainer_class_for
+from recipe.ibpo.method import ibpo_config_from
 
-RECIPE = Path(__file__).resolve().parents[2] / "recipe" / "ibpo"
-SCRIPTS = sorted(p.name for p in RECIPE.glob("run_*.sh"))
+RECIPE_DIR = Path(__file__).resolve().parents[2] / "recipe"
+SCRIPT_PATHS = {p.name: p for p in sorted(RECIPE_DIR.glob("*/run_*.sh"))}  # each method folder's launch scripts
+SCRIPTS = sorted(SCRIPT_PATHS)
 
 
 def recorded_invocations(script: str, tmp_path: Path) -> list[list[str]]:
@@ -29,7 +31,7 @@ def recorded_invocations(script: str, tmp_path: Path) -> list[list[str]]:
                     f'open("{record}","a").write(json.dumps(sys.argv[1:])+"\\n")\' "$@"\n')
     shim.chmod(shim.stat().st_mode | stat.S_IEXEC)
     env = {**os.environ, "PATH": f"{shim_dir}:{os.environ['PATH']}", "HOME": str(tmp_path)}
-    out = subprocess.run(["bash", str(RECIPE / script)], env=env, capture_output=True, text=True, timeout=60)
+    out = subprocess.run(["bash", str(SCRIPT_PATHS[script])], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr[-2000:]
     return [json.loads(line) for line in record.read_text().splitlines()]
 
@@ -49,11 +51,12 @@ def test_script_overrides_compose_against_verl(script, tmp_path):
     for argv in calls:
         assert argv[:2] == ["-m", "recipe.ibpo.main_ibpo"], argv[:2]
         args = argv[2:]
-        config_name = "ibpo_trainer"
+        launched = method_from_argv(args, default="ibpo")  # what the launcher composes: the method's own config
+        config_name = launched.config_name
         if args and args[0].startswith("--config-name="):
             config_name = args.pop(0).split("=", 1)[1]
         register_config_resolvers()
-        with initialize_config_module(config_module="recipe.ibpo.config", version_base=None):
+        with initialize_config_dir(config_dir=str(launched.config_dir), version_base=None):
             cfg = compose(config_name=config_name, overrides=args)
         OmegaConf.resolve(cfg)
         method = method_of(cfg)

@@ -1,4 +1,4 @@
-"""The driver's pre-flight (``recipe.ibpo.main_ibpo.run_preflight``): configuration mistakes stop the run
+"""The driver's pre-flight (``recipe.common.main.run_preflight``): configuration mistakes stop the run
 before Ray starts, in seconds, with one line naming the option."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
 from recipe.ibpo.config import register_config_resolvers
-from recipe.common.preflight import IBPOSetupError, preflight, resolve_config
+from recipe.common.preflight import SetupError, preflight, resolve_config
 from verl_cpu.launch import cpu_env, cpu_overrides, process_env
 
 REPO = Path(__file__).resolve().parents[2]
@@ -69,14 +69,14 @@ def test_a_good_config_passes(tiny_run):
     ("algorithm.adv_estimator=gae", "algorithm.adv_estimator"),
 ])
 def test_a_mistake_is_named(tiny_run, override, named):
-    with pytest.raises((IBPOSetupError, ValueError), match=named.replace(".", r"\.")):
+    with pytest.raises((SetupError, ValueError), match=named.replace(".", r"\.")):
         preflight(composed(tiny_run, override))
 
 
 def test_a_reward_function_returning_nonsense_is_caught(tiny_run, tmp_path):
     bad = tmp_path / "bad_reward.py"
     bad.write_text("def score(data_source, solution_str, ground_truth, extra_info=None, **kw):\n    return None\n")
-    with pytest.raises(IBPOSetupError, match="numeric 'score'"):
+    with pytest.raises(SetupError, match="numeric 'score'"):
         preflight(composed(tiny_run, f"reward.custom_reward_function.path={bad}",
                            "reward.custom_reward_function.name=score"))
 
@@ -114,7 +114,7 @@ def test_the_project_verifiers_self_test_runs_and_its_failure_is_named(tiny_run,
         raise reward_fns.VerifierSelfTestError("data_source 'ibpo/synthetic_arith', case math right: scored 0", [])
 
     monkeypatch.setattr(reward_fns, "self_test", failing_self_test)
-    with pytest.raises(IBPOSetupError, match=r"reward\.custom_reward_function\.path=pkg://reward_fns: verifier self-test"):
+    with pytest.raises(SetupError, match=r"reward\.custom_reward_function\.path=pkg://reward_fns: verifier self-test"):
         preflight(composed(tiny_run))
     assert calls and calls[0][0] == ["ibpo/synthetic_arith"] and calls[0][1] is reward_fns.compute_score
 
@@ -137,7 +137,7 @@ def refused(tiny_run, *extra: str) -> str:
     register_config_resolvers()
     with initialize_config_module(config_module="recipe.ibpo.config", version_base=None):
         cfg = compose(config_name="ibpo_trainer", overrides=overrides_for(tiny_run, *extra))
-    with pytest.raises(IBPOSetupError) as info:
+    with pytest.raises(SetupError) as info:
         resolve_config(cfg)
         preflight(cfg)
     message = str(info.value)
@@ -200,9 +200,9 @@ def test_a_silent_wrong_path_is_refused_in_one_line(tiny_run, override, expected
 
 def test_the_counterfactual_block_is_typed_too(tiny_run):
     register_config_resolvers()
-    with initialize_config_module(config_module="recipe.ibpo.config", version_base=None):
+    with initialize_config_module(config_module="recipe.counterfactual.config", version_base=None):
         cfg = compose(config_name="counterfactual_trainer", overrides=overrides_for(tiny_run, "counterfactual.boost=abc"))
-    with pytest.raises(IBPOSetupError, match=r"^counterfactual\.boost='abc' has type str; expected float \(default 2\.0\)$"):
+    with pytest.raises(SetupError, match=r"^counterfactual\.boost='abc' has type str; expected float \(default 2\.0\)$"):
         resolve_config(cfg)
 
 

@@ -23,16 +23,16 @@ from omegaconf import OmegaConf
 from verl import DataProto
 from verl.trainer.ppo.ray_trainer import compute_advantage
 
-import ibpo.verl_plugin  # noqa: F401  (registration; the entry point does this under `import verl` too)
+import recipe.verl_plugin  # noqa: F401  (registration; the entry point does this under `import verl` too)
 from ibpo.advantages import get_mask_sign
 from ibpo.config import IBPOConfig
 from ibpo.references import register_reference_rule, unregister_reference_rule
 from ibpo.compute import ModelShape
 from recipe.ibpo import correction as corr
 from recipe.ibpo.ibpo_ray_trainer import RayIBPOTrainer
-from recipe.common.preflight import IBPOSetupError
-from recipe.common.preflight.methods import ibpo_config_from
-from recipe.ibpo.preflight import check_trainer_config
+from recipe.common.preflight import SetupError
+from recipe.ibpo.method import ibpo_config_from
+from recipe.ibpo.start_checks import check_trainer_config
 
 PROMPT_LEN, RESP_LEN = 24, 6
 CORRECT = [7, 7, 7]  # token ids of a "correct" response in this toy world
@@ -267,20 +267,20 @@ def test_start_checks_name_the_key():
     trainer = make_trainer({"variant": "binary"}, n=4)
     cfg = trainer.config
     cfg.actor_rollout_ref.rollout.prompt_length = 70
-    with pytest.raises(IBPOSetupError, match="rollout.prompt_length=70 is too small"):
+    with pytest.raises(SetupError, match="rollout.prompt_length=70 is too small"):
         check_trainer_config(cfg, trainer.ibpo, FakeTokenizer())
     cfg.actor_rollout_ref.rollout.prompt_length = 4096
     cfg.actor_rollout_ref.rollout.response_length = RESP_LEN
     check_trainer_config(cfg, trainer.ibpo, FakeTokenizer(), model_context=8192)
-    with pytest.raises(IBPOSetupError, match="exceeds the model context 4000"):
+    with pytest.raises(SetupError, match="exceeds the model context 4000"):
         check_trainer_config(cfg, trainer.ibpo, FakeTokenizer(), model_context=4000)
     cfg.actor_rollout_ref.rollout.max_model_len = 2048  # an explicit rollout context wins
-    with pytest.raises(IBPOSetupError, match="exceeds the model context 2048"):
+    with pytest.raises(SetupError, match="exceeds the model context 2048"):
         check_trainer_config(cfg, trainer.ibpo, FakeTokenizer(), model_context=8192)
     cfg.actor_rollout_ref.rollout.max_model_len = None
     for estimator in ("gae", "grpo"):  # verl's grpo: sample std, ε = 1e-6, singleton groups keep their reward
         cfg.algorithm.adv_estimator = estimator
-        with pytest.raises(IBPOSetupError, match=f"algorithm.adv_estimator='{estimator}' with ibpo.enable=True.*"
+        with pytest.raises(SetupError, match=f"algorithm.adv_estimator='{estimator}' with ibpo.enable=True.*"
                                                  "Set algorithm.adv_estimator=ibpo"):
             check_trainer_config(cfg, trainer.ibpo, FakeTokenizer())
     check_trainer_config(cfg, trainer.ibpo.replace(enable=False), FakeTokenizer())  # the baseline may use any
@@ -324,7 +324,7 @@ def test_config_yaml_composes_against_verl(tmp_path):
     from hydra import compose, initialize_config_module
 
     from recipe.ibpo.config import register_config_resolvers
-    from recipe.common.preflight.methods import trainer_class_for
+    from recipe.common.methods import trainer_class_for
 
     register_config_resolvers()  # ${ibpo_prompt_length:...}, as main_ibpo.main does before resolving
     with initialize_config_module(config_module="recipe.ibpo.config", version_base=None):

@@ -1,7 +1,8 @@
 """One source of options: each option dataclass (``ibpo.config.IBPOConfig``,
 ``counterfactual.importance.CounterfactualConfig``) documents every field, its YAML block
-(``recipe/ibpo/config/ibpo_blocks.yaml``, ``counterfactual_block.yaml``) is exactly the text generated from it
-(``python -m recipe.ibpo.config.blocks``), and the two agree key by key and value by value."""
+(``recipe/ibpo/config/ibpo_blocks.yaml``, ``recipe/counterfactual/config/counterfactual_block.yaml``) is exactly
+the text generated from it (``python -m recipe.common.config_blocks``, looping over the method registry), and the
+two agree key by key and value by value."""
 
 from __future__ import annotations
 
@@ -14,25 +15,29 @@ import yaml
 
 from counterfactual.importance import CounterfactualConfig
 from ibpo.config import IBPOConfig
-from recipe.ibpo.config import blocks as generated
+from recipe.common import config_blocks as generated
 
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "recipe" / "ibpo" / "config"
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG_DIR = ROOT / "recipe" / "ibpo" / "config"
 BLOCKS = [("ibpo_blocks.yaml", "ibpo", IBPOConfig), ("counterfactual_block.yaml", "counterfactual", CounterfactualConfig)]
+BLOCK_PATHS = {"ibpo_blocks.yaml": CONFIG_DIR / "ibpo_blocks.yaml",
+               "counterfactual_block.yaml": ROOT / "recipe" / "counterfactual" / "config" / "counterfactual_block.yaml"}
 KEY_LINE = re.compile(r"^  ([a-z_]+):")
 QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"' + r"|'[^']*'")
 
 
 @pytest.mark.parametrize("block", generated.blocks(), ids=lambda b: b.file)
 def test_committed_yaml_block_is_the_generated_text(block):
-    committed = (CONFIG_DIR / block.file).read_text(encoding="utf-8")
+    committed = BLOCK_PATHS[block.file].read_text(encoding="utf-8")
+    assert generated.block_path(block) == BLOCK_PATHS[block.file]
     assert committed == generated.render_block(block), (
-        f"recipe/ibpo/config/{block.file} is not the text generated from {block.options.__name__}'s fields: edit "
-        f"the dataclass (each field's metadata['doc']), then run `python -m recipe.ibpo.config.blocks` and commit "
+        f"{BLOCK_PATHS[block.file].relative_to(ROOT)} is not the text generated from {block.options.__name__}'s fields: edit "
+        f"the dataclass (each field's metadata['doc']), then run `python -m recipe.common.config_blocks` and commit "
         f"the file")
 
 
 def test_blocks_cover_both_option_classes():
-    assert [(b.file, b.name, b.options) for b in generated.blocks()] == BLOCKS
+    assert sorted((b.file, b.name, b.options) for b in generated.blocks()) == sorted(BLOCKS, key=lambda b: b[:2])
 
 
 @pytest.mark.parametrize("file, block, cls", BLOCKS)
@@ -74,7 +79,7 @@ def class_defaults(cls) -> dict:
 
 @pytest.mark.parametrize("file, block, cls", BLOCKS)
 def test_yaml_block_and_dataclass_hold_the_same_defaults(file, block, cls):
-    in_yaml = yaml.safe_load((CONFIG_DIR / file).read_text(encoding="utf-8"))[block]
+    in_yaml = yaml.safe_load(BLOCK_PATHS[file].read_text(encoding="utf-8"))[block]
     in_class = class_defaults(cls)
     assert sorted(in_yaml) == sorted(in_class), (
         f"only in {file}: {sorted(set(in_yaml) - set(in_class))}; "
@@ -111,7 +116,7 @@ def undocumented_keys(text: str, block: str) -> list[str]:
 
 @pytest.mark.parametrize("file, block, cls", BLOCKS)
 def test_every_yaml_key_is_documented(file, block, cls):
-    assert undocumented_keys((CONFIG_DIR / file).read_text(encoding="utf-8"), block) == []
+    assert undocumented_keys(BLOCK_PATHS[file].read_text(encoding="utf-8"), block) == []
 
 
 def test_documentation_check_catches_a_bare_key():

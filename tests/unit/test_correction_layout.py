@@ -18,8 +18,8 @@ from ibpo.prefix_sharing import common_prefix_length, shared_prefix_fraction, sh
 from ibpo.prompts import TRUNCATION_MARKER, render_candidate
 from ibpo.references import get_reference_rule, select_references_in_group
 from ibpo.budget import TRUNCATION_MARKER_TOKENS, CorrectionBudgetError, correction_budget
-from recipe.common.preflight import IBPOSetupError
-from recipe.ibpo.preflight import check_trainer_config
+from recipe.common.preflight import SetupError
+from recipe.ibpo.start_checks import check_trainer_config
 from verl_cpu.tiny_assets import build_tiny_tokenizer
 
 PER_GROUP = get_reference_rule("per_group")
@@ -183,13 +183,13 @@ def test_a_32k_candidate_is_cut_to_the_derived_budget(tokenizer):
 
 def test_start_check_fails_naming_the_option_when_the_context_cannot_fit(tokenizer):
     cfg = _trainer_config(512, 40500, prompt_length=400, max_model_len=40960)
-    with pytest.raises(IBPOSetupError, match="ibpo.max_candidate_tokens=0 derives"):
+    with pytest.raises(SetupError, match="ibpo.max_candidate_tokens=0 derives"):
         check_trainer_config(cfg, IBPOConfig(), tokenizer)
     cfg = _trainer_config(512, 2048, prompt_length=3000, max_model_len=8192, max_candidate_tokens=4000)
-    with pytest.raises(IBPOSetupError, match="ibpo.max_candidate_tokens=4000 does not fit"):
+    with pytest.raises(SetupError, match="ibpo.max_candidate_tokens=4000 does not fit"):
         check_trainer_config(cfg, IBPOConfig(max_candidate_tokens=4000), tokenizer)
     cfg = _trainer_config(512, 2048, prompt_length=3000, max_model_len=8192, max_candidate_tokens=2000)
-    with pytest.raises(IBPOSetupError, match="prompt_length=3000 is too small.*ibpo.max_candidate_tokens=2000"):
+    with pytest.raises(SetupError, match="prompt_length=3000 is too small.*ibpo.max_candidate_tokens=2000"):
         check_trainer_config(cfg, IBPOConfig(max_candidate_tokens=2000), tokenizer)
     cfg = _trainer_config(512, 2048, prompt_length=6144, max_model_len=8192)
     assert check_trainer_config(cfg, IBPOConfig(), tokenizer).max_candidate_tokens == 2048  # room for whole ones

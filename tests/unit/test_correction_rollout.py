@@ -103,7 +103,7 @@ def test_the_correction_loop_puts_the_rows_bound_into_the_request(monkeypatch):
     server) a max_tokens equal to the row's ibpo_max_tokens, and leave the shared dict alone."""
     from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 
-    from ibpo.correction_agent_loop import IBPOCorrectionAgentLoop
+    from recipe.ibpo.correction_agent_loop import IBPOCorrectionAgentLoop
     from ibpo.correction_bound import MAX_TOKENS_KEY
 
     seen = []
@@ -123,7 +123,7 @@ def test_the_correction_loop_puts_the_rows_bound_into_the_request(monkeypatch):
 
 
 def test_the_loop_is_registered_with_verl():
-    import ibpo.verl_plugin  # noqa: F401  (the verl.plugins entry point)
+    import recipe.verl_plugin  # noqa: F401  (the verl.plugins entry point)
     from verl.experimental.agent_loop import agent_loop
 
     from ibpo.correction_bound import AGENT_LOOP_NAME

@@ -21,7 +21,8 @@ from ibpo.advantages import (
     place_sequence_reward,
     shaped_rewards,
 )
-from ibpo.diagnostics import LambdaSchedule, correction_stats, theorem_stats
+from ibpo.diagnostics import correction_stats, theorem_stats
+from ibpo.lambda_schedule import LambdaSchedule
 
 
 def brute_force_advantages(scores: list[float], gids: list, eps: float = 1e-8) -> list[float]:
@@ -145,10 +146,14 @@ def test_correction_stats_and_schedule():
 
 @pytest.mark.slow  # a fresh interpreter imports verl (≈10 s)
 def test_entry_point_registers_estimator_in_fresh_process(tmp_path):
-    """`import verl` alone (no import of ibpo) must make `ibpo` resolvable: proves the entry point."""
+    """`import verl` alone (no import of ibpo) must make `ibpo` resolvable: proves the entry point (the module the
+    installed package's entry point names: ``recipe.verl_plugin``, or ``ibpo.verl_plugin`` for an older install)."""
+    from importlib.metadata import entry_points
+
+    plugin = entry_points(group="verl.plugins")["ibpo"].value
     code = (
         "import sys, verl\n"
-        "assert 'ibpo.verl_plugin' in sys.modules, 'entry point not loaded'\n"
+        f"assert {plugin!r} in sys.modules, 'entry point not loaded'\n"
         "from verl.trainer.ppo.core_algos import get_adv_estimator_fn\n"
         "fn = get_adv_estimator_fn('ibpo')\n"
         "print(fn.__module__, fn.__name__)\n"
@@ -161,7 +166,7 @@ def test_entry_point_registers_estimator_in_fresh_process(tmp_path):
     assert "ibpo.advantages compute_ibpo_outcome_advantage" in out.stdout
     # and the explicit check raises when plugins are disabled
     env["VERL_USE_EXTERNAL_PLUGINS"] = "none"
-    code2 = ("import verl\nfrom ibpo.verl_plugin import assert_registered\nassert_registered()\n"
+    code2 = (f"import verl\nfrom {plugin} import assert_registered\nassert_registered()\n"
              "from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY as R\n"
              "R.pop('ibpo')\n"
              "try:\n    assert_registered()\nexcept RuntimeError as e:\n    print('raised', e)\n")

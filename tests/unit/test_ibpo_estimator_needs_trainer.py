@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from verl import DataProto
 from verl.trainer.ppo.ray_trainer import compute_advantage
 
-import ibpo.verl_plugin as plugin
+import recipe.verl_plugin as plugin
 from ibpo.advantages import compute_ibpo_outcome_advantage
 
 
@@ -61,15 +61,15 @@ def test_a_trainer_without_the_correction_pass_cannot_announce_itself(monkeypatc
     """method=counterfactual with algorithm.adv_estimator=ibpo: the pre-flight refuses it before Ray, and the
     counterfactual trainer's init_workers refuses it too (before any worker starts) without marking the process
     as running an IBPO trainer, so the estimator keeps refusing."""
-    from recipe.common.preflight import IBPOSetupError
-    from recipe.common.preflight.methods import method_of
+    from recipe.common.preflight import SetupError
+    from recipe.common.methods import method_of
     from recipe.counterfactual.counterfactual_trainer import RayCounterfactualTrainer
     from recipe.ibpo.ibpo_ray_trainer import RayIBPOTrainer
 
     monkeypatch.setattr(plugin, "_ibpo_trainer_started", False)
     config = OmegaConf.create({"method": "counterfactual", "counterfactual": {},
                                "algorithm": {"adv_estimator": "ibpo"}})
-    with pytest.raises(IBPOSetupError, match="algorithm.adv_estimator=ibpo with method=counterfactual"):
+    with pytest.raises(SetupError, match="algorithm.adv_estimator=ibpo with method=counterfactual"):
         method_of(config)
     trainer = RayCounterfactualTrainer.__new__(RayCounterfactualTrainer)
     trainer.config = config

@@ -1,11 +1,13 @@
 """The import layers docs/architecture.md ("Folders by layer") states, read from the code: every ``import``
 statement (module level or inside a function) of a package, by its AST.
 
-- ``recipe/common`` (the verl glue every method shares, the pre-flight, the method registry) imports no
-  method's recipe; the registry names each method's trainer and check by import path, and those paths
-  resolve;
-- the method packages ``ibpo`` and ``counterfactual`` import no recipe, ``analysis``, ``data_prep`` or each
-  other;
+- ``recipe/common`` (the launcher, the verl glue every method shares, the pre-flight, the method registry)
+  imports no method's folder, and names none: the registry imports, besides itself, only the ``method``
+  module of each folder under ``recipe/`` (each method registers itself), and what a registered method
+  gives it (trainer, start check, actor worker) lives in that method's folder;
+- a method's folder (``recipe/ibpo``, ``recipe/counterfactual``) imports no other method's folder;
+- the pure packages ``ibpo`` and ``counterfactual`` import no recipe, ``analysis``, ``data_prep``, each
+  other, verl, ``verl_cpu`` or Ray (one exception, :data:`OLD_ENTRY_POINT`);
 - ``data_prep`` (raw files -> verl parquet, the one row writer) is below the demo tasks: ``toy_task`` writes
   its rows with ``data_prep.common``, and ``data_prep`` imports no ``toy_task``, recipe or ``analysis``.
 """
@@ -13,6 +15,7 @@ statement (module level or inside a function) of a package, by its AST.
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +23,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+# The path the verl.plugins entry point of an install made before the plugin moved to recipe/ names: it only
+# makes that path the module recipe.verl_plugin (setup.py names the new path).
+OLD_ENTRY_POINT = "ibpo/verl_plugin.py"
+METHOD_FOLDERS = ("ibpo", "counterfactual")
 
 
 def imported_modules(package_dir: Path) -> dict[str, set[str]]:
@@ -42,32 +49,76 @@ def imported_modules(package_dir: Path) -> dict[str, set[str]]:
     return found
 
 
-def offending(package_dir: Path, forbidden: tuple[str, ...]) -> list[str]:
+def offending(package_dir: Path, forbidden: tuple[str, ...], exempt: tuple[str, ...] = ()) -> list[str]:
     return [f"{file}: {name}" for file, names in imported_modules(package_dir).items() for name in sorted(names)
-            if any(name == f or name.startswith(f + ".") for f in forbidden)]
+            if file not in exempt and any(name == f or name.startswith(f + ".") for f in forbidden)]
 
 
 def test_the_scan_sees_function_level_and_relative_imports(tmp_path, monkeypatch):
     pkg = tmp_path / "recipe" / "common"
     pkg.mkdir(parents=True)
-    (pkg / "x.py").write_text("def f():\n    from recipe.ibpo.preflight import g\n")
+    (pkg / "x.py").write_text("def f():\n    from recipe.ibpo.start_checks import g\n")
     (pkg / "y.py").write_text("from ..ibpo import correction\n")
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
-    assert offending(pkg, ("recipe.ibpo",)) == ["recipe/common/x.py: recipe.ibpo.preflight",
+    assert offending(pkg, ("recipe.ibpo",)) == ["recipe/common/x.py: recipe.ibpo.start_checks",
                                                 "recipe/common/y.py: recipe.ibpo"]
 
 
 def test_recipe_common_imports_no_method_recipe():
-    assert offending(ROOT / "recipe" / "common", ("recipe.ibpo", "recipe.counterfactual")) == []
+    assert offending(ROOT / "recipe" / "common", tuple(f"recipe.{m}" for m in METHOD_FOLDERS)) == []
+
+
+def module_paths_in_strings(package_dir: Path, folders: tuple[str, ...]) -> list[str]:
+    """``file: string`` for every string constant (docstrings aside) naming ``recipe.<folder>`` of ``folders``: an
+    import by name (``importlib``, a ``"module:attribute"`` path) that the import scan cannot see."""
+    pattern = re.compile(r"\brecipe[./](%s)\b" % "|".join(folders))
+    found = []
+    for path in sorted(package_dir.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                      if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                      and node.body and isinstance(node.body[0], ast.Expr)
+                      and isinstance(node.body[0].value, ast.Constant)}
+        found += [f"{path.relative_to(ROOT)}: {node.value}" for node in ast.walk(tree)
+                  if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+                  and pattern.search(node.value)]
+    return found
+
+
+def test_recipe_common_names_no_method():
+    """No module of the launcher layer names a method's folder in a string either (an import by name)."""
+    assert module_paths_in_strings(ROOT / "recipe" / "common", METHOD_FOLDERS) == []
+
+
+def test_the_string_scan_sees_an_import_by_name(tmp_path, monkeypatch):
+    pkg = tmp_path / "recipe" / "common"
+    pkg.mkdir(parents=True)
+    (pkg / "x.py").write_text('"""recipe.ibpo in a docstring is prose."""\nTRAINER = "recipe.ibpo.trainer:T"\n')
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert module_paths_in_strings(pkg, ("ibpo",)) == ["recipe/common/x.py: recipe.ibpo.trainer:T"]
+
+
+@pytest.mark.parametrize("folder", METHOD_FOLDERS)
+def test_a_method_folder_imports_no_other_method(folder):
+    others = tuple(f"recipe.{m}" for m in METHOD_FOLDERS if m != folder)
+    assert offending(ROOT / "recipe" / folder, others) == []
 
 
 @pytest.mark.parametrize("package, forbidden", [
-    ("ibpo", ("recipe", "analysis", "data_prep", "counterfactual")),
-    ("counterfactual", ("recipe", "analysis", "data_prep", "ibpo")),
+    ("ibpo", ("recipe", "analysis", "data_prep", "counterfactual", "verl", "verl_cpu", "ray")),
+    ("counterfactual", ("recipe", "analysis", "data_prep", "ibpo", "verl", "verl_cpu", "ray")),
     ("data_prep", ("toy_task", "recipe", "analysis")),
 ])
 def test_lower_layers_import_no_upper_layer(package, forbidden):
-    assert offending(ROOT / package, forbidden) == []
+    assert offending(ROOT / package, forbidden, exempt=(OLD_ENTRY_POINT,)) == []
+
+
+def test_the_old_entry_point_path_is_only_an_alias():
+    import ibpo.verl_plugin
+    import recipe.verl_plugin
+
+    assert ibpo.verl_plugin is recipe.verl_plugin
+    assert imported_modules(ROOT / "ibpo")[OLD_ENTRY_POINT] == {"sys", "recipe.verl_plugin"}
 
 
 def test_importing_the_preflight_loads_no_method_recipe():
@@ -77,11 +128,30 @@ def test_importing_the_preflight_loads_no_method_recipe():
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120, cwd=ROOT)
 
 
-def test_every_registry_path_resolves():
-    from recipe.common.preflight.methods import METHODS, _resolve
+def test_the_registry_imports_only_method_modules_and_each_method_lives_in_its_folder():
+    """The imports the registry makes by name: ``recipe.<folder>.method`` for each method folder, and the
+    trainer, start check and actor worker of each registered method come from the registering folder."""
+    code = ("import sys; from recipe.common.methods import registered_methods; before = set(sys.modules); "
+            "methods = registered_methods(); "
+            "print(sorted(m for m in set(sys.modules) - before if m.startswith('recipe.')))")
+    out = subprocess.run([sys.executable, "-c", code], check=True, timeout=120, cwd=ROOT, capture_output=True,
+                         text=True).stdout.strip().splitlines()[-1]
+    loaded = ast.literal_eval(out)
+    assert [m for m in loaded if not m.endswith(".method") and m.count(".") == 2
+            and m.split(".")[1] in METHOD_FOLDERS and m.split(".")[2] not in ("config",)] == [], loaded
+
+    from recipe.common.methods import method_modules, registered_methods
     from recipe.common.trainer_base import HookedRayPPOTrainer
 
-    for name, entry in METHODS.items():
-        assert issubclass(_resolve(entry.trainer), HookedRayPPOTrainer), name
-        assert entry.check is None or callable(_resolve(entry.check)), name
-    assert METHODS["ibpo"].check == "recipe.ibpo.preflight:check_ibpo_run"
+    assert method_modules() == [f"recipe.{m}.method" for m in sorted(METHOD_FOLDERS)]
+    methods = registered_methods()
+    assert sorted(methods) == sorted(METHOD_FOLDERS)
+    for name, entry in methods.items():
+        package = entry.module.rsplit(".", 1)[0]
+        assert entry.module == f"recipe.{name}.method"
+        trainer = entry.trainer()
+        assert issubclass(trainer, HookedRayPPOTrainer) and trainer.__module__.startswith(package + "."), name
+        assert entry.config_dir == ROOT / "recipe" / name / "config", name
+        if entry.actor_worker is not None:
+            assert entry.actor_worker().__module__.startswith(package + "."), name
+    assert methods["ibpo"].check is not None and methods["counterfactual"].check is None

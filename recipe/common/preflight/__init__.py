@@ -1,10 +1,9 @@
 """The pre-flight: every check that needs no Ray worker, in the driver, before Ray starts, so a misconfigured
-run fails in seconds with one line naming the option (``recipe.ibpo.main_ibpo.run_preflight`` calls
+run fails in seconds with one line naming the option (``recipe.common.main.run_preflight`` calls
 :func:`resolve_config` then :func:`preflight`). One module per job:
 
-- ``errors``: :class:`IBPOSetupError`, what every check raises;
+- ``errors``: :class:`SetupError`, what every check raises;
 - ``option_types``: an option value against its declared type;
-- ``methods``: the method registry (``method:`` -> option block, trainer, the method's own check);
 - ``legacy_reward_keys``: top-level reward keys the pinned verl no longer reads;
 - ``verl_validation``: verl's option types and its own ``validate_config``, in the driver;
 - ``model``: the model's path, context length and FLOP shape, from its config;
@@ -19,14 +18,13 @@ from __future__ import annotations
 from omegaconf import DictConfig, OmegaConf
 
 from recipe.common.preflight.data_files import check_data_rows, data_files
-from recipe.common.preflight.errors import IBPOSetupError
+from recipe.common.preflight.errors import SetupError
 from recipe.common.preflight.legacy_reward_keys import check_legacy_reward_keys
-from recipe.common.preflight.methods import check_option_block_types, method_of, run_method_check
 from recipe.common.preflight.model import check_context_length, check_model_path, configured_context_length
 from recipe.common.preflight.reward_function import check_reward_kwargs, load_reward_function, run_verifier_self_test
 from recipe.common.preflight.verl_validation import check_verl_option_types, run_verl_validation
 
-__all__ = ["IBPOSetupError", "preflight", "resolve_config"]
+__all__ = ["SetupError", "preflight", "resolve_config"]
 
 
 def resolve_config(config: DictConfig) -> None:
@@ -35,13 +33,15 @@ def resolve_config(config: DictConfig) -> None:
     traceback naming rollout.prompt_length); a resolution failure raises naming the key."""
     from omegaconf.errors import OmegaConfBaseException
 
+    from recipe.common.methods import check_option_block_types  # the registry imports this package's checks
+
     check_option_block_types(config)
     check_verl_option_types(config, resolve=False)
     try:
         OmegaConf.resolve(config)
     except (OmegaConfBaseException, ValueError, TypeError) as exc:
         key = getattr(exc, "full_key", None)
-        raise IBPOSetupError(f"{key or 'config'}: cannot resolve its interpolation: "
+        raise SetupError(f"{key or 'config'}: cannot resolve its interpolation: "
                              f"{' '.join(str(exc).split())}") from exc
 
 
@@ -50,8 +50,10 @@ def preflight(config: DictConfig) -> None:
     legacy reward keys, verl's option types, the data files, the model path, the reward function and its
     keyword arguments, every data row (before the rest, so a bad row is always the error named), the model's
     context, the method's own check (IBPO: the tokenizer against the correction prompt budget), verl's own
-    validation and, for the project's own verifiers, their self-test. ``config`` must be resolved (:func:`resolve_config` first, as ``main_ibpo`` does).
-    Raises :class:`IBPOSetupError` (or ``ValueError`` from the option dataclasses) naming the option."""
+    validation and, for the project's own verifiers, their self-test. ``config`` must be resolved (:func:`resolve_config` first, as the launcher does).
+    Raises :class:`SetupError` (or ``ValueError`` from the option dataclasses) naming the option."""
+    from recipe.common.methods import method_of, run_method_check  # the registry imports this package's checks
+
     method = method_of(config)  # validates the method's option block, rejects the other method's
     check_legacy_reward_keys(config)
     check_verl_option_types(config)

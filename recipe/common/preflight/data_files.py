@@ -8,7 +8,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from recipe.common.preflight.errors import IBPOSetupError
+from recipe.common.preflight.errors import SetupError
 from recipe.common.preflight.reward_function import project_reward_kwargs, score_row, uses_project_reward
 
 
@@ -18,10 +18,10 @@ def data_files(config: DictConfig, key: str) -> list[str]:
     value = config.data.get(key)
     files = [value] if isinstance(value, str) else list(value or [])
     if not files:
-        raise IBPOSetupError(f"data.{key} is empty")
+        raise SetupError(f"data.{key} is empty")
     for path in files:
         if not Path(path).expanduser().is_file():
-            raise IBPOSetupError(f"data.{key}: {path} does not exist (build it with data_prep, see the README's Data)")
+            raise SetupError(f"data.{key}: {path} does not exist (build it with data_prep, see the README's Data)")
     return [str(Path(p).expanduser()) for p in files]
 
 
@@ -53,7 +53,7 @@ def check_data_rows(config: DictConfig, reward_fn, paths: list[str]) -> list[str
             report = check_rows(path, known_sources=known, prompt_key=prompt_key, check_gold_answers=project,
                                 reward_kwargs=project_reward_kwargs(config) if project else None)
         except RowCheckError as exc:
-            raise IBPOSetupError(str(exc)) from exc
+            raise SetupError(str(exc)) from exc
         firsts = sorted(report.first_row_of_source.values())
         for index, row in zip(firsts, read_rows(path, firsts)):
             score_row(config, reward_fn, path, index, row)

@@ -1,5 +1,5 @@
 """The one error every pre-flight check raises: a message naming the option (or file, row) at fault."""
 
 
-class IBPOSetupError(ValueError):
-    """The verl config cannot run IBPO as configured."""
+class SetupError(ValueError):
+    """The verl config cannot run its method as configured."""

@@ -8,7 +8,7 @@ from typing import Any, Mapping
 
 from omegaconf import DictConfig, OmegaConf
 
-from recipe.common.preflight.errors import IBPOSetupError
+from recipe.common.preflight.errors import SetupError
 from recipe.common.preflight.reward_function import REWARD_PATH_KEY
 from recipe.common.upstream import pinned_verl_version
 
@@ -52,7 +52,7 @@ def check_legacy_reward_keys(config: DictConfig) -> None:
             continue
         leaves = _set_leaves(OmegaConf.to_container(node, resolve=True), block)
         if leaves:
-            raise IBPOSetupError(
+            raise SetupError(
                 f"{leaves[0]} is a legacy top-level key that verl {pinned_verl_version()}'s main_ppo no longer reads "
                 f"(the run would use {REWARD_PATH_KEY}="
                 f"{config.reward.get('custom_reward_function', {}).get('path')} instead); "

@@ -9,14 +9,14 @@ from typing import Any, Mapping
 from omegaconf import DictConfig, OmegaConf
 
 from ibpo.compute import ModelShape
-from recipe.common.preflight.errors import IBPOSetupError
+from recipe.common.preflight.errors import SetupError
 
 
 def check_model_path(model_path: str) -> None:
     """A local ``actor_rollout_ref.model.path`` (absolute, ``~`` or relative) must be a directory; anything else
     is a hub id, which the model config's loading checks."""
     if model_path.startswith(("/", "~", ".")) and not Path(model_path).expanduser().is_dir():
-        raise IBPOSetupError(f"actor_rollout_ref.model.path={model_path} is not a directory")
+        raise SetupError(f"actor_rollout_ref.model.path={model_path} is not a directory")
 
 
 def model_flop_shape(model_path: str) -> ModelShape:
@@ -70,7 +70,7 @@ def model_context_length(model_path: str, override: Mapping[str, Any] | None = N
     try:
         hf_config = AutoConfig.from_pretrained(model_path, trust_remote_code=False)
     except (OSError, ValueError) as exc:
-        raise IBPOSetupError(f"actor_rollout_ref.model.path={model_path}: cannot read the model's config "
+        raise SetupError(f"actor_rollout_ref.model.path={model_path}: cannot read the model's config "
                              f"({type(exc).__name__}: {' '.join(str(exc).split())[:300]})") from exc
     return context_length(hf_config.to_dict(), override)
 
@@ -94,14 +94,14 @@ def check_context_length(config: DictConfig, context: int | None) -> None:
     rollout = config.actor_rollout_ref.rollout
     max_model_len = rollout.get("max_model_len")
     if max_model_len is not None and int(max_model_len) > context:
-        raise IBPOSetupError(
+        raise SetupError(
             f"actor_rollout_ref.rollout.max_model_len={max_model_len} exceeds the model's context {context} "
             f"(max_position_embeddings of {config.actor_rollout_ref.model.path}, with rope scaling): lower it, or "
             "extend the context with actor_rollout_ref.model.override_config.rope_scaling")
     served = int(max_model_len) if max_model_len is not None else context
     total = int(config.data.max_prompt_length) + int(config.data.max_response_length)
     if total > served:
-        raise IBPOSetupError(
+        raise SetupError(
             f"data.max_prompt_length={config.data.max_prompt_length} + data.max_response_length="
             f"{config.data.max_response_length} = {total} exceeds the context {served} "
             f"({'rollout.max_model_len' if max_model_len is not None else 'the model max_position_embeddings'}): "

@@ -7,7 +7,7 @@ import types
 import typing
 from typing import Any, Mapping
 
-from recipe.common.preflight.errors import IBPOSetupError
+from recipe.common.preflight.errors import SetupError
 
 
 def type_name(annotation: Any) -> str:
@@ -48,7 +48,7 @@ def is_interpolation(value: Any) -> bool:
 
 
 def check_option_types(block: Mapping[str, Any], cls: type, prefix: str) -> None:
-    """Raise :class:`IBPOSetupError` naming ``prefix.option``, its value and the expected type when a value of
+    """Raise :class:`SetupError` naming ``prefix.option``, its value and the expected type when a value of
     an option block (``ibpo:`` / ``counterfactual:``) does not have the dataclass field's declared type
     (``ibpo.lam=abc``), instead of a ``TypeError`` traceback from a comparison in the dataclass."""
     hints = typing.get_type_hints(cls)
@@ -57,5 +57,5 @@ def check_option_types(block: Mapping[str, Any], cls: type, prefix: str) -> None
         if is_interpolation(value):  # checked once resolved
             continue
         if annotation is not None and not matches(value, annotation):
-            raise IBPOSetupError(f"{prefix}.{name}={value!r} has type {type(value).__name__}; expected "
+            raise SetupError(f"{prefix}.{name}={value!r} has type {type(value).__name__}; expected "
                                  f"{type_name(annotation)} (default {getattr(cls, name, None)!r})")

@@ -7,7 +7,7 @@ import typing
 
 from omegaconf import DictConfig, OmegaConf
 
-from recipe.common.preflight.errors import IBPOSetupError
+from recipe.common.preflight.errors import SetupError
 from recipe.common.preflight.option_types import matches, type_name
 
 REWARD_PATH_KEY = "reward.custom_reward_function.path"
@@ -48,7 +48,7 @@ def check_reward_kwargs(config: DictConfig, fn) -> None:
         known = REWARD_MANAGER_KWARGS.get(manager, ())
         for key in manager_kwargs:
             if key not in known:
-                raise IBPOSetupError(
+                raise SetupError(
                     f"reward.reward_kwargs.{key}: verl's reward manager {manager!r} does not read it (it reads "
                     f"{list(known) or 'no reward.reward_kwargs'}); options of the reward function go under "
                     f"{REWARD_KWARGS_KEY}.{key}")
@@ -64,23 +64,23 @@ def check_reward_kwargs(config: DictConfig, fn) -> None:
              if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
     missing = [k for k in VERL_REWARD_CALL if k not in named and not takes_any]
     if missing:
-        raise IBPOSetupError(f"{name}: verl calls it with the keywords {list(VERL_REWARD_CALL)} but it takes no "
+        raise SetupError(f"{name}: verl calls it with the keywords {list(VERL_REWARD_CALL)} but it takes no "
                              f"{missing}; it takes {named}")
     options = [p for p in named if p not in VERL_REWARD_CALL + VERL_REWARD_EXTRAS]
     for key, value in kwargs.items():
         if key in VERL_REWARD_CALL + VERL_REWARD_EXTRAS:
-            raise IBPOSetupError(f"{REWARD_KWARGS_KEY}.{key}: verl passes {key} itself for every sample")
+            raise SetupError(f"{REWARD_KWARGS_KEY}.{key}: verl passes {key} itself for every sample")
         if key not in params:
             if takes_any:
                 continue
-            raise IBPOSetupError(f"{REWARD_KWARGS_KEY}.{key}: {name} takes no keyword {key!r}; it takes "
+            raise SetupError(f"{REWARD_KWARGS_KEY}.{key}: {name} takes no keyword {key!r}; it takes "
                                  f"{sorted(options)}")
         try:
             annotation = typing.get_type_hints(raw).get(key)
         except Exception:  # noqa: BLE001 - unresolvable annotations are simply not checked
             annotation = None
         if annotation is not None and not matches(value, annotation):
-            raise IBPOSetupError(f"{REWARD_KWARGS_KEY}.{key}={value!r} has type {type(value).__name__}; {name} "
+            raise SetupError(f"{REWARD_KWARGS_KEY}.{key}={value!r} has type {type(value).__name__}; {name} "
                                  f"expects {type_name(annotation)}")
     unchecked = [k for k in kwargs if k not in params]
     if unchecked:
@@ -108,11 +108,11 @@ def score_row(config: DictConfig, reward_fn, path: str, row_index: int, row: dic
                               ground_truth=(row.get("reward_model") or {}).get("ground_truth"),
                               extra_info=dict(row.get("extra_info") or {}))
     except Exception as exc:  # noqa: BLE001 - any failure of the user's function is reported with its option
-        raise IBPOSetupError(f"{where}: the reward function raised {type(exc).__name__}: "
+        raise SetupError(f"{where}: the reward function raised {type(exc).__name__}: "
                              + " ".join(str(exc).split())) from exc
     score = result.get("score") if isinstance(result, dict) else result
     if isinstance(score, bool) or not isinstance(score, (int, float)):
-        raise IBPOSetupError(f"{where}: returned {result!r:.200}; verl needs a number or a dict with a numeric "
+        raise SetupError(f"{where}: returned {result!r:.200}; verl needs a number or a dict with a numeric "
                              "'score'")
     return float(score)
 
@@ -121,7 +121,7 @@ def load_reward_function(config: DictConfig):
     """The reward function verl's reward loop will call, loaded the way verl loads it
     (``verl.trainer.ppo.reward.get_custom_reward_fn``: ``reward_kwargs`` bound), or verl's
     ``default_compute_score`` when no custom function is configured. A wrong path or name raises
-    :class:`IBPOSetupError` naming the option."""
+    :class:`SetupError` naming the option."""
     from verl.trainer.ppo.reward import get_custom_reward_fn
     from verl.utils.reward_score import default_compute_score
 
@@ -130,16 +130,16 @@ def load_reward_function(config: DictConfig):
     if not path:
         return default_compute_score
     if not name:
-        raise IBPOSetupError(f"{REWARD_PATH_KEY}={path} is set but {REWARD_NAME_KEY} is empty")
+        raise SetupError(f"{REWARD_PATH_KEY}={path} is set but {REWARD_NAME_KEY} is empty")
     try:
         fn = get_custom_reward_fn(config)
     except (ImportError, FileNotFoundError) as exc:
-        raise IBPOSetupError(f"{REWARD_PATH_KEY}={path}: cannot import it ({type(exc).__name__}: {exc}); use "
+        raise SetupError(f"{REWARD_PATH_KEY}={path}: cannot import it ({type(exc).__name__}: {exc}); use "
                              "pkg://<module> for an installed module or a file path that exists") from exc
     except AttributeError as exc:
-        raise IBPOSetupError(f"{REWARD_NAME_KEY}={name}: {path} has no function of that name ({exc})") from exc
+        raise SetupError(f"{REWARD_NAME_KEY}={name}: {path} has no function of that name ({exc})") from exc
     except RuntimeError as exc:  # verl's wrapper around an exception raised while executing a file module
-        raise IBPOSetupError(f"{REWARD_PATH_KEY}={path}: importing it failed ({exc.__cause__ or exc})") from exc
+        raise SetupError(f"{REWARD_PATH_KEY}={path}: importing it failed ({exc.__cause__ or exc})") from exc
     return fn
 
 
@@ -155,7 +155,7 @@ def run_verifier_self_test(config: DictConfig, data_sources: list[str]) -> None:
     try:
         self_test(data_sources, compute_score, project_reward_kwargs(config))
     except VerifierSelfTestError as exc:
-        raise IBPOSetupError(f"{REWARD_PATH_KEY}=pkg://reward_fns: verifier self-test failed: "
+        raise SetupError(f"{REWARD_PATH_KEY}=pkg://reward_fns: verifier self-test failed: "
                              + " | ".join(str(exc).splitlines())) from exc
 
 

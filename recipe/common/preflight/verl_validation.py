@@ -11,7 +11,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from recipe.common.preflight.errors import IBPOSetupError
+from recipe.common.preflight.errors import SetupError
 from recipe.common.preflight.option_types import is_interpolation
 
 
@@ -90,10 +90,10 @@ def check_verl_option_types(config: DictConfig, defaults: DictConfig | None = No
         else:
             return
         if not ok:
-            raise IBPOSetupError(f"{prefix}={mine!r} has type {type(mine).__name__}; verl expects {expected} "
+            raise SetupError(f"{prefix}={mine!r} has type {type(mine).__name__}; verl expects {expected} "
                                  f"(default {default!r})")
         if isinstance(mine, float) and mine != mine:  # nan passes verl's range checks (nan < 0 is False)
-            raise IBPOSetupError(f"{prefix}=nan is not a number verl can train with (default {default!r})")
+            raise SetupError(f"{prefix}=nan is not a number verl can train with (default {default!r})")
 
     walk(ours, theirs, "")
 
@@ -112,7 +112,7 @@ def run_verl_validation(config: DictConfig) -> None:
     """What stock ``main_ppo.main`` runs in the driver before Ray: ``verl.utils.config.validate_config``
     (batch sizes, micro-batch options, the actor config's dataclass with its own ``validate``), plus the
     dataclass conversion verl's workers do of the rollout and algorithm blocks (an unknown key or a bad value
-    there otherwise surfaces inside a Ray worker). Raises :class:`IBPOSetupError` with verl's message."""
+    there otherwise surfaces inside a Ray worker). Raises :class:`SetupError` with verl's message."""
     import contextlib
     import io
 
@@ -129,6 +129,6 @@ def run_verl_validation(config: DictConfig) -> None:
             with contextlib.redirect_stdout(io.StringIO()):  # validate_config prints its passing line
                 step()
         except Exception as exc:  # noqa: BLE001 - AssertionError/ValueError/TypeError/Hydra errors from verl
-            raise IBPOSetupError(f"verl's config validation ({what}, as main_ppo runs it in the driver) failed: "
+            raise SetupError(f"verl's config validation ({what}, as main_ppo runs it in the driver) failed: "
                                  f"{type(exc).__name__}: {_one_line(exc)}") from exc
 

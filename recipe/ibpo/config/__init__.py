@@ -1,6 +1,6 @@
-"""The recipe's Hydra configs (``ibpo_trainer.yaml``, ``counterfactual_trainer.yaml`` and their option
-blocks) and the OmegaConf resolver they use. Whoever composes a config calls
-:func:`register_config_resolvers` first (``main_ibpo.main``, the tests): nothing is registered on import."""
+"""IBPO's Hydra config (``ibpo_trainer.yaml`` and its generated option block ``ibpo_blocks.yaml``) and the
+OmegaConf resolver it uses. Whoever composes a config calls :func:`register_config_resolvers` first (the
+launcher through ``Method.register_resolvers``, the tests): nothing is registered on import."""
 
 from __future__ import annotations
 

@@ -1,0 +1,43 @@
+"""Registers the ``ibpo`` method (docs/method_ibpo.md) with the launcher's registry
+(:mod:`recipe.common.methods`): its options, config, trainer, start check and actor worker. Imported by the
+registry; the trainer, the check and the worker are imported only when a run needs them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ibpo.config import IBPOConfig
+from recipe.common.methods import Method, method_options, register_method
+from recipe.ibpo.config import register_config_resolvers
+
+
+def _trainer() -> type:
+    from recipe.ibpo.ibpo_ray_trainer import RayIBPOTrainer
+
+    return RayIBPOTrainer
+
+
+def _check(config, context) -> None:
+    from recipe.ibpo.start_checks import check_ibpo_run
+
+    check_ibpo_run(config, context)
+
+
+def _actor_worker() -> type:
+    from recipe.ibpo.workers import IBPOActorRolloutRefWorker
+
+    return IBPOActorRolloutRefWorker
+
+
+def ibpo_config_from(config) -> IBPOConfig:
+    """The validated ``ibpo:`` block (G is ``actor_rollout_ref.rollout.n``, not an ``ibpo`` option)."""
+    return method_options(config, METHOD.name)
+
+
+METHOD = register_method(Method(
+    name="ibpo", options=IBPOConfig, config_dir=Path(__file__).resolve().parent / "config",
+    config_name="ibpo_trainer", trainer=_trainer, check=_check, owned_estimators=("ibpo",),
+    block_file="ibpo_blocks.yaml",
+    block_header="The `ibpo:` option block of ibpo_trainer.yaml. Every option is validated at start "
+                 "(ibpo/config.py): a typo or out-of-range value fails.",
+    register_resolvers=register_config_resolvers, actor_worker=_actor_worker, module=__name__))

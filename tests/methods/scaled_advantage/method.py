@@ -1,0 +1,30 @@
+"""Registers ``scaled_advantage`` with the launcher's registry; the trainer is imported when a run builds it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from recipe.common.methods import Method, register_method
+from recipe.common.preflight.errors import SetupError
+from scaled_advantage.options import ScaledAdvantageConfig
+
+
+def _trainer() -> type:
+    from scaled_advantage.trainer import RayScaledAdvantageTrainer
+
+    return RayScaledAdvantageTrainer
+
+
+def check(config, context) -> None:
+    """The method's own start check: a group of one response has a zero advantage, nothing to scale."""
+    if int(config.actor_rollout_ref.rollout.n) < 2:
+        raise SetupError(f"actor_rollout_ref.rollout.n={config.actor_rollout_ref.rollout.n}: scaled_advantage "
+                         "needs groups of at least 2 responses")
+
+
+METHOD = register_method(Method(
+    name="scaled_advantage", options=ScaledAdvantageConfig, config_dir=Path(__file__).resolve().parent / "config",
+    config_name="scaled_advantage_trainer", trainer=_trainer, check=check,
+    block_file="scaled_advantage_block.yaml",
+    block_header="The `scaled_advantage:` option block of scaled_advantage_trainer.yaml (a test-tree method).",
+    module=__name__))
