@@ -1,0 +1,116 @@
+"""docs/architecture.md's countable claims against the code: every file and folder it names exists, every
+project symbol it names (``ibpo.shaping.shape_targets``) imports, the hook-to-Δ path's calls are calls in the
+callers' source and its heading counts them; README's Documentation list names every doc."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib
+import inspect
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DOC = ROOT / "docs" / "architecture.md"
+PACKAGES = ("recipe", "ibpo", "counterfactual", "verl_cpu", "analysis", "data_prep", "reward_fns", "toy_task")
+CODE = re.compile(r"`([^`\s]+)`")
+HOP = re.compile(r"^\d+\. `([\w.]+)` calls `([\w.]+)`$")
+
+
+def doc_text() -> str:
+    return DOC.read_text(encoding="utf-8")
+
+
+def resolve(name: str):
+    """The object a dotted project name denotes: the longest importable module prefix, then attributes."""
+    parts = name.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for attr in parts[cut:]:
+            if dataclasses.is_dataclass(obj) and attr in {f.name for f in dataclasses.fields(obj)}:
+                obj = next(f for f in dataclasses.fields(obj) if f.name == attr)
+            else:
+                obj = getattr(obj, attr)
+        return obj
+    raise ImportError(name)
+
+
+def option_names() -> set[str]:
+    from counterfactual.importance import CounterfactualConfig
+    from ibpo.config import IBPOConfig
+
+    return ({f"ibpo.{f.name}" for f in dataclasses.fields(IBPOConfig)}
+            | {f"counterfactual.{f.name}" for f in dataclasses.fields(CounterfactualConfig)})
+
+
+def test_every_named_path_exists():
+    paths = {p.rstrip("/") for p in CODE.findall(doc_text())
+             if "/" in p and not p.startswith(("pkg:", "http")) and "<" not in p and "*" not in p}
+    assert paths and [p for p in sorted(paths) if not (ROOT / p).exists()] == []
+
+
+def test_every_named_project_symbol_imports():
+    options = option_names()
+    names = {n.rstrip("()") for n in CODE.findall(doc_text())
+             if re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_]\w*)+(\(\))?", n) and n.split(".")[0] in PACKAGES}
+    names -= options
+    missing = []
+    for name in sorted(names):
+        try:
+            resolve(name)
+        except (ImportError, AttributeError):
+            missing.append(name)
+    assert len(names) > 20 and missing == []
+
+
+def called_names(function) -> set[str]:
+    """The names a function's body calls: ``f(...)``, ``x.f(...)`` -> ``f``."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+    return {node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
+            for node in ast.walk(tree) if isinstance(node, ast.Call)
+            and isinstance(node.func, (ast.Attribute, ast.Name))}
+
+
+def source_file(name: str) -> Path:
+    obj = resolve(name)
+    owner = obj if inspect.isfunction(obj) or inspect.isclass(obj) else resolve(name.rsplit(".", 1)[0])
+    return Path(inspect.getsourcefile(owner)).resolve()
+
+
+def hops() -> list[tuple[str, str]]:
+    text = doc_text()
+    section = text[text.index("## From the trainer's correction hook to Δ"):]
+    section = section[: section.index("\n## ", 1)]
+    return [HOP.match(line).groups() for line in section.splitlines() if HOP.match(line)]
+
+
+def test_the_hook_to_delta_path_is_calls_in_the_code():
+    path = hops()
+    assert path, "the hook-to-Δ section lost its numbered calls"
+    for (caller, callee), (next_caller, _) in zip(path, path[1:] + [(None, None)]):
+        assert callee.rsplit(".", 1)[1] in called_names(resolve(caller)), f"{caller} does not call {callee}"
+        assert next_caller is None or next_caller == callee, f"the path breaks after {callee}"
+    heading = re.search(r"## From the trainer's correction hook to Δ: (\d+) calls across (\d+) files", doc_text())
+    files = {source_file(name) for hop in path for name in hop}
+    assert heading and (int(heading.group(1)), int(heading.group(2))) == (len(path), len(files)), sorted(files)
+
+
+@pytest.mark.parametrize("name", ["recipe.common.correction.pad_to_multiple", "ibpo.nothing"])
+def test_the_symbol_check_catches_a_stale_name(name):
+    with pytest.raises((ImportError, AttributeError)):
+        resolve(name)
+
+
+def test_readme_documentation_lists_every_doc():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Documentation"):]
+    docs = sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))
+    readmes = ["verl_cpu/README.md", "reward_fns/README.md", "data_prep/README.md"]
+    assert [d for d in docs + readmes if f"`{d}`" not in section] == []
