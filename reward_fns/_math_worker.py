@@ -123,78 +123,78 @@ def patch_numeric_comparison(grader, sympy) -> None:
     grader.sympy_symbolic_eq = symbolic_eq
 
 
-def main() -> None:
-    max_bytes = int(sys.argv[1]) if len(sys.argv) > 1 else 0
-    # Keep the protocol on a private copy of stdout; anything the libraries print goes to /dev/null (a pipe
-    # nobody reads would fill up and block the worker), and their warnings are silenced for the same reason.
-    proto = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
-    os.dup2(2, 1)
-    _limit_memory(max_bytes)
+class Verifier:
+    """The worker's request handler: the parsed-gold cache and math-verify's functions (imported by
+    :func:`main` after the process limits are in place)."""
 
-    import sympy
-    from math_verify import LatexExtractionConfig, grader, parse, verify
-    from math_verify.errors import TimeoutException
+    def __init__(self, extract, math_verify, timeout_exception: type):
+        self.extract, self.mv, self.timeout_exception = extract, math_verify, timeout_exception
+        self.gold_config = [math_verify.LatexExtractionConfig()]
+        self.answer_config = [math_verify.LatexExtractionConfig(boxed_match_priority=0)]
+        self.gold_cache: OrderedDict[str, list] = OrderedDict()
 
-    patch_numeric_comparison(grader, sympy)
-    extract = _load_extract()
-    gold_config = [LatexExtractionConfig()]
-    answer_config = [LatexExtractionConfig(boxed_match_priority=0)]
-    gold_cache: OrderedDict[str, list] = OrderedDict()
-
-    def parse_gold(gold: str, timeout: int) -> list:
+    def parse_gold(self, gold: str, timeout: int) -> list:
         """The parsed gold; raises ValueError when the gold is unusable: it fails the structural check, parses to
         nothing, or math-verify does not accept the gold itself stated plainly (``\\boxed{gold}``)."""
-        if gold in gold_cache:
-            gold_cache.move_to_end(gold)
-            return gold_cache[gold]
-        problem = extract.gold_problem(gold)
+        if gold in self.gold_cache:
+            self.gold_cache.move_to_end(gold)
+            return self.gold_cache[gold]
+        problem = self.extract.gold_problem(gold)
         if problem is not None:
             raise ValueError(f"the ground truth {problem}")
-        parsed = parse("\\boxed{" + gold + "}", gold_config, parsing_timeout=timeout, raise_on_error=True)
+        parsed = self.mv.parse("\\boxed{" + gold + "}", self.gold_config, parsing_timeout=timeout, raise_on_error=True)
         if not parsed:
             raise ValueError("math-verify parses the ground truth to nothing")
-        if extract.colon_form(gold) is None:
-            plain = parse_answer(extract.rewrite_admitted_forms(gold, gold), timeout, keep_percent=True)
-            if not plain or not safe_verify(parsed, plain, timeout):
+        if self.extract.colon_form(gold) is None:
+            plain = self.parse_answer(self.extract.rewrite_admitted_forms(gold, gold), timeout, keep_percent=True)
+            if not plain or not self.safe_verify(parsed, plain, timeout):
                 raise ValueError("math-verify does not accept the ground truth itself stated plainly as "
                                  "\\boxed{gold}")
-        gold_cache[gold] = parsed
-        if len(gold_cache) > GOLD_CACHE_SIZE:
-            gold_cache.popitem(last=False)
+        self.gold_cache[gold] = parsed
+        if len(self.gold_cache) > GOLD_CACHE_SIZE:
+            self.gold_cache.popitem(last=False)
         return parsed
 
-    def parse_answer(answer: str, timeout: int, keep_percent: bool = False) -> list:
+    def parse_answer(self, answer: str, timeout: int, keep_percent: bool = False) -> list:
         # The answer is parsed ONE way, as a whole: wrapped in \boxed{} and only the match spanning the whole
         # box is tried (extraction_mode="first_match"), so math-verify never picks a sub-expression out of it.
         try:
-            return parse("\\boxed{" + extract.answer_for_parsing(answer, keep_percent) + "}", answer_config,
-                         extraction_mode="first_match", parsing_timeout=timeout, raise_on_error=True)
-        except TimeoutException:
+            return self.mv.parse("\\boxed{" + self.extract.answer_for_parsing(answer, keep_percent) + "}",
+                                 self.answer_config, extraction_mode="first_match", parsing_timeout=timeout,
+                                 raise_on_error=True)
+        except self.timeout_exception:
             raise
         except Exception:  # an unparseable prediction is simply not an answer
             return []
 
-    def safe_verify(gold: list, pred: list, timeout: int) -> bool:
+    def safe_verify(self, gold: list, pred: list, timeout: int) -> bool:
         try:
-            return bool(verify(gold, pred, timeout_seconds=timeout, raise_on_error=True))
-        except TimeoutException:
+            return bool(self.mv.verify(gold, pred, timeout_seconds=timeout, raise_on_error=True))
+        except self.timeout_exception:
             raise
         except Exception:
             return False
 
-    def handle(req: dict) -> dict:
+    def gold_or_error(self, gold_str: str, timeout: int) -> tuple[list | None, dict | None]:
+        """The parsed gold, or the ``bad_gold`` reply that says why there is none."""
+        try:
+            return self.parse_gold(gold_str, timeout), None
+        except self.timeout_exception:
+            return None, {"status": "bad_gold", "detail": "parsing the ground truth timed out"}
+        except ValueError as exc:
+            return None, {"status": "bad_gold", "detail": str(exc)[:500]}
+        except Exception as exc:
+            return None, {"status": "bad_gold", "detail": f"math-verify cannot parse the ground truth: {exc!r}"[:500]}
+
+    def handle(self, req: dict) -> dict:
+        extract = self.extract
         if req.get("sleep_s"):
             time.sleep(float(req["sleep_s"]))
         pt, vt = int(req.get("parsing_timeout", 5)), int(req.get("verify_timeout", 5))
         gold_str = req["gold"]
-        try:
-            gold = parse_gold(gold_str, pt)
-        except TimeoutException:
-            return {"status": "bad_gold", "detail": "parsing the ground truth timed out"}
-        except ValueError as exc:
-            return {"status": "bad_gold", "detail": str(exc)[:500]}
-        except Exception as exc:
-            return {"status": "bad_gold", "detail": f"math-verify cannot parse the ground truth: {exc!r}"[:500]}
+        gold, bad_gold = self.gold_or_error(gold_str, pt)
+        if bad_gold is not None:
+            return bad_gold
         text = req.get("text") or ""
         answer, how = extract.extract_math_answer(text)
         if answer is None and req.get("fallback"):
@@ -213,9 +213,26 @@ def main() -> None:
         if colon_gold is not None:
             reply["correct"] = extract.colon_form(answer) == colon_gold
             return reply
-        pred = parse_answer(answer, pt, keep_percent="%" in gold_str)
-        reply["correct"] = bool(pred) and safe_verify(gold, pred, vt)
+        pred = self.parse_answer(answer, pt, keep_percent="%" in gold_str)
+        reply["correct"] = bool(pred) and self.safe_verify(gold, pred, vt)
         return reply
+
+
+def main() -> None:
+    max_bytes = int(sys.argv[1]) if len(sys.argv) > 1 else 0
+    # Keep the protocol on a private copy of stdout; anything the libraries print goes to /dev/null (a pipe
+    # nobody reads would fill up and block the worker), and their warnings are silenced for the same reason.
+    proto = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
+    os.dup2(2, 1)
+    _limit_memory(max_bytes)
+
+    import math_verify
+    import sympy
+    from math_verify import grader
+    from math_verify.errors import TimeoutException
+
+    patch_numeric_comparison(grader, sympy)
+    verifier = Verifier(_load_extract(), math_verify, TimeoutException)
 
     logging.disable(logging.CRITICAL)
     devnull = os.open(os.devnull, os.O_WRONLY)
@@ -224,7 +241,7 @@ def main() -> None:
     for line in sys.stdin:
         exit_after = False
         try:
-            reply = handle(json.loads(line))
+            reply = verifier.handle(json.loads(line))
         except TimeoutException as exc:
             reply = {"status": "timeout", "detail": str(exc)[:300]}
         except MemoryError:
