@@ -270,7 +270,7 @@ def format_tables(summary: dict, args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--assets", required=True, help="directory of `python -m toy_task.warm_start --out DIR` (built if missing)")
     p.add_argument("--out", required=True, help="output directory (runs, table.md, summary.json, curves.png)")
@@ -302,6 +302,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="loop: (arm, seed) runs side by side in this many processes (results do not depend on it)")
     p.add_argument("--deadline", type=float, default=None,
                    help="loop: unix time after which no new seed is started (started seeds finish every arm)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = build_parser()
     args = p.parse_args(argv)
     if args.jobs < 1:
         p.error(f"--jobs must be >= 1, got {args.jobs}")
@@ -313,7 +318,11 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [m for m in args.methods if m not in by_name]
     if unknown:
         p.error(f"--methods: unknown {unknown}; choose from {list(by_name)}")
-    methods = [by_name[m] for m in args.methods]
+    return run_verl(args, [by_name[m] for m in args.methods], command)
+
+
+def run_verl(args: argparse.Namespace, methods: list[Method], command: str) -> int:
+    """Equal steps: one verl training run per method and seed (skipped with ``--report-only``), then the report."""
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     assets_dir = Path(args.assets).resolve()
@@ -334,14 +343,7 @@ def main(argv: list[str] | None = None) -> int:
                 run_one(assets, out, method, seed, args)
         print(f"[compare] all runs done in {time.monotonic() - start:.0f} s", flush=True)
 
-    runs: dict[str, list[list[plot_curves.Record]]] = {}
-    for method in methods:
-        for seed in args.seeds:
-            path = out / f"{method.slug}_s{seed}_metrics.jsonl"
-            if path.exists() and path.stat().st_size:
-                records = plot_curves.read_file_log(path)
-                if any(REWARD_KEY in r.data for r in records):
-                    runs.setdefault(method.name, []).append(records)
+    runs = finished_runs(out, methods, args.seeds)
     if methods[0].name not in runs:
         print(f"error: no finished run of the baseline {methods[0].name!r} under {out}", file=sys.stderr)
         return 2
@@ -359,6 +361,19 @@ def main(argv: list[str] | None = None) -> int:
     print(tables)
     print(f"\nwrote {out / 'table.md'}, {out / 'summary.json'}, {out / 'curves.png'}")
     return 0
+
+
+def finished_runs(out: Path, methods: list[Method], seeds: list[int]) -> dict[str, list[list[plot_curves.Record]]]:
+    """The metrics of every finished verl run under ``out`` (those that logged the training reward), by method."""
+    runs: dict[str, list[list[plot_curves.Record]]] = {}
+    for method in methods:
+        for seed in seeds:
+            path = out / f"{method.slug}_s{seed}_metrics.jsonl"
+            if path.exists() and path.stat().st_size:
+                records = plot_curves.read_file_log(path)
+                if any(REWARD_KEY in r.data for r in records):
+                    runs.setdefault(method.name, []).append(records)
+    return runs
 
 
 def run_loop(args: argparse.Namespace, command: str) -> int:

@@ -214,6 +214,45 @@ def _sys_used_bytes() -> int:
     return int(vm.total - vm.available)
 
 
+def _tree_rss(procs: list) -> int:
+    """The summed resident memory of ``procs`` (those gone meanwhile count 0)."""
+    import psutil
+
+    rss = 0
+    for proc in procs:
+        try:
+            rss += proc.memory_info().rss
+        except psutil.Error:
+            pass
+    return rss
+
+
+def _stop_run(driver: subprocess.Popen, marker: str, grace_s: float) -> None:
+    """SIGTERM the driver's process group, stop every process carrying ``marker``, then reap the driver."""
+    try:
+        os.killpg(driver.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    _terminate(_run_processes(marker), grace_s)
+    try:
+        driver.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        driver.kill()
+        driver.wait()
+
+
+def _reap_leftovers(marker: str, settle_s: float, grace_s: float) -> list[int]:
+    """The pids of the run's processes still alive ``settle_s`` after the driver ended, stopped."""
+    deadline = time.monotonic() + settle_s
+    leftovers = _run_processes(marker)
+    while leftovers and time.monotonic() < deadline:
+        time.sleep(0.5)
+        leftovers = [p for p in leftovers if _alive(p)]
+    if leftovers:
+        _terminate(leftovers, grace_s)
+    return [p.pid for p in leftovers]
+
+
 def run_with_timeout(
     cmd: Sequence[str],
     env: Mapping[str, str],
@@ -233,8 +272,6 @@ def run_with_timeout(
     normally follow the driver down within a few seconds). Peak memory is sampled meanwhile, and
     ``on_tick(elapsed_s)`` (e.g. a progress printer) is called after every sample and once after the exit.
     """
-    import psutil
-
     marker = uuid.uuid4().hex
     log = Path(log_path) if log_path is not None else Path(f"/tmp/ibpo_cpu_run_{marker[:8]}.log")
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -253,41 +290,18 @@ def run_with_timeout(
                 break
             except subprocess.TimeoutExpired:
                 pass
-            procs = _run_processes(marker)
-            rss = 0
-            for proc in procs:
-                try:
-                    rss += proc.memory_info().rss
-                except psutil.Error:
-                    pass
-            peak_rss = max(peak_rss, rss)
+            peak_rss = max(peak_rss, _tree_rss(_run_processes(marker)))
             peak_sys = max(peak_sys, _sys_used_bytes() - sys_base)
             if on_tick is not None:
                 on_tick(time.monotonic() - start)
             if time.monotonic() - start > timeout_s:
                 timed_out = True
-                try:
-                    os.killpg(driver.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-                _terminate(_run_processes(marker), grace_s)
-                try:
-                    driver.wait(timeout=grace_s)
-                except subprocess.TimeoutExpired:
-                    driver.kill()
-                    driver.wait()
+                _stop_run(driver, marker, grace_s)
                 break
     wall = time.monotonic() - start
     if on_tick is not None:
         on_tick(wall)
-    deadline = time.monotonic() + (0.0 if timed_out else settle_s)
-    leftovers = _run_processes(marker)
-    while leftovers and time.monotonic() < deadline:
-        time.sleep(0.5)
-        leftovers = [p for p in leftovers if _alive(p)]
-    leftover_pids = [p.pid for p in leftovers]
-    if leftovers:
-        _terminate(leftovers, grace_s)
+    leftover_pids = _reap_leftovers(marker, 0.0 if timed_out else settle_s, grace_s)
     if timed_out:
         with open(log, "ab") as out:
             out.write(f"\n[run_with_timeout] killed after {timeout_s:.0f} s\n".encode())
