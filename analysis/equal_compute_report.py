@@ -152,8 +152,8 @@ def _f(x: float, fmt: str = "{:.3f}") -> str:
     return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else fmt.format(x)
 
 
-def format_report(summary: dict) -> str:
-    """Markdown: the equal-compute table, differences at every milestone, phases, collapse, localisation."""
+def _equal_compute_table(summary: dict) -> list[str]:
+    """The header and the table at the full budget."""
     base = summary["baseline"]
     budget = summary["budget_flops"]
     last = max(max(e["milestones"], key=float) for e in summary["arms"].values() if e["milestones"])
@@ -184,6 +184,13 @@ def format_report(summary: dict) -> str:
             + f" | {'—' if is_base else _f(d['p_value'])} | {'—' if is_base else _f(d['sd_diff'])} | "
             f"{'—' if is_base else _f(d['correlation'], '{:.2f}')} | {'—' if is_base else _f(m['power_for_effect'], '{:.2f}')} | "
             f"{'—' if is_base else (m['seeds_for_80pct_power'] or '-')} | {reach} |")
+    return lines
+
+
+def _milestone_table(summary: dict) -> list[str]:
+    """Paired Δ vs the baseline at every compute milestone."""
+    base = summary["baseline"]
+    lines: list[str] = []
     lines += ["", f"**Paired Δ vs {base} at every compute milestone** (test accuracy, 95% Student-t CI over seeds):", "",
               "| arm | " + " | ".join(f"{float(k):.2f} × budget" for k in sorted(summary["arms"][base]["milestones"], key=float)) + " |",
               "|---|" + "---:|" * len(summary["arms"][base]["milestones"])]
@@ -199,6 +206,12 @@ def format_report(summary: dict) -> str:
                 d = m["diff"]
                 cells.append(f"{d['diff']:+.3f} [{_f(d['low'], '{:+.3f}')}, {_f(d['high'], '{:+.3f}')}]")
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _phase_table(summary: dict) -> list[str]:
+    """Seconds per step by phase, and wall time per run."""
+    lines: list[str] = []
     lines += ["", "**Seconds per step by phase** (mean over steps and seeds, one CPU thread; eval: the milestone "
               "evaluations, averaged over all steps), and wall time per run:", "",
               "| arm | " + " | ".join(PHASES) + " | step total | run wall s |", "|---|" + "---:|" * (len(PHASES) + 2)]
@@ -206,6 +219,12 @@ def format_report(summary: dict) -> str:
         sp = e["seconds_per_step"]
         lines.append(f"| {arm} | " + " | ".join(f"{sp[p]:.2f}" for p in PHASES)
                      + f" | {sum(sp.values()):.2f} | {e['wall_s']:.0f} |")
+    return lines
+
+
+def _collapse_table(summary: dict) -> list[str]:
+    """Training reward and test accuracy changes per arm."""
+    lines: list[str] = []
     lines += ["", "**Collapse check** (training reward: mean of the last k steps minus the first k, k = min(5, steps/2); test: final minus "
               "the warm start; mean [95% t CI]; seeds whose training reward rose while test accuracy fell below the "
               "warm start):", "", "| arm | training reward change | test accuracy change | seeds reward ↑ test ↓ |",
@@ -216,6 +235,12 @@ def format_report(summary: dict) -> str:
         lines.append(f"| {arm} | {r['mean']:+.3f} [{_f(r['low'], '{:+.3f}')}, {_f(r['high'], '{:+.3f}')}] | "
                      f"{t['mean']:+.3f} [{_f(t['low'], '{:+.3f}')}, {_f(t['high'], '{:+.3f}')}] | "
                      f"{c['seeds_reward_up_test_down']}/{e['seeds']} |")
+    return lines
+
+
+def _localisation_tables(summary: dict) -> list[str]:
+    """Credit localisation of the arms that measured it (none: no lines)."""
+    lines: list[str] = []
     loc_arms = [(a, e) for a, e in summary["arms"].items() if "localisation" in e]
     if loc_arms:
         lines += ["", "**Credit localisation** (every right correction of a wrong response, all seeds and steps; M = tokens "
@@ -236,7 +261,13 @@ def format_report(summary: dict) -> str:
             for lo, s in e["localisation"]["by_step"].items():
                 lines.append(f"| {arm} | {lo} | {s['count']} | {_f(s['precision'])} | {_f(s['recall'])} | "
                              f"{_f(s['covers_first_error'])} | {_f(s['copy_of_reference'])} |")
-    return "\n".join(lines)
+    return lines
+
+
+def format_report(summary: dict) -> str:
+    """Markdown: the equal-compute table, differences at every milestone, phases, collapse, localisation."""
+    return "\n".join(_equal_compute_table(summary) + _milestone_table(summary) + _phase_table(summary)
+                     + _collapse_table(summary) + _localisation_tables(summary))
 
 
 def plot(summary: dict, results: dict[str, dict[int, dict]], path: str | Path) -> None:
