@@ -48,14 +48,14 @@ def patch_distributed_module(dist_module: ModuleType) -> None:
         return original_ray(timeout_second=timeout_second, backend=dedupe_backend_string(backend or default))
 
     def initialize_global_process_group(timeout_second=36000):
-        # IBPO: the pinned verl's text (recipe/common/upstream/manifest.toml; torchrun entry points, e.g. SFT)
-        # IBPO: with a valid backend string, no set_device on CPU, verl's module globals bound here
-        import torch.distributed  # IBPO
+        # RECIPE: the pinned verl's text (recipe/common/upstream/manifest.toml; torchrun entry points, e.g. SFT)
+        # RECIPE: with a valid backend string, no set_device on CPU, verl's module globals bound here
+        import torch.distributed  # RECIPE
 
-        get_device_name, get_nccl_backend = dist_module.get_device_name, dist_module.get_nccl_backend  # IBPO
+        get_device_name, get_nccl_backend = dist_module.get_device_name, dist_module.get_nccl_backend  # RECIPE
         backend = f"cpu:gloo,{get_device_name()}:{get_nccl_backend()}"
         torch.distributed.init_process_group(
-            backend=dedupe_backend_string(backend),  # IBPO
+            backend=dedupe_backend_string(backend),  # RECIPE
             timeout=timedelta(seconds=timeout_second),
             init_method=os.environ.get("DIST_INIT_METHOD", None),
         )

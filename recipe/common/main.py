@@ -64,17 +64,17 @@ class MethodTaskRunner(_task_runner_base()):
 
     def run(self, config):
         """The pinned verl's ``main_ppo_v0.TaskRunner.run``, copied as text (manifest entry ``TaskRunner.run``
-        in ``recipe/common/upstream/manifest.toml``) with one change, its lines marked ``# IBPO``: the trainer
+        in ``recipe/common/upstream/manifest.toml``) with one change, its lines marked ``# RECIPE``: the trainer
         class is the one the config's ``method`` names (``recipe.common.methods.trainer_class_for``), not
         ``RayPPOTrainer``; the imports of verl's module scope are repeated here."""
         # Print the initial configuration. `resolve=True` will evaluate symbolic values.
         from pprint import pprint
 
-        from verl.trainer.ppo.utils import create_rl_dataset, create_rl_sampler  # IBPO
-        from verl.trainer.ppo.utils import need_critic, need_reference_policy  # IBPO
-        from verl.utils.config import validate_config  # IBPO: verl's module-level imports
+        from verl.trainer.ppo.utils import create_rl_dataset, create_rl_sampler  # RECIPE
+        from verl.trainer.ppo.utils import need_critic, need_reference_policy  # RECIPE
+        from verl.utils.config import validate_config  # RECIPE: verl's module-level imports
 
-        from recipe.common.methods import trainer_class_for  # IBPO
+        from recipe.common.methods import trainer_class_for  # RECIPE
 
         print(f"TaskRunner hostname: {socket.gethostname()}, PID: {os.getpid()}")
         pprint(OmegaConf.to_container(config, resolve=True))
@@ -130,9 +130,9 @@ class MethodTaskRunner(_task_runner_base()):
         train_sampler = create_rl_sampler(config.data, train_dataset)
 
         # Initialize the PPO trainer.
-        trainer_cls = trainer_class_for(config)  # IBPO: the trainer of the config's `method`
-        print(f"MethodTaskRunner: method={config.method} trainer={trainer_cls.__name__}")  # IBPO
-        trainer = trainer_cls(  # IBPO
+        trainer_cls = trainer_class_for(config)  # RECIPE: the trainer of the config's `method`
+        print(f"MethodTaskRunner: method={config.method} trainer={trainer_cls.__name__}")  # RECIPE
+        trainer = trainer_cls(  # RECIPE
             config=config,
             tokenizer=tokenizer,
             processor=processor,

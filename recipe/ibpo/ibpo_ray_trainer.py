@@ -11,7 +11,7 @@ The training loop is :class:`recipe.common.trainer_base.HookedRayPPOTrainer` ``.
      ``ibpo`` estimator;
   4. ``_after_advantage``: ``advantages ·= m_t`` (Eq. 7/17) before the actor update, the IBPO metrics and
      the optional gradient probe; ``_step_metrics``: FLOPs and seconds per phase, running totals.
-``_update_actor`` is verl's text with its changes marked ``# IBPO`` (``recipe/common/upstream/manifest.toml``): the
+``_update_actor`` is verl's text with its changes marked ``# RECIPE`` (``recipe/common/upstream/manifest.toml``): the
 rows of an optimizer update come from this step's plan (``ibpo.joint_minibatch``, ``ibpo/minibatch.py``).
 ReMax is not supported (it needs a second sampled generation of its own). Validation never runs the
 correction pass (``_validate`` is verl's own).
@@ -444,7 +444,7 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
     def _update_actor(self, batch: DataProto) -> DataProto:
         """The pinned verl's ``RayPPOTrainer._update_actor``, copied as text (manifest entry
         ``RayPPOTrainer._update_actor`` in ``recipe/common/upstream/manifest.toml``), with two changes, every
-        line of them marked ``# IBPO`` (checked by tests/unit/test_trainer_upstream.py):
+        line of them marked ``# RECIPE`` (checked by tests/unit/test_trainer_upstream.py):
 
         1. the rows of one optimizer update (``mini_batch_size`` = ``global_batch_size``, which verl's
            ``train_mini_batch`` splits the batch by) come from this step's plan (``_plan_actor_minibatches``,
@@ -475,11 +475,11 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
                 and not distillation_loss_cfg.use_task_rewards
                 and not distillation_loss_cfg.use_policy_gradient
             )
-        # IBPO: the rows of one optimizer update for this step (grown with the joint rows under `grow`)
-        if self._actor_plan is None or len(batch) != self._actor_plan.padded_rows:  # IBPO
-            raise RuntimeError(f"actor update on {len(batch)} rows without this step's mini-batch plan "  # IBPO
-                               f"({self._actor_plan})")  # IBPO
-        ppo_mini_batch_size = self._actor_plan.mini_batch_rows  # IBPO
+        # RECIPE: the rows of one optimizer update for this step (grown with the joint rows under `grow`)
+        if self._actor_plan is None or len(batch) != self._actor_plan.padded_rows:  # RECIPE
+            raise RuntimeError(f"actor update on {len(batch)} rows without this step's mini-batch plan "  # RECIPE
+                               f"({self._actor_plan})")  # RECIPE
+        ppo_mini_batch_size = self._actor_plan.mini_batch_rows  # RECIPE
         ppo_epochs = self.config.actor_rollout_ref.actor.ppo_epochs
         seed = self.config.actor_rollout_ref.actor.data_loader_seed
         shuffle = self.config.actor_rollout_ref.actor.shuffle
@@ -500,9 +500,9 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
         actor_output = rename_dict(actor_output, "actor/")
         # modify key name
         actor_output["perf/mfu/actor"] = actor_output.pop("actor/mfu")
-        # IBPO: optimizer updates the actor made, counted from its own output (one grad_norm each)
-        actor_output["actor/num_optimizer_updates"] = optimizer_updates_reported(actor_output)  # IBPO
-        actor_output["actor/mini_batch_rows"] = self._actor_plan.mini_batch_rows  # IBPO
+        # RECIPE: optimizer updates the actor made, counted from its own output (one grad_norm each)
+        actor_output["actor/num_optimizer_updates"] = optimizer_updates_reported(actor_output)  # RECIPE
+        actor_output["actor/mini_batch_rows"] = self._actor_plan.mini_batch_rows  # RECIPE
         actor_output = DataProto.from_single_dict(data={}, meta_info={"metrics": actor_output})
 
         return actor_output

@@ -3,7 +3,7 @@
 - the pin: recipe/common/REQUIRED_VERL.txt is the one place verl's version is written; setup.py and the drift
   checks read it; the installed verl is that version;
 - for every manifest entry: the installed verl's text equals the stored text, and (copies) ours equals the
-  stored text plus only marked lines (``# IBPO``, or fit's hook calls) and the listed ``replaced`` lines;
+  stored text plus only marked lines (``# RECIPE``, or fit's hook calls) and the listed ``replaced`` lines;
 - each check really fails, naming the symbol and the lines, on a modified copy of each symbol;
 - the upgrade guide (docs/upgrading_verl.md) run once on a synthetic "new verl".
 """
@@ -114,11 +114,11 @@ def test_ours_check_fails_on_an_unmarked_edit(name, line, replacement, named):
 
 @pytest.mark.parametrize("name,line,replacement,named", MODIFIED_OURS, ids=lambda v: str(v)[:40])
 def test_marking_does_not_license_changing_an_unlisted_stored_line(name, line, replacement, named):
-    """Marking ``# IBPO`` admits the added line, but the stored line it replaces is not in ``replaced``."""
+    """Marking ``# RECIPE`` admits the added line, but the stored line it replaces is not in ``replaced``."""
     entry = upstream.BY_NAME[name]
     ours = upstream.symbol_source(entry.ours)
     with pytest.raises(upstream.UpstreamDriftError, match=f"{name}: ours .* drops or changes stored lines"):
-        upstream.check_ours(entry, ours.replace(line, replacement + "  # IBPO"))
+        upstream.check_ours(entry, ours.replace(line, replacement + "  # RECIPE"))
 
 
 def test_ours_check_accepts_docstrings_blank_lines_and_marked_additions_and_rejects_reindented_lines():
@@ -126,16 +126,16 @@ def test_ours_check_accepts_docstrings_blank_lines_and_marked_additions_and_reje
     ours = upstream.symbol_source(entry.ours)
     upstream.check_ours(entry, ours.replace("The pinned verl's", "Some other docstring; the pinned verl's"))
     upstream.check_ours(entry, ours.replace("        ppo_epochs =", "\n\n        ppo_epochs ="))
-    upstream.check_ours(entry, ours.replace("        ppo_epochs =", "        x = 1  # IBPO: a marked addition\n"
+    upstream.check_ours(entry, ours.replace("        ppo_epochs =", "        x = 1  # RECIPE: a marked addition\n"
                                                                     "        ppo_epochs ="))
     # a marker inside a string literal is not a marker
     with pytest.raises(upstream.UpstreamDriftError, match="adds unmarked lines .*note"):
-        upstream.check_ours(entry, ours.replace("        ppo_epochs =", '        note = "x  # IBPO"\n'
+        upstream.check_ours(entry, ours.replace("        ppo_epochs =", '        note = "x  # RECIPE"\n'
                                                                     "        ppo_epochs ="))
     # the same text moved into a block is a change, not a copy
     line = "        shuffle = self.config.actor_rollout_ref.actor.shuffle\n"
     with pytest.raises(upstream.UpstreamDriftError, match="drops or changes stored lines .*shuffle"):
-        upstream.check_ours(entry, ours.replace(line, "        if True:  # IBPO\n    " + line))
+        upstream.check_ours(entry, ours.replace(line, "        if True:  # RECIPE\n    " + line))
     # a hook call where it is not expected, or missing, fails fit's check
     fit_entry = upstream.BY_NAME["RayPPOTrainer.fit"]
     fit = upstream.symbol_source(fit_entry.ours)

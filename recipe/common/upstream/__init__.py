@@ -6,7 +6,7 @@ source text so that tests can feed them modified copies:
 
 - :func:`check_installed`: the installed verl's text of the symbol equals the stored text;
 - :func:`check_ours` (``kind = "copy"``): our text is the stored text plus only allowed lines -- the
-  entry's ``unmarked_additions`` (``fit``'s hook calls) or lines marked ``# IBPO`` -- and drops or changes
+  entry's ``unmarked_additions`` (``fit``'s hook calls) or lines marked ``# RECIPE`` -- and drops or changes
   no stored line but the entry's ``replaced`` lines.
 
 The pinned verl is the one requirement line of ``recipe/common/REQUIRED_VERL.txt``; ``setup.py`` reads the
@@ -32,8 +32,8 @@ from typing import Callable
 HERE = Path(__file__).parent
 MANIFEST_PATH = HERE / "manifest.toml"
 REQUIREMENT_PATH = HERE.parent / "REQUIRED_VERL.txt"
-MARKER = "# IBPO"
-_TRAILING_MARKER = re.compile(r"\s#\s*IBPO\b")
+MARKER = "# RECIPE"  # marks a line of a verl copy that the recipe changed
+_TRAILING_MARKER = re.compile(r"\s#\s*RECIPE\b")
 
 
 class UpstreamDriftError(AssertionError):
@@ -154,19 +154,19 @@ def _code_lines(source: str) -> list[tuple[int, str]]:
 
 
 def is_marked(line: str) -> bool:
-    """A line carries the ``# IBPO`` marker: a comment line starting with it, or a trailing comment (a
+    """A line carries the ``# RECIPE`` marker: a comment line starting with it, or a trailing comment (a
     quick text test; :func:`marked_line_numbers` is the exact one, for whole sources)."""
     stripped = line.strip()
     return stripped.startswith(MARKER) or bool(_TRAILING_MARKER.search(line))
 
 
 def marked_line_numbers(source: str) -> set[int]:
-    """Line numbers (of ``textwrap.dedent(source)``) holding a real ``# IBPO`` comment token: a ``# IBPO``
+    """Line numbers (of ``textwrap.dedent(source)``) holding a real ``# RECIPE`` comment token: a ``# RECIPE``
     inside a string literal does not mark its line."""
     dedented = textwrap.dedent(source)
     marked = set()
     for tok in tokenize.generate_tokens(io.StringIO(dedented).readline):
-        if tok.type == tokenize.COMMENT and re.match(r"#\s*IBPO\b", tok.string):
+        if tok.type == tokenize.COMMENT and re.match(r"#\s*RECIPE\b", tok.string):
             marked.add(tok.start[0])
     return marked
 
