@@ -168,7 +168,7 @@ def run_preflight(config) -> None:
           f"budget, verifier self-test); starting Ray", flush=True)
 
 
-def run(config) -> None:
+def launch(config) -> None:
     """Pre-flight, then verl's ``run_ppo`` with :class:`MethodTaskRunner` as the Ray driver actor."""
     from verl.trainer.main_ppo import run_ppo
     from verl.utils.device import auto_set_device
@@ -205,9 +205,9 @@ def method_from_argv(argv: list[str], default: str | None = None) -> Method:
 
 
 def main(default_method: str | None = None) -> None:
-    """Compose the config of the method the command line names (``method=...``) and :func:`run` it."""
+    """Compose the config of the method the command line names (``method=...``) and :func:`launch` it."""
     method = method_from_argv(sys.argv[1:], default_method)
-    hydra.main(config_path=str(method.config_dir), config_name=method.config_name, version_base=None)(run)()
+    hydra.main(config_path=str(method.config_dir), config_name=method.config_name, version_base=None)(launch)()
 
 
 if __name__ == "__main__":
