@@ -3,7 +3,7 @@ rule-based streaming reward, the correction pass's rollout) and the correction p
 (the budget arithmetic is the pure :mod:`ibpo.budget`).
 
 Run twice: in the driver before Ray, by the shared pre-flight (:func:`recipe.common.preflight.preflight`,
-through the ``ibpo`` entry of ``recipe.common.methods.METHODS``), and by
+through the ``check`` of the method ``recipe/ibpo/method.py`` registers), and by
 :class:`recipe.ibpo.ibpo_ray_trainer.RayIBPOTrainer` at construction, which keeps the resolved candidate
 budget."""
 
