@@ -118,4 +118,4 @@ def test_unnormalised_and_per_kind_variances():
     shaped = hook(model=model, prompts=prompts, responses=responses, rewards=rewards, group_ids=groups,
                   token_advantages=[np.full(len(r), adv[i]) for i, r in enumerate(responses)], delta=delta, pad_id=0)
     assert shaped["all_wrong_var_ibpo"] > 0 and shaped["all_wrong_unnorm_var_ibpo"] == pytest.approx(
-        shaped["all_wrong_var_ibpo"] * (0.15 + 1e-8) ** 2, rel=1e-9)
+        shaped["all_wrong_var_ibpo"] * (0.15 + 1e-8) ** 2, rel=1e-6)  # float32 steps in the probe
