@@ -12,7 +12,7 @@ evaluation would cost a fifth of the compute). Each warm start's runs live in ``
 its sha256 and greedy test accuracy). Statistics: within a warm start, the paired t over seeds
 (``analysis.equal_compute_report``); pooled, the stratified paired difference (seeds nested in warm starts: the
 mean of the per-warm-start mean differences, its variance the sum of their squared standard errors over W²,
-Welch-Satterthwaite degrees of freedom), so a warm start with noisier seeds does not borrow precision from another.
+Welch-Satterthwaite degrees of freedom rounded down), so a warm start with noisier seeds does not borrow precision from another.
 """
 
 from __future__ import annotations
@@ -63,7 +63,8 @@ def stratified_difference(per_stratum: list[tuple[float, float, int]], alpha: fl
     var_terms = [sd * sd / n / (w * w) for _, sd, n in strata]
     var = float(sum(var_terms))
     denominator = sum(v * v / (n - 1) for v, (_, _, n) in zip(var_terms, strata))
-    df = var * var / denominator if denominator > 0 else float(sum(n - 1 for _, _, n in strata))
+    # Welch-Satterthwaite, rounded down (conservative; evaluation_stats' t distribution takes integer df)
+    df = max(1, math.floor(var * var / denominator)) if denominator > 0 else sum(n - 1 for _, _, n in strata)
     se = math.sqrt(var)
     if se == 0:
         return {"diff": diff, "low": diff, "high": diff, "p_value": 0.0 if diff else 1.0, "df": df, "strata": w}

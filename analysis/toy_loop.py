@@ -485,6 +485,74 @@ def run_and_save(toy: Toy | None, arm: Arm, seed: int, path: str, budget: float,
     return f"[toy_loop] {arm.name} s{seed}: {len(result['steps'])} steps, {final}, {result['wall_s']:.0f} s"
 
 
+def load_or_measure_meta(path: Path, toy: Toy, baseline: Arm, args: argparse.Namespace, argv: list[str] | None) -> dict:
+    """``meta.json`` of an output folder: read when it exists (a resumed comparison keeps its budget), else
+    measured now: the warm start's greedy test accuracy and sha256, and the FLOP budget (``--budget-steps`` ×
+    the baseline's FLOPs per step on the warm start: a no-update run of 3 steps)."""
+    if path.exists():
+        return json.loads(path.read_text())
+    from verl_cpu.hf_rollout import HFGenerator
+
+    warm = evaluate(toy, HFGenerator.from_pretrained(toy.model_dir))
+    budget = args.budget_flops
+    if budget is None:
+        probe = run(toy, baseline, 10_000, budget=float("inf"), n=args.n, batch_size=args.batch_size, lr=0.0,
+                    warmup_flops=0.0, max_steps=3)
+        budget = args.budget_steps * probe["steps"][-1]["flops"] / len(probe["steps"])
+    meta = {"baseline_step_flops": budget / args.budget_steps, "warm_start_sha256": sha256_of_dir(toy.model_dir),
+            "budget_flops": budget, "warm_start_test_accuracy": float(warm.mean()),
+            "warm_start_correct": warm.astype(int).tolist(), "task": args.task,
+            "command": "python -m analysis.toy_loop " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
+            "args": vars(args)}
+    path.write_text(json.dumps(meta))
+    return meta
+
+
+def run_all(todo: list[tuple[int, Arm]], toy: Toy, out: Path, args: argparse.Namespace, common: dict) -> set[int]:
+    """Every (seed, arm) of ``todo`` (in order; ``--jobs`` of them side by side in spawned one-thread workers),
+    each written to ``out/<arm>_s<seed>.json``; returns the seeds started. ``--deadline`` stops new seeds only:
+    a seed already started finishes all its arms."""
+    started: set[int] = set()
+
+    def may_start(seed: int) -> bool:
+        if seed in started:
+            return True
+        if args.deadline and time.time() > args.deadline:
+            print(f"[toy_loop] deadline reached before seed {seed}", flush=True)
+            return False
+        started.add(seed)
+        return True
+
+    if args.jobs == 1:
+        for seed, arm in todo:
+            if not may_start(seed):
+                break
+            print(run_and_save(toy, arm, seed, str(out / f"{arm.slug}_s{seed}.json"), **common), flush=True)
+        return started
+    import multiprocessing
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    # spawn, not fork: a forked child of a process that has run torch ops can deadlock in OpenMP
+    with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker,
+                             initargs=(toy.model_dir, args.train_size, args.test_size, args.task)) as pool:
+        pending: set = set()
+        queue = list(todo)
+        while queue or pending:
+            while queue and len(pending) < args.jobs:
+                seed, arm = queue[0]
+                if not may_start(seed):
+                    queue.clear()
+                    break
+                queue.pop(0)
+                pending.add(pool.submit(run_and_save, None, arm, seed, str(out / f"{arm.slug}_s{seed}.json"), **common))
+            if not pending:
+                break
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                print(future.result(), flush=True)  # a failed run raises here and stops the comparison
+    return started
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     source = p.add_mutually_exclusive_group(required=True)
@@ -532,25 +600,7 @@ def main(argv: list[str] | None = None) -> int:
         toy = Toy(model_dir, args.train_size, args.test_size, task=args.task)
     except ValueError as exc:
         p.error(f"--task: {exc}")
-    meta_path = out / "meta.json"
-    if meta_path.exists():
-        meta = json.loads(meta_path.read_text())
-    else:
-        from verl_cpu.hf_rollout import HFGenerator
-
-        gen = HFGenerator.from_pretrained(model_dir)
-        warm = evaluate(toy, gen)
-        budget = args.budget_flops
-        if budget is None:  # baseline FLOPs per step: a no-update step's generation + update on the warm start
-            probe = run(toy, chosen[0], 10_000, budget=float("inf"), n=args.n, batch_size=args.batch_size, lr=0.0,
-                        warmup_flops=0.0, max_steps=3)
-            step_cost = probe["steps"][-1]["flops"] / len(probe["steps"])
-            budget = args.budget_steps * step_cost
-        meta = {"baseline_step_flops": budget / args.budget_steps,"warm_start_sha256": sha256_of_dir(model_dir), "budget_flops": budget,
-                "warm_start_test_accuracy": float(warm.mean()), "warm_start_correct": warm.astype(int).tolist(),
-                "task": args.task, "command": "python -m analysis.toy_loop " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
-                "args": vars(args)}
-        meta_path.write_text(json.dumps(meta))
+    meta = load_or_measure_meta(out / "meta.json", toy, chosen[0], args, argv)
     print(f"[toy_loop] budget {meta['budget_flops']:.3g} FLOPs, warm start {meta['warm_start_sha256'][:12]} "
           f"test acc {meta['warm_start_test_accuracy']:.3f}", flush=True)
     equal_steps = args.max_steps is not None
@@ -560,47 +610,8 @@ def main(argv: list[str] | None = None) -> int:
                   max_steps=args.max_steps if equal_steps else 10_000)
     # seed-major order, so an interrupted comparison stays balanced across arms
     todo = [(seed, arm) for seed in args.seeds for arm in chosen if not (out / f"{arm.slug}_s{seed}.json").exists()]
-    started: set[int] = set()
-
-    def may_start(seed: int) -> bool:
-        """--deadline stops new seeds only; a seed already started finishes all its arms."""
-        if seed in started:
-            return True
-        if args.deadline and time.time() > args.deadline:
-            print(f"[toy_loop] deadline reached before seed {seed}", flush=True)
-            return False
-        started.add(seed)
-        return True
-
     start = time.perf_counter()
-    if args.jobs == 1:
-        for seed, arm in todo:
-            if not may_start(seed):
-                break
-            print(run_and_save(toy, arm, seed, str(out / f"{arm.slug}_s{seed}.json"), **common), flush=True)
-    else:
-        import multiprocessing
-        from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-
-        # spawn, not fork: a forked child of a process that has run torch ops can deadlock in OpenMP
-        with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker,
-                                 initargs=(model_dir, args.train_size, args.test_size, args.task)) as pool:
-            pending: set = set()
-            queue = list(todo)
-            while queue or pending:
-                while queue and len(pending) < args.jobs:
-                    seed, arm = queue[0]
-                    if not may_start(seed):
-                        queue.clear()
-                        break
-                    queue.pop(0)
-                    pending.add(pool.submit(run_and_save, None, arm, seed, str(out / f"{arm.slug}_s{seed}.json"),
-                                            **common))
-                if not pending:
-                    break
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for future in done:
-                    print(future.result(), flush=True)  # a failed run raises here and stops the comparison
+    started = run_all(todo, toy, out, args, common)
     print(f"[toy_loop] {len(started)} seeds started, runs done in {time.perf_counter() - start:.0f} s wall "
           f"(--jobs {args.jobs})", flush=True)
     return 0

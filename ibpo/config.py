@@ -32,6 +32,25 @@ CLOSED_MODES = {"alpha_mode": ALPHA_MODES, "rewrite_condition": REWRITE_CONDITIO
                 "candidate_view": CANDIDATE_VIEWS, "lambda_schedule": LAMBDA_SCHEDULES, "joint_grouping": JOINT_GROUPINGS,
                 "joint_minibatch": JOINT_MINIBATCH_MODES, "correct_groups": CORRECT_GROUPS, "shaping": SHAPING_LEVELS}
 
+# Each numeric option with a simple range: (test, what the message says is allowed).
+NUMERIC_RANGES = {
+    "alpha": (lambda v: 0.0 <= v <= 1.0, "in [0, 1]"),
+    "beta": (lambda v: 0.0 <= v <= 1.0, "in [0, 1]"),
+    "lam": (lambda v: v >= 0.0, ">= 0"),
+    "num_references": (lambda v: v >= 0, ">= 0 (K - 1; 0 means self-correction without a reference)"),
+    "corrections_per_target": (lambda v: v >= 1, ">= 1"),
+    "adaptive_min_samples": (lambda v: v >= 2, ">= 2"),
+    "max_candidate_tokens": (lambda v: v >= 0, ">= 0 (0 derives the budget from the model context at start)"),
+    "correct_threshold": (lambda v: 0.0 < v <= 1.0, "in (0, 1]"),
+    "rewrite_penalty": (lambda v: v >= 0.0, ">= 0"),
+    "lambda_max_fraction": (lambda v: 0.0 < v <= 1.0, "in (0, 1]"),
+    "lambda_max_momentum": (lambda v: 0.0 <= v < 1.0, "in [0, 1)"),
+    "diagnostics_interval": (lambda v: v >= 1, ">= 1"),
+    "grad_probe_interval": (lambda v: v >= 0, ">= 0 (0 disables the probe)"),
+    "grad_probe_coordinates": (lambda v: v >= 1, ">= 1"),
+    "grad_probe_micro_batch_size": (lambda v: v >= 0, ">= 0"),
+}
+
 # Options that were renamed or replaced: an old key fails naming its successor instead of as merely unknown.
 RENAMED_OPTIONS = {
     "reference_per_group": "ibpo.reference_per_group was replaced by ibpo.reference_rule, the name of a registered "
@@ -221,30 +240,19 @@ class IBPOConfig:
         if self.reference_rule not in reference_rule_names():
             raise bad("reference_rule", f"one of the registered reference rules {reference_rule_names()} "
                                         "(ibpo.references.register_reference_rule)")
+        for name, (allowed, description) in NUMERIC_RANGES.items():
+            if not allowed(getattr(self, name)):
+                raise bad(name, description)
         if self.joint_grouping == "per_correction_prompt" and self.corrections_per_target < 2:
             raise IBPOConfigError(
                 f"ibpo.joint_grouping='per_correction_prompt' needs ibpo.corrections_per_target >= 2 (got "
                 f"{self.corrections_per_target}): every group would be one sample, whose advantage is 0 (Eq. 23)")
-        if not 0.0 <= self.alpha <= 1.0:
-            raise bad("alpha", "in [0, 1]")
-        if not 0.0 <= self.beta <= 1.0:
-            raise bad("beta", "in [0, 1]")
-        if self.lam < 0.0:
-            raise bad("lam", ">= 0")
         # Eq. 8: 0 <= λΦ < 1, so a shaped wrong response never reaches a correct one's reward.
         if self.lam * self.max_delta >= 1.0:
             raise IBPOConfigError(
                 f"ibpo.lam * max Δ = {self.lam} * {self.max_delta} = {self.lam * self.max_delta} must be < 1 "
                 f"(Eq. 8: 0 <= λΔ < 1; max Δ of variant '{self.variant}' with beta={self.beta}, ibpo/variants.py)"
             )
-        if self.num_references < 0:
-            raise bad("num_references", ">= 0 (K - 1; 0 means self-correction without a reference)")
-        if self.corrections_per_target < 1:
-            raise bad("corrections_per_target", ">= 1")
-        if self.adaptive_min_samples < 2:
-            raise bad("adaptive_min_samples", ">= 2")
-        if self.max_candidate_tokens < 0:
-            raise bad("max_candidate_tokens", ">= 0 (0 derives the budget from the model context at start)")
         if isinstance(self.correction_max_tokens_factor, bool) or not isinstance(
                 self.correction_max_tokens_factor, (int, float)) or not math.isfinite(self.correction_max_tokens_factor):
             raise bad("correction_max_tokens_factor", "a finite number: 0 (no bound) or >= 1")
@@ -256,22 +264,6 @@ class IBPOConfig:
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise bad(name, "an integer >= 0" + (" (0 disables the lookup metrics)"
                                                      if name == "lookup_proxy_interval" else ""))
-        if not 0.0 < self.correct_threshold <= 1.0:
-            raise bad("correct_threshold", "in (0, 1]")
-        if self.rewrite_penalty < 0.0:
-            raise bad("rewrite_penalty", ">= 0")
-        if not 0.0 < self.lambda_max_fraction <= 1.0:
-            raise bad("lambda_max_fraction", "in (0, 1]")
-        if not 0.0 <= self.lambda_max_momentum < 1.0:
-            raise bad("lambda_max_momentum", "in [0, 1)")
-        if self.diagnostics_interval < 1:
-            raise bad("diagnostics_interval", ">= 1")
-        if self.grad_probe_interval < 0:
-            raise bad("grad_probe_interval", ">= 0 (0 disables the probe)")
-        if self.grad_probe_coordinates < 1:
-            raise bad("grad_probe_coordinates", ">= 1")
-        if self.grad_probe_micro_batch_size < 0:
-            raise bad("grad_probe_micro_batch_size", ">= 0")
         if len(self.candidate_labels) < 1 + self.num_references:
             raise IBPOConfigError(
                 f"ibpo.candidate_labels has {len(self.candidate_labels)} labels but a correction prompt shows "

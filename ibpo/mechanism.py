@@ -109,6 +109,14 @@ def sibling_overlap(response_ids: Sequence[Sequence[int]], is_correct: Sequence[
     return out
 
 
+def reinforces_wrong_answers(enable: bool, shaping: str, lam: float) -> bool:
+    """Whether an IBPO configuration can give a wrong response a positive advantage: reward-level shaping
+    (``ibpo.shaping=reward``) with λ > 0 does whenever λΔ exceeds its group's mean shaped reward — always in a
+    group with no right response (``{0.3, 0, 0, 0}`` → +1.73), and next to a right one in a larger group
+    (``{1, .3, 0, 0, 0, 0, 0, 0}``: mean .1625 < .3)."""
+    return bool(enable) and shaping == "reward" and lam > 0
+
+
 class RewardDropAlarm:
     """Fires when a run unlearns: the mean training reward of the last ``window`` steps has fallen to at most
     ``ratio`` times that of the first ``window`` steps (which was at least ``min_start``; below that there is
@@ -138,4 +146,5 @@ def alarm_steps(rewards: Sequence[float], **kwargs) -> list[bool]:
     return [alarm.update(r) for r in rewards]
 
 
-__all__ = ["GROUP_KINDS", "RewardDropAlarm", "advantage_mechanism", "alarm_steps", "group_kinds", "sibling_overlap"]
+__all__ = ["GROUP_KINDS", "RewardDropAlarm", "advantage_mechanism", "alarm_steps", "group_kinds",
+           "reinforces_wrong_answers", "sibling_overlap"]

@@ -14,6 +14,7 @@ from omegaconf import DictConfig
 from ibpo.budget import (MIN_DERIVED_CANDIDATE_TOKENS, TRUNCATION_MARKER_TOKENS, CorrectionBudgetError,
                          correction_budget)
 from ibpo.config import IBPOConfig
+from ibpo.mechanism import reinforces_wrong_answers
 from ibpo.prompts import build_correction_messages
 from recipe.common.preflight.errors import SetupError
 from recipe.ibpo.method import ibpo_config_from
@@ -107,4 +108,10 @@ def check_ibpo_run(config: DictConfig, context: int | None) -> None:
     model = config.actor_rollout_ref.model
     tokenizer = hf_tokenizer(model.get("tokenizer_path") or str(model.path),
                              trust_remote_code=model.get("trust_remote_code", False))
-    check_trainer_config(config, ibpo_config_from(config), tokenizer, context)
+    ibpo = ibpo_config_from(config)
+    check_trainer_config(config, ibpo, tokenizer, context)
+    if reinforces_wrong_answers(ibpo.enable, ibpo.shaping, ibpo.lam):
+        print(f"[ibpo] note: ibpo.shaping=reward with ibpo.lam={ibpo.lam} (the paper's rule) gives a shaped wrong answer "
+              "a positive advantage wherever λΔ exceeds its group's mean reward, always in a group with no right "
+              "answer; on a weak starting model such runs unlearn (docs/evidence.md, section 2). "
+              "ibpo.shaping=advantage or reward_capped never reinforce a wrong answer", flush=True)

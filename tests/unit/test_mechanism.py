@@ -163,3 +163,19 @@ def test_correct_groups_mixed_skips_all_wrong_groups_and_keeps_references():
     assert [r.target_row for r in every] == [1, 2, 3, 4, 5]
     assert [r.target_row for r in mixed] == [1, 2]
     assert [r.reference_rows for r in mixed] == [r.reference_rows for r in every[:2]]  # same draws
+
+
+def test_reward_shaping_reinforces_a_wrong_answer_next_to_a_right_one_in_a_larger_group():
+    """{1, .3, 0, 0, 0, 0, 0, 0}: the shaped wrong response sits above the group mean .1625, so Â > 0 although a
+    right sibling exists; the configurations reinforces_wrong_answers flags are exactly reward-level shaping."""
+    rewards, delta = [1, 0, 0, 0, 0, 0, 0, 0], [0, 0.5, 0, 0, 0, 0, 0, 0]
+    std = math.sqrt(np.var([1, 0.3, 0, 0, 0, 0, 0, 0]))
+    assert adv(rewards, delta, "reward")[1] == pytest.approx((0.3 - 0.1625) / (std + 1e-8), rel=1e-12)
+    assert adv(rewards, delta, "reward")[1] > 0
+    assert adv(rewards, delta, "reward_capped")[1] == 0.0 and adv(rewards, delta, "advantage")[1] < 0
+    from ibpo.mechanism import reinforces_wrong_answers
+
+    assert reinforces_wrong_answers(True, "reward", 0.6)
+    assert not reinforces_wrong_answers(True, "reward", 0.0)
+    assert not reinforces_wrong_answers(False, "reward", 0.6)
+    assert not any(reinforces_wrong_answers(True, s, 0.6) for s in ("reward_capped", "advantage"))
