@@ -10,8 +10,9 @@ run fails in seconds with one line naming the option (``recipe.common.main.run_p
 - ``reward_function``: the reward function loaded as verl loads it, its keyword arguments, the self-test;
 - ``data_files``: the data files and every row in them.
 
-A method's own checks live with its recipe (IBPO's: ``recipe/ibpo/preflight.py``), named by its registry
-entry; nothing here imports a method's recipe."""
+A method's own check lives in its folder (IBPO's: ``recipe/ibpo/start_checks.py``) and is given to the
+registry (``recipe.common.methods.Method.check``) by the method's registration; nothing here imports a method's
+folder."""
 
 from __future__ import annotations
 
