@@ -168,10 +168,8 @@ class StepPrinter:
 
 def run_cpu_training(assets: dict, out_dir: Path, name: str, overrides: list[str], steps: int,
                      timeout_s: float, extra_env: dict | None = None, config_name: str | None = None,
-                     device: str = "cpu", progress: bool = False, checkpoint_dir: Path | None = None,
-                     method: str | None = None):
-    """Run ``recipe.ibpo.main_ibpo`` with the demo assets (``python -m recipe.main method=<method>`` when
-    ``method`` is given); returns (RunResult, metrics by step or None).
+                     device: str = "cpu", progress: bool = False, checkpoint_dir: Path | None = None):
+    """Run ``recipe.ibpo.main_ibpo`` with the demo assets; returns (RunResult, metrics by step or None).
 
     ``device="cpu"`` uses the CPU platform and ``hf`` rollout; ``device="cuda"`` one GPU and vLLM
     (:func:`gpu_overrides`). The run is bounded by ``timeout_s`` (whole process tree killed), logs to
@@ -185,8 +183,7 @@ def run_cpu_training(assets: dict, out_dir: Path, name: str, overrides: list[str
     metrics_path = out_dir / f"{name}_metrics.jsonl"
     log_path = out_dir / f"{name}.log"
     metrics_path.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "recipe.ibpo.main_ibpo"] if method is None else [
-        sys.executable, "-m", "recipe.main", f"method={method}"]
+    cmd = [sys.executable, "-m", "recipe.ibpo.main_ibpo"]
     if config_name:
         cmd.append(f"--config-name={config_name}")
     base = cpu_overrides(assets["model"], assets["train"], assets["val"], total_training_steps=steps)
