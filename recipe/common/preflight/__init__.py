@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from recipe.common.preflight.data_files import check_data_rows, data_files
 from recipe.common.preflight.errors import IBPOSetupError
 from recipe.common.preflight.legacy_reward_keys import check_legacy_reward_keys
-from recipe.common.preflight.methods import check_option_block_types, method_of, run_method_check
+from recipe.common.preflight.methods import check_option_block_types, compute_budget_from, method_of, run_method_check
 from recipe.common.preflight.model import check_context_length, check_model_path, configured_context_length
 from recipe.common.preflight.reward_function import check_reward_kwargs, load_reward_function, run_verifier_self_test
 from recipe.common.preflight.verl_validation import check_verl_option_types, run_verl_validation
@@ -53,6 +53,7 @@ def preflight(config: DictConfig) -> None:
     self-test. ``config`` must be resolved (:func:`resolve_config` first, as ``main_ibpo`` does).
     Raises :class:`IBPOSetupError` (or ``ValueError`` from the option dataclasses) naming the option."""
     method = method_of(config)  # validates the method's option block, rejects the other method's
+    compute_budget_from(config)  # the compute budget's options, and validation by budget, not by step count
     check_legacy_reward_keys(config)
     check_verl_option_types(config)
     train_files = data_files(config, "train_files")
