@@ -48,7 +48,7 @@ class ComputeBudgetConfig:
     limit: float = field(default=0.0, metadata={
         "doc": "stop the run when its cumulative compute reaches this many `unit`s (the last step is predicted from "
                "the step before; overshoot < one step: ibpo/compute_budget.py). 0: no budget, the run stops at "
-               "trainer.total_training_steps (with a budget that is only a cap). Write FLOPs with a dot (1.0e21)"})
+               "trainer.total_training_steps (with a budget that is only a cap, and the length of verl's lr schedule)"})
     unit: str = field(default="flops", metadata={
         "doc": "flops: the project's FLOP counter (ibpo/compute.py; Table 1's caption) | gpu_seconds: the step's "
                "wall seconds x the run's GPUs (App. B: GPU time; validation not counted)"})

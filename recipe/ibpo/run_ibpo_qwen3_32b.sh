@@ -3,12 +3,23 @@
 # training on the corrections, lr 5e-7 cosine to 0.1x, 3% warmup, entropy 0, mini-batch 32, 32k context,
 # vLLM rollout. Every path and size is an env var;
 # extra Hydra overrides are passed through ("$@"), which is how the variant scripts build on this one.
+#
+# Table 1 arms: this script (IBPO G = 8), run_gspo_g8_qwen3_32b.sh (GSPO G = 8) and run_gspo_g64_qwen3_32b.sh
+# (GSPO G = 64) share ONE compute budget, COMPUTE_BUDGET in BUDGET_UNIT (ibpo/compute_budget.py): each run stops
+# when its cumulative compute reaches it (overshoot < one step) and validates at 25/50/75/100 % of it, so
+# the arms are compared at equal compute (App. B; Table 1's caption: FLOPs), not at equal steps.
+#
+# "One update per iteration" (Alg. 1) has two readings; UPDATE_READING picks one:
+#   minibatch  (default): 128 prompts per step in mini-batches of 32 (App. D) = 4 optimizer updates per step;
+#   one_update: 32 prompts per step, one mini-batch of 32 = one optimizer update per iteration, as Alg. 1 reads.
+# Evaluation of Table 1 after training: docs/evaluation.md (the same response length as in-training validation).
 set -xeuo pipefail
 
 MODEL_PATH=${MODEL_PATH:-"${HOME}/models/Qwen3-32B"}
 DATA_DIR=${DATA_DIR:-"${HOME}/data/ibpo"}
 TRAIN_FILES=${TRAIN_FILES:-"['${DATA_DIR}/dapo_math_17k.parquet']"}
-VAL_FILES=${VAL_FILES:-"['${DATA_DIR}/aime25.parquet','${DATA_DIR}/hmmt_feb_2025.parquet']"}
+# Table 1's benchmarks: AIME 2025, HMMT Feb 2025, LiveCodeBench v6 (python -m data_prep.all --out-dir DATA_DIR)
+VAL_FILES=${VAL_FILES:-"['${DATA_DIR}/aime25.parquet','${DATA_DIR}/hmmt_feb_2025.parquet','${DATA_DIR}/lcb_v6.parquet']"}
 CKPTS_DIR=${CKPTS_DIR:-"${HOME}/ckpts/ibpo"}
 PROJECT_NAME=${PROJECT_NAME:-ibpo-verl}
 EXP_NAME=${EXP_NAME:-ibpo_gspo_qwen3_32b_g8}
@@ -19,7 +30,13 @@ GEN_TP=${GEN_TP:-4}
 SP_SIZE=${SP_SIZE:-8}
 
 N_RESP=${N_RESP:-8}                     # G
-TRAIN_BATCH=${TRAIN_BATCH:-128}         # prompts per step (the paper gives only the mini-batch)
+UPDATE_READING=${UPDATE_READING:-minibatch}   # minibatch | one_update (header)
+case "${UPDATE_READING}" in
+    minibatch)  DEFAULT_TRAIN_BATCH=128 ;;   # prompts per step (the paper gives only the mini-batch): 4 updates
+    one_update) DEFAULT_TRAIN_BATCH=32 ;;    # one mini-batch per step: one update per iteration
+    *) echo "UPDATE_READING=${UPDATE_READING} must be minibatch or one_update" >&2; exit 2 ;;
+esac
+TRAIN_BATCH=${TRAIN_BATCH:-${DEFAULT_TRAIN_BATCH}}
 MINI_BATCH=${MINI_BATCH:-32}            # App. D
 MAX_PROMPT=${MAX_PROMPT:-2048}
 MAX_RESPONSE=${MAX_RESPONSE:-30720}     # 32k context
@@ -31,7 +48,23 @@ MAX_CANDIDATE=${MAX_CANDIDATE:-$(( (MAX_MODEL_LEN - MAX_RESPONSE - MAX_PROMPT - 
 LR=${LR:-5e-7}
 TEMPERATURE=${TEMPERATURE:-1.0}
 VAL_N=${VAL_N:-64}                      # eval: 64 samples per problem
-TOTAL_STEPS=${TOTAL_STEPS:-300}
+# Validation sampling: Qwen3-32B's own generation_config.json (temperature 0.6, top-p 0.95, top-k 20), which the
+# paper's §5 also gives; the start check prints these against MODEL_PATH/generation_config.json.
+VAL_TEMPERATURE=${VAL_TEMPERATURE:-0.6}
+VAL_TOP_P=${VAL_TOP_P:-0.95}
+VAL_TOP_K=${VAL_TOP_K:-20}
+# The compute budget of every Table-1 arm (COMPUTE_BUDGET=0: no budget, TOTAL_STEPS steps). Default: about 300
+# IBPO G = 8 steps of 128 prompts by the FLOP formula of ibpo/compute.py (mean response 12k tokens, half the
+# answers wrong and corrected, 1.1e19 FLOPs per step); GSPO G = 8 then gets ~580 steps, G = 64 ~72. To match
+# on a run you made, set it to that run's final compute_budget/flops. BUDGET_UNIT=gpu_seconds: App. B's GPU time.
+COMPUTE_BUDGET=${COMPUTE_BUDGET:-3.3e21}
+BUDGET_UNIT=${BUDGET_UNIT:-flops}
+# With a budget, TOTAL_STEPS is a cap and the length of the cosine lr schedule (verl sets it at start): each arm
+# script sets ARM_STEPS ~1.2x its expected steps of 128 prompts to the default budget, so every arm's lr decays
+# alike (the trainer prints where the budget stopped it); scaled to the prompts per step of UPDATE_READING.
+ARM_STEPS=${ARM_STEPS:-360}
+TOTAL_STEPS=${TOTAL_STEPS:-$(( ARM_STEPS * 128 / TRAIN_BATCH ))}
+if [ "${COMPUTE_BUDGET}" = "0" ]; then TEST_FREQ=${TEST_FREQ:-10}; else TEST_FREQ=-1; fi
 LOGGER=${LOGGER:-"['console','tensorboard']"}
 
 python3 -m recipe.ibpo.main_ibpo \
@@ -62,9 +95,9 @@ python3 -m recipe.ibpo.main_ibpo \
     actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=$(((MAX_PROMPT + MAX_RESPONSE) * 4)) \
     actor_rollout_ref.rollout.val_kwargs.n=${VAL_N} \
     actor_rollout_ref.rollout.val_kwargs.do_sample=True \
-    actor_rollout_ref.rollout.val_kwargs.temperature=0.6 \
-    actor_rollout_ref.rollout.val_kwargs.top_p=0.95 \
-    actor_rollout_ref.rollout.val_kwargs.top_k=20 \
+    actor_rollout_ref.rollout.val_kwargs.temperature=${VAL_TEMPERATURE} \
+    actor_rollout_ref.rollout.val_kwargs.top_p=${VAL_TOP_P} \
+    actor_rollout_ref.rollout.val_kwargs.top_k=${VAL_TOP_K} \
     ibpo.max_candidate_tokens=${MAX_CANDIDATE} \
     ibpo.joint_training=${JOINT:-True} \
     trainer.logger="${LOGGER}" \
@@ -74,6 +107,8 @@ python3 -m recipe.ibpo.main_ibpo \
     trainer.nnodes=${NNODES} \
     trainer.default_local_dir="${CKPTS_DIR}/${EXP_NAME}" \
     trainer.total_training_steps=${TOTAL_STEPS} \
-    trainer.test_freq=10 \
+    trainer.test_freq=${TEST_FREQ} \
+    compute_budget.limit=${COMPUTE_BUDGET} \
+    compute_budget.unit=${BUDGET_UNIT} \
     trainer.save_freq=50 \
     "$@"

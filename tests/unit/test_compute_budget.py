@@ -82,8 +82,8 @@ def test_bad_options_fail_naming_the_option(options, named):
 
 
 def test_the_config_block_is_typed_and_refuses_a_step_validation_schedule():
-    cfg = OmegaConf.create({"compute_budget": {"limit": "1e21"}, "trainer": {"test_freq": -1}})
-    with pytest.raises(IBPOSetupError, match="compute_budget.limit='1e21'"):  # YAML reads 1e21 as a string
+    cfg = OmegaConf.create({"compute_budget": {"limit": "3.3e21 FLOPs"}, "trainer": {"test_freq": -1}})
+    with pytest.raises(IBPOSetupError, match="compute_budget.limit='3.3e21 FLOPs'"):
         check_option_block_types(cfg)
     cfg = OmegaConf.create({"compute_budget": {"limit": 1.0e21}, "trainer": {"test_freq": 10}})
     with pytest.raises(ComputeBudgetError, match="trainer.test_freq=-1"):
