@@ -40,11 +40,36 @@ TRAIN_BATCH=${TRAIN_BATCH:-${DEFAULT_TRAIN_BATCH}}
 MINI_BATCH=${MINI_BATCH:-32}            # App. D
 MAX_PROMPT=${MAX_PROMPT:-2048}
 MAX_RESPONSE=${MAX_RESPONSE:-30720}     # 32k context
-MAX_MODEL_LEN=${MAX_MODEL_LEN:-40960}   # the model's context (Qwen3-32B max_position_embeddings)
-# A correction prompt shows x and two candidates, and its correction gets the full response budget, so
-# each candidate is middle-truncated to what still fits the context (the trainer checks this at start:
-# a rollout that runs out of context would silently shorten corrections).
-MAX_CANDIDATE=${MAX_CANDIDATE:-$(( (MAX_MODEL_LEN - MAX_RESPONSE - MAX_PROMPT - 256) / 2 - 16 ))}
+# What the correction prompt shows of each candidate (CANDIDATES; docs/correction_pass.md measures the cost of
+# cutting, and the start check prints how much of an answer the configuration keeps):
+#   cut   (default): the model's own 40,960-token context; x and two candidates plus a full-length correction
+#          must fit it, so each candidate is middle-truncated to MAX_CANDIDATE = 3,952 tokens (13% of a
+#          30,720-token wrong answer, whole up to 3,952 tokens).
+#   whole: the paper's x~ (App. B: the whole wrong answer and a whole correct one). The context is extended to
+#          131,072 tokens with Qwen3's YaRN rope scaling (factor 4 over 32,768, Qwen's model card), set for the
+#          rollout engine (vLLM hf_overrides through rollout.engine_kwargs) and the actor (model.override_config)
+#          alike, so the sampling and the trained policy stay one model. What that does to the main rollout:
+#          vLLM's YaRN is static, every sequence (short ones too) is computed with the scaled rope, which
+#          Qwen notes "may impact performance on shorter texts"; and the vLLM context is 3.2x longer.
+#   The thinking-stripped view (ibpo.candidate_view=strip_thinking) is the 80B script's; with either choice
+#   here it can be added as an override.
+CANDIDATES=${CANDIDATES:-cut}
+ROPE_OVERRIDES=()
+case "${CANDIDATES}" in
+    cut)
+        MAX_MODEL_LEN=${MAX_MODEL_LEN:-40960}   # the model's context (Qwen3-32B max_position_embeddings)
+        # x and two candidates + the full response budget must fit the context (checked at start: a rollout
+        # that runs out of context would silently shorten corrections)
+        MAX_CANDIDATE=${MAX_CANDIDATE:-$(( (MAX_MODEL_LEN - MAX_RESPONSE - MAX_PROMPT - 256) / 2 - 16 ))} ;;
+    whole)
+        ROPE_ORIGINAL=${ROPE_ORIGINAL:-32768}     # the native context YaRN scales (80B: 262,144)
+        ROPE="{rope_type:yarn,factor:4.0,original_max_position_embeddings:${ROPE_ORIGINAL}}"
+        MAX_MODEL_LEN=${MAX_MODEL_LEN:-$(( ROPE_ORIGINAL * 4 ))}
+        MAX_CANDIDATE=${MAX_CANDIDATE:-${MAX_RESPONSE}}
+        ROPE_OVERRIDES=("++actor_rollout_ref.model.override_config.rope_scaling=${ROPE}"
+                        "++actor_rollout_ref.rollout.engine_kwargs.vllm.hf_overrides={rope_scaling:${ROPE}}") ;;
+    *) echo "CANDIDATES=${CANDIDATES} must be cut or whole" >&2; exit 2 ;;
+esac
 LR=${LR:-5e-7}
 TEMPERATURE=${TEMPERATURE:-1.0}
 VAL_N=${VAL_N:-64}                      # eval: 64 samples per problem
@@ -110,5 +135,6 @@ python3 -m recipe.ibpo.main_ibpo \
     trainer.test_freq=${TEST_FREQ} \
     compute_budget.limit=${COMPUTE_BUDGET} \
     compute_budget.unit=${BUDGET_UNIT} \
+    "${ROPE_OVERRIDES[@]}" \
     trainer.save_freq=50 \
     "$@"

@@ -57,3 +57,15 @@ def test_summary_pools_counts_and_pairs_batches():
     assert d["diff"] == pytest.approx(-0.25) and d["batches"] == 2  # per batch -0.2 and -0.3
     assert math.isnan(rates({"wrong": 0, "corrections": 0, "right": 0, "shaped": 0, "delta_sum": 0.0,
                              "rewrites": 0})["success"])
+
+
+def test_the_start_check_line_says_how_much_of_a_candidate_is_kept():
+    from recipe.ibpo.preflight import candidate_share_line
+
+    # the 32B script's cut: 3,952 of a 30,720-token answer
+    line = candidate_share_line(IBPOConfig(max_candidate_tokens=3952), 30720)
+    assert "an answer of the full response length 30720 keeps 13%" in line and "one of 15360 keeps 26%" in line
+    assert "one of 7680 keeps 51%" in line
+    assert "shown whole" in candidate_share_line(IBPOConfig(max_candidate_tokens=30720), 30720)
+    assert "without its thinking block" in candidate_share_line(
+        IBPOConfig(max_candidate_tokens=2928, candidate_view="strip_thinking"), 253952)
