@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from analysis.evaluation_stats import paired_difference, t_interval
-from analysis.toy_loop import Toy, generate
+from analysis.toy_loop import Toy, generate, sha256_of_dir
 from ibpo.config import IBPOConfig
 from ibpo.pipeline import plan_corrections, shape_batch
 
@@ -105,7 +105,7 @@ def summarise(batches: list[dict[float, dict]], fractions=FRACTIONS) -> dict:
 
 
 def format_table(summary: dict, meta: dict) -> str:
-    head = (f"Toy task, warm start `{meta['model']}` (no training), {meta['batches']} batches x {meta['batch_size']} "
+    head = (f"Toy task, warm start sha256 `{meta['model_sha256'][:16]}` (no training), {meta['batches']} batches x {meta['batch_size']} "
             f"problems x G = {meta['group']}, seed {meta['seed']}; IBPO defaults ({meta['variant']}, K = 2). "
             "Differences to whole candidates: paired over batches, Student-t 95%.")
     lines = [head, "", "| candidate tokens kept | corrections | correction success | shaped share of wrong | "
@@ -134,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--group", type=int, default=8, help="G responses per problem")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--variant", default="binary", help="ibpo.variant (binary | ratio | mask)")
+    p.add_argument("--fractions", type=float, nargs="+", default=list(FRACTIONS),
+                   help="shares of each candidate's tokens to keep, the first the reference (default 1 0.5 0.25)")
     p.add_argument("--out", required=True, help="JSON with per-batch counts, the summary and the table")
     args = p.parse_args(argv)
     import torch
@@ -151,13 +153,14 @@ def main(argv: list[str] | None = None) -> int:
     for b in range(args.batches):
         problems = toy.train[b * args.batch_size:(b + 1) * args.batch_size]
         with torch.no_grad():
-            batches.append(measure_batch(toy, generator, problems, args.group, args.seed, b + 1, cfg))
-        whole = batches[-1][1.0]
+            batches.append(measure_batch(toy, generator, problems, args.group, args.seed, b + 1, cfg,
+                                         tuple(args.fractions)))
+        whole = batches[-1][args.fractions[0]]
         print(f"[truncation] batch {b + 1}/{args.batches}: {whole['wrong']} wrong, {whole['corrections']} corrections, "
               f"{time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
-    summary = summarise(batches)
-    meta = {"model": model_dir, "batches": args.batches, "batch_size": args.batch_size, "group": args.group,
-            "seed": args.seed, "variant": args.variant, "seconds": time.perf_counter() - t0}
+    summary = summarise(batches, tuple(args.fractions))
+    meta = {"model_sha256": sha256_of_dir(model_dir), "batches": args.batches, "batch_size": args.batch_size, "group": args.group,
+            "seed": args.seed, "variant": args.variant, "fractions": list(args.fractions), "seconds": time.perf_counter() - t0}
     table = format_table(summary, meta)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"meta": meta, "summary": summary, "table": table,

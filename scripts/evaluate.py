@@ -2,7 +2,7 @@
 """Evaluate an HF checkpoint on prepared verl parquet files (paper §5, Table 1), and compare two runs.
 
     # k samples per problem with the paper's sampling settings, several seeds, both baselines
-    python scripts/evaluate.py run --model ckpt/hf --data data/aime25.parquet data/hmmt_feb_2025.parquet \
+    python scripts/evaluate.py run --model ckpt/hf --data data/aime25.parquet data/hmmt_feb_2025.parquet data/lcb_v6.parquet \
         --preset qwen3-32b --k 64 --seeds 0 1 2 3 4 --best-of-n 8 --compare-and-correct --out eval/ibpo
     # paired bootstrap test between two runs (e.g. IBPO vs GSPO), or two methods of one run
     python scripts/evaluate.py compare eval/ibpo/results.json eval/gspo/results.json --out eval/ibpo_vs_gspo.md

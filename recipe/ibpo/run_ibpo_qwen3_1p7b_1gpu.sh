@@ -8,8 +8,10 @@
 #
 # NOT the paper's experiment. What differs from the paper's settings (App. D, Table 1), and why:
 #   - the model: Qwen3-1.7B, not Qwen3-32B / Qwen3-Next-80B (one GPU);
-#   - context: 8k responses in a 16k context, not 30k in 32k (vLLM's KV cache and the actor share one GPU);
-#     each correction candidate is cut to MAX_CANDIDATE (3,440 tokens) to fit it (docs/correction_pass.md);
+#   - context: 8k responses, not 30k (vLLM's KV cache and the actor share one GPU). Correction candidates are
+#     shown whole (CANDIDATES=whole: a 32,768-token vLLM context, inside the model's own 40,960, no rope
+#     scaling); CANDIDATES=cut keeps the former 16k context and cuts each candidate to 3,440 tokens
+#     (docs/correction_pass.md: cutting cost the toy all its successful corrections);
 #   - 32 prompts per step in mini-batches of 16: 2 optimizer updates per step (UPDATE_READING=minibatch);
 #     UPDATE_READING=one_update makes the mini-batch the whole step (32 = App. D's mini-batch): one update per
 #     iteration, as Alg. 1 reads;
@@ -37,10 +39,15 @@ esac
 MINI_BATCH=${MINI_BATCH:-${DEFAULT_MINI_BATCH}}
 MAX_PROMPT=${MAX_PROMPT:-1024}
 MAX_RESPONSE=${MAX_RESPONSE:-8192}
-MAX_MODEL_LEN=${MAX_MODEL_LEN:-16384}   # vLLM context (Qwen3-1.7B allows 40960)
-# Correction prompts show x and two candidates: each candidate is middle-truncated so that the prompt
-# plus a full response fits MAX_MODEL_LEN (the trainer checks this at start).
-MAX_CANDIDATE=${MAX_CANDIDATE:-$(( (MAX_MODEL_LEN - MAX_RESPONSE - MAX_PROMPT - 256) / 2 - 16 ))}
+CANDIDATES=${CANDIDATES:-whole}        # whole | cut (header)
+case "${CANDIDATES}" in
+    whole) MAX_MODEL_LEN=${MAX_MODEL_LEN:-32768}    # x + 2 whole candidates + a full correction (Qwen3-1.7B: 40960)
+           MAX_CANDIDATE=${MAX_CANDIDATE:-${MAX_RESPONSE}} ;;
+    cut)   MAX_MODEL_LEN=${MAX_MODEL_LEN:-16384}
+           # each candidate middle-truncated so that x~ plus a full response fits (checked at start)
+           MAX_CANDIDATE=${MAX_CANDIDATE:-$(( (MAX_MODEL_LEN - MAX_RESPONSE - MAX_PROMPT - 256) / 2 - 16 ))} ;;
+    *) echo "CANDIDATES=${CANDIDATES} must be whole or cut" >&2; exit 2 ;;
+esac
 LR=${LR:-5e-7}                          # App. D (the scripts used 1e-6 before, with no stated reason)
 TEMPERATURE=${TEMPERATURE:-1.0}
 GPU_MEM=${GPU_MEM:-0.45}

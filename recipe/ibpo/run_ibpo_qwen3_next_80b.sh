@@ -6,13 +6,14 @@
 # "Qwen3-Next-80B-A3B-Instruct" (the Instruct model's settings) while Table 1 names the Thinking model; to use
 # the paper's text: VAL_TEMPERATURE=0.7 VAL_TOP_P=0.8. The start check prints the values against
 # MODEL_PATH/generation_config.json.
-# Candidates (CANDIDATES, as run_ibpo_qwen3_32b.sh): cut (default) keeps 2,928 tokens of each thinking-stripped
-# candidate in the 262,144-token context; whole extends it with YaRN (factor 4 over 262,144: 1,048,576 tokens,
-# Qwen's model card), for the rollout and the actor alike.
+# Candidates (CANDIDATES, as run_ibpo_qwen3_32b.sh, and for the same evidence): whole (default) extends the
+# context with YaRN (factor 4 over 262,144: 1,048,576 tokens, Qwen's model card), for the rollout and the actor
+# alike, so each thinking-stripped candidate is shown whole; cut keeps 2,928 tokens of each in the native
+# 262,144-token context (about 1% of a full-length answer).
 # Compute budget: the 32B default is a 32B number, so this script runs TOTAL_STEPS steps unless COMPUTE_BUDGET
 # is given (then every arm of the comparison, e.g. N_RESP=64 ... ibpo.enable=False, gets the same one).
 set -xeuo pipefail
-if [ "${CANDIDATES:-cut}" = "whole" ]; then DEFAULT_MODEL_LEN=1048576; else DEFAULT_MODEL_LEN=262144; fi
+if [ "${CANDIDATES:-whole}" = "whole" ]; then DEFAULT_MODEL_LEN=1048576; else DEFAULT_MODEL_LEN=262144; fi
 MODEL_PATH=${MODEL_PATH:-"${HOME}/models/Qwen3-Next-80B-A3B-Thinking"} \
 EXP_NAME=${EXP_NAME:-ibpo_gspo_qwen3_next_80b} \
 MAX_RESPONSE=${MAX_RESPONSE:-253952} MAX_MODEL_LEN=${MAX_MODEL_LEN:-${DEFAULT_MODEL_LEN}} ROPE_ORIGINAL=262144 \

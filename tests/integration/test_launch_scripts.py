@@ -191,3 +191,39 @@ def test_offline_evaluation_allows_the_response_length_of_training(tmp_path):
             kw = cfg.actor_rollout_ref.rollout.val_kwargs
             p = evaluate.PRESETS[preset]
             assert (kw.temperature, kw.top_p, kw.top_k) == (p.temperature, p.top_p, p.top_k), preset
+
+
+@pytest.mark.parametrize("script, context, native", [("run_ibpo_qwen3_32b.sh", 131072, 32768),
+                                                     ("run_ibpo_qwen3_next_80b.sh", 1048576, 262144)])
+def test_whole_candidates_compose_with_one_rope_scaling_for_rollout_and_actor(script, context, native, tmp_path):
+    from recipe.common.preflight.model import context_length
+
+    (argv,) = recorded_invocations(script, tmp_path / "whole", {"CANDIDATES": "whole"})
+    cfg = composed(argv)
+    rope = OmegaConf.to_container(cfg.actor_rollout_ref.model.override_config.rope_scaling)
+    assert rope == {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": native}
+    assert OmegaConf.to_container(cfg.actor_rollout_ref.rollout.engine_kwargs.vllm.hf_overrides) == {"rope_scaling": rope}
+    rollout = cfg.actor_rollout_ref.rollout
+    assert rollout.max_model_len == context == context_length({"max_position_embeddings": native}, {"rope_scaling": rope})
+    ibpo = ibpo_config_from(cfg)
+    assert ibpo.max_candidate_tokens == cfg.data.max_response_length  # nothing of an answer is cut
+    assert rollout.prompt_length + rollout.response_length <= rollout.max_model_len
+    (default,) = recorded_invocations(script, tmp_path / "default")
+    # whole candidates are the default (docs/correction_pass.md: the cost of cutting); HOME differs per call
+    assert [a.replace(str(tmp_path / "default"), "~") for a in default] == [
+        a.replace(str(tmp_path / "whole"), "~") for a in argv]
+    (cut,) = recorded_invocations(script, tmp_path / "cut", {"CANDIDATES": "cut"})
+    cut_cfg = composed(cut)
+    assert "rope_scaling" not in (cut_cfg.actor_rollout_ref.model.get("override_config") or {})
+    assert ibpo_config_from(cut_cfg).max_candidate_tokens == {"run_ibpo_qwen3_32b.sh": 3952,
+                                                              "run_ibpo_qwen3_next_80b.sh": 2928}[script]
+
+
+def test_one_gpu_pair_shows_whole_candidates_in_the_model_context(tmp_path):
+    (argv,) = recorded_invocations("run_ibpo_qwen3_1p7b_1gpu.sh", tmp_path / "w")
+    cfg = composed(argv)
+    assert ibpo_config_from(cfg).max_candidate_tokens == cfg.data.max_response_length == 8192
+    assert cfg.actor_rollout_ref.rollout.max_model_len == 32768  # inside Qwen3-1.7B's 40,960: no rope scaling
+    assert "rope_scaling" not in (cfg.actor_rollout_ref.model.get("override_config") or {})
+    (cut,) = recorded_invocations("run_ibpo_qwen3_1p7b_1gpu.sh", tmp_path / "c", {"CANDIDATES": "cut"})
+    assert ibpo_config_from(composed(cut)).max_candidate_tokens == 3440
