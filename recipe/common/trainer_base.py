@@ -88,6 +88,10 @@ class HookedRayPPOTrainer(RayPPOTrainer):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        self._init_compute_budget()
+
+    def _init_compute_budget(self) -> None:
+        """The validated ``compute_budget:`` block and an empty ledger (a resumed run restores it)."""
         from ibpo.compute_budget import ComputeBudgetError, ComputeLedger
         from recipe.common.preflight.methods import compute_budget_from
 
