@@ -58,32 +58,62 @@ def padded_token_advantages(token_advantages: list[np.ndarray], width: int) -> t
     return out
 
 
-class ProbeHook:
-    """``analysis.toy_loop.run``'s ``step_hook``: the probe's variances under GSPO and IBPO advantages."""
+def centred_by_group(values: np.ndarray, group_ids) -> np.ndarray:
+    """v − mean over the group (Theorem A.2's un-normalised advantages: Y − Ȳ, Y + λφ − mean)."""
+    values = np.asarray(values, dtype=np.float64)
+    out = np.empty_like(values)
+    for g in dict.fromkeys(group_ids):
+        rows = [i for i, h in enumerate(group_ids) if h == g]
+        out[rows] = values[rows] - values[rows].mean()
+    return out
 
-    def __init__(self, num_coordinates: int, subset_seed: int = 0):
+
+class ProbeHook:
+    """``analysis.toy_loop.run``'s ``step_hook``: the probe's variances under GSPO and IBPO advantages.
+
+    Beside the trained (group-normalised) advantages it probes Theorem A.2's own quantity: the un-normalised
+    advantages Y − Ȳ (GSPO) and r' − mean r' with r' = r + λΔ (IBPO), from the same per-sample gradients; and
+    both variances per group kind (rows of mixed groups, rows of all-wrong groups; ``ibpo.mechanism``), since
+    shaping acts differently in each. ``lam`` is the arm's λ (the un-normalised IBPO advantage needs it)."""
+
+    def __init__(self, num_coordinates: int, subset_seed: int = 0, lam: float = 0.6):
         self.num_coordinates = num_coordinates
         self.subset_seed = subset_seed
+        self.lam = lam
         self.subset = None
 
     def __call__(self, *, model, prompts, responses, rewards, group_ids, token_advantages, delta, pad_id, **_) -> dict:
         from ibpo.advantages import group_normalized_advantages
-        from ibpo.grad_probe import probe_gradient_variance, select_parameter_subset
+        from ibpo.grad_probe import projected_per_sample_gradients, select_parameter_subset, total_variance
+        from ibpo.mechanism import group_kinds
 
         if self.subset is None:
             self.subset = select_parameter_subset(model, self.num_coordinates, seed=self.subset_seed)
         ids, attn, resp = verl_layout(prompts, responses, pad_id)
-        gspo = group_normalized_advantages(torch.as_tensor(np.asarray(rewards, dtype=np.float64)), group_ids)
+        rewards = np.asarray(rewards, dtype=np.float64)
+        gspo = group_normalized_advantages(torch.as_tensor(rewards), group_ids)
         ibpo = padded_token_advantages(token_advantages, resp.shape[1])
+        gspo_u = torch.as_tensor(centred_by_group(rewards, group_ids))
+        ibpo_u = torch.as_tensor(centred_by_group(rewards + self.lam * np.asarray(delta, dtype=np.float64), group_ids))
         was_training = model.training
         model.eval()
         try:
-            result = probe_gradient_variance(model, ids, attn, resp, gspo, ibpo, self.subset, aggregation="token_mean")
+            grads = projected_per_sample_gradients(model, ids, attn, resp, [gspo, ibpo, gspo_u, ibpo_u], self.subset,
+                                                   aggregation="token_mean")
         finally:
             model.train(was_training)
-        return {"var_gspo": result.var_baseline, "var_ibpo": result.var_candidate,
-                "ratio": result.ratio if math.isfinite(result.ratio) else None,
-                "shaped": int((np.asarray(delta) > 0).sum())}
+        kinds = np.array(group_kinds(rewards >= 0.5, group_ids), dtype=object)
+        out = {"shaped": int((np.asarray(delta) > 0).sum())}
+        for label, rows in (("", np.ones(len(rewards), dtype=bool)), ("mixed_", kinds == "mixed"),
+                            ("all_wrong_", kinds == "all_wrong")):
+            for norm, (g_base, g_cand) in (("", grads[:2]), ("unnorm_", grads[2:])):
+                if rows.sum() < 2:
+                    continue
+                vb, vc = total_variance(g_base[rows]), total_variance(g_cand[rows])
+                out[f"{label}{norm}var_gspo"], out[f"{label}{norm}var_ibpo"] = vb, vc
+                out[f"{label}{norm}ratio"] = vc / vb if vb > 0 else None
+        out.setdefault("ratio", None)
+        return out
 
 
 def summarise(per_seed_steps: dict[int, list[dict]]) -> dict:
@@ -109,6 +139,15 @@ def summarise(per_seed_steps: dict[int, list[dict]]) -> dict:
             "geometric_mean_ratio": [math.exp(logs.mean), math.exp(logs.low), math.exp(logs.high)],
             "median_step_ratio": float(np.median(step_ratios)) if step_ratios else float("nan"),
             "seeds_below_1": int((values < 1).sum())}
+
+
+def summarise_key(per_seed_steps: dict[int, list[dict]], prefix: str) -> dict:
+    """:func:`summarise` of the variances stored under ``prefix`` (``unnorm_``, ``mixed_``, ``all_wrong_unnorm_``,
+    ...): per-seed pooled ratios with the same intervals."""
+    renamed = {seed: [{"var_gspo": s.get(f"{prefix}var_gspo"), "var_ibpo": s.get(f"{prefix}var_ibpo"),
+                       "ratio": s.get(f"{prefix}ratio"), "shaped": s["shaped"]} for s in steps]
+               for seed, steps in per_seed_steps.items()}
+    return summarise(renamed) if any(s["ratio"] is not None for st in renamed.values() for s in st) else {"seeds": 0}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -144,13 +183,15 @@ def main(argv: list[str] | None = None) -> int:
             # budget inf with one milestone: exactly --steps steps, no test evaluation
             result = toy_loop.run(toy, arm, seed, float("inf"), margs["n"], margs["batch_size"], margs["lr"],
                                   margs["warmup_steps"] * meta["baseline_step_flops"], max_steps=args.steps,
-                                  milestones=(1.0,), step_hook=ProbeHook(args.coordinates))
+                                  milestones=(1.0,), step_hook=ProbeHook(args.coordinates, lam=arm.ibpo.lam))
             path.write_text(json.dumps([{"step": s["step"], "reward": s["reward"], **s["hook"]}
                                         for s in result["steps"]]))
         per_seed[seed] = json.loads(path.read_text())
         print(f"[grad_probe] seed {seed}: ratios " + " ".join(
             "n/a" if s["ratio"] is None else f"{s['ratio']:.2f}" for s in per_seed[seed]), flush=True)
     summary = summarise(per_seed)
+    summary["by_kind"] = {variant: summarise_key(per_seed, variant) for variant in
+                          ("unnorm_", "mixed_", "mixed_unnorm_", "all_wrong_", "all_wrong_unnorm_")}
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     m, g = summary["mean_ratio"], summary["geometric_mean_ratio"]
     print(f"var(IBPO)/var(GSPO), same samples, {summary['seeds']} seeds × {args.steps} steps: per-seed pooled ratio "
@@ -158,6 +199,11 @@ def main(argv: list[str] | None = None) -> int:
           f"median per-step ratio {summary['median_step_ratio']:.3f}; seeds below 1: {summary['seeds_below_1']}; "
           f"steps with a shaped sample {summary['steps_with_shaping']}/{summary['steps']}, "
           f"without a GSPO ratio {summary['steps_without_ratio']}")
+    for variant, sub in summary["by_kind"].items():
+        if sub.get("seeds"):
+            g = sub["geometric_mean_ratio"]
+            print(f"  {variant.rstrip('_') or 'all'}: geometric mean ratio {g[0]:.3f} [{g[1]:.3f}, {g[2]:.3f}] "
+                  f"over {sub['seeds']} seeds")
     return 0
 
 

@@ -31,22 +31,23 @@ import math
 import shlex
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from analysis.credit_localisation import line_index, localise, summarise
-from ibpo.advantages import get_mask_sign, group_normalized_advantages, signed_token_mask
+from analysis.credit_localisation import line_index, localise, wrong_mask
+from ibpo.advantages import get_mask_sign, group_normalized_advantages, ibpo_sequence_advantages, signed_token_mask
 from ibpo.compute import ModelShape, StepWork, step_flops
 from ibpo.config import IBPOConfig
+from ibpo.mechanism import RewardDropAlarm, advantage_mechanism, group_kinds, sibling_overlap
 from ibpo.pipeline import plan_corrections, shape_batch
 from ibpo.variants import get_variant
-from toy_task.addition import DATA_SOURCE, AdditionProblem, sample_problems
+from toy_task.tasks import ToyTask, get_task
 
 TEST_SEED = 5000  # test problems: disjoint from SFT (1000+), RL train (0) and val (1) seeds
-MAX_RESPONSE_TOKENS = 96
+MAX_RESPONSE_TOKENS = 96  # the addition task's generation budget (toy_task.tasks gives each task's)
 MILESTONES = (0.5, 1.0)
 
 
@@ -57,6 +58,7 @@ class Arm:
     name: str
     group_multiplier: int
     ibpo: IBPOConfig | None = None
+    oracle_mask: bool = False  # GSPO advantages, each wrong response trained only on its truly wrong tokens
 
     @property
     def slug(self) -> str:
@@ -64,14 +66,31 @@ class Arm:
 
 
 def default_arms() -> dict[str, Arm]:
-    """GSPO G=n (the baseline), IBPO G=n (binary, β 0.5, λ 0.6, α 0.6, one reference), IBPO G=n with the
-    rewrite filter's second condition alone (a right correction closer to its reference than to y is a
-    rewrite/copy and gets no Δ), GSPO G=4n."""
-    ibpo = IBPOConfig(variant="binary", lam=0.6, beta=0.5, alpha=0.6, num_references=1)
-    arms = [Arm("GSPO G=n", 1), Arm("IBPO G=n", 1, ibpo)]
-    if "rewrite_condition" in IBPOConfig.__dataclass_fields__:
-        arms.append(Arm("IBPO G=n copy filter", 1, ibpo.replace(rewrite_condition="closer_to_reference")))
-    arms.append(Arm("GSPO G=4n", 4))
+    """Every arm the loop can run (``docs/evidence.md`` says which ran where). The first four are the first
+    comparison's: GSPO G=n (the baseline), IBPO G=n (the paper's configuration: binary, β 0.5, λ 0.6, α 0.6,
+    one reference, shaping through the reward, every wrong response corrected), IBPO G=n with the rewrite
+    filter's second condition alone (a right correction closer to its reference than to y gets no Δ), GSPO G=4n.
+    The rest are the ablation's (one option changed from IBPO G=n unless the name says more): the variants and
+    λ, the mask signs, joint training, corrections only in mixed groups, shaping at the advantage level or
+    capped at 0, and the oracle mask (no correction, zero correction cost: each wrong response trained only on
+    the tokens a minimal edit into the task's right solution changes, ``negative_only``)."""
+    paper = IBPOConfig(variant="binary", lam=0.6, beta=0.5, alpha=0.6, num_references=1)
+    arms = [Arm("GSPO G=n", 1), Arm("IBPO G=n", 1, paper),
+            Arm("IBPO G=n copy filter", 1, paper.replace(rewrite_condition="closer_to_reference")),
+            Arm("GSPO G=4n", 4),
+            Arm("binary lam 0.2", 1, paper.replace(lam=0.2)),
+            Arm("binary lam 1.0", 1, paper.replace(lam=1.0)),
+            Arm("ratio lam 0.3", 1, paper.replace(variant="ratio", lam=0.3)),
+            Arm("ratio lam 0.6", 1, paper.replace(variant="ratio", lam=0.6))]
+    for sign in ("negative_only", "complement_when_positive", "literal"):
+        arms.append(Arm(f"mask {sign}", 1, paper.replace(variant="mask", mask_sign=sign)))
+    arms += [Arm("joint training", 1, paper.replace(joint_training=True)),
+             Arm("mixed groups only", 1, paper.replace(correct_groups="mixed")),
+             Arm("advantage shaping", 1, paper.replace(shaping="advantage")),
+             Arm("capped shaping", 1, paper.replace(shaping="reward_capped")),
+             Arm("advantage shaping mixed", 1, paper.replace(shaping="advantage", correct_groups="mixed")),
+             Arm("mask lam 0 mixed", 1, paper.replace(variant="mask", lam=0.0, correct_groups="mixed")),
+             Arm("oracle mask", 1, oracle_mask=True)]
     return {a.name: a for a in arms}
 
 
@@ -100,29 +119,45 @@ def model_shape(model: torch.nn.Module) -> ModelShape:
 class Toy:
     """Tokenizer, scorer and problem sets shared by every run."""
 
-    def __init__(self, model_dir: str | Path, train_size: int, test_size: int, train_seed: int = 0):
+    def __init__(self, model_dir: str | Path, train_size: int, test_size: int, train_seed: int = 0,
+                 task: str = "addition"):
         from transformers import AutoTokenizer
 
         from reward_fns import compute_score
 
         self.model_dir = str(model_dir)
+        self.task: ToyTask = get_task(task)
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
-        self.train = sample_problems(train_size, train_seed)
-        self.test = sample_problems(test_size, TEST_SEED)
+        self.train = self.task.sample_problems(train_size, train_seed)
+        self.test = self.task.sample_problems(test_size, TEST_SEED)
         self._score = compute_score
-        self.prompt_cache: dict[tuple[int, int], list[int]] = {}
+        self.prompt_cache: dict = {}
 
-    def messages(self, problem: AdditionProblem) -> list[dict]:
+    @property
+    def max_tokens(self) -> int:
+        """The task's response budget (the addition task's is the module's ``MAX_RESPONSE_TOKENS``)."""
+        return MAX_RESPONSE_TOKENS if self.task.name == "addition" else self.task.max_response_tokens
+
+    def truth(self, problem, response: list[int]) -> list[int]:
+        """The right worked solution nearest to ``response`` (token edit distance; the task's only one for the
+        addition task), with the EOS the policy ends a response with: what the oracle mask and the
+        localisation compare a wrong response to."""
+        from ibpo.alignment import normalized_edit_distance
+
+        eos = [self.tokenizer.eos_token_id]
+        candidates = [self.encode(text) + eos for text in self.task.right_solutions(problem)]
+        return min(candidates, key=lambda ids: normalized_edit_distance(response, ids))
+
+    def messages(self, problem) -> list[dict]:
         return [{"role": "user", "content": problem.prompt_text}]
 
     def encode_chat(self, messages: list[dict]) -> list[int]:
         return list(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)["input_ids"])
 
-    def prompt_ids(self, problem: AdditionProblem) -> list[int]:
-        key = (problem.a, problem.b)
-        if key not in self.prompt_cache:
-            self.prompt_cache[key] = self.encode_chat(self.messages(problem))
-        return self.prompt_cache[key]
+    def prompt_ids(self, problem) -> list[int]:
+        if problem not in self.prompt_cache:
+            self.prompt_cache[problem] = self.encode_chat(self.messages(problem))
+        return self.prompt_cache[problem]
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
@@ -130,18 +165,20 @@ class Toy:
     def encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
-    def score(self, ids: list[int], problem: AdditionProblem) -> float:
-        return float(self._score(DATA_SOURCE, self.decode(ids), str(problem.answer))["score"])
+    def score(self, ids: list[int], problem) -> float:
+        return float(self._score(self.task.data_source, self.decode(ids), str(problem.answer))["score"])
 
 
-def generate(generator, prompts: list[list[int]], seeds: list[int] | None, chunk: int = 128) -> list[list[int]]:
-    """Sampled (temperature 1, per-request seeds) or greedy (``seeds`` None) responses, in chunks."""
+def generate(generator, prompts: list[list[int]], seeds: list[int] | None, chunk: int = 128,
+             max_tokens: int | None = None) -> list[list[int]]:
+    """Sampled (temperature 1, per-request seeds) or greedy (``seeds`` None) responses, in chunks, of at most
+    ``max_tokens`` tokens (default ``MAX_RESPONSE_TOKENS``)."""
     from verl_cpu.hf_rollout import GenRequest, parse_sampling_spec
 
     spec = parse_sampling_spec({"temperature": 1.0 if seeds is not None else 0.0, "top_p": 1.0, "top_k": -1})
     out: list[list[int]] = []
     for lo in range(0, len(prompts), chunk):
-        reqs = [GenRequest(prompt_ids=p, spec=spec, max_tokens=MAX_RESPONSE_TOKENS, want_logprobs=False,
+        reqs = [GenRequest(prompt_ids=p, spec=spec, max_tokens=max_tokens or MAX_RESPONSE_TOKENS, want_logprobs=False,
                            seed=None if seeds is None else seeds[lo + i]) for i, p in enumerate(prompts[lo:lo + chunk])]
         out += [r.token_ids for r in generator.generate_batch(reqs)]
     return out
@@ -149,7 +186,7 @@ def generate(generator, prompts: list[list[int]], seeds: list[int] | None, chunk
 
 def evaluate(toy: Toy, generator) -> np.ndarray:
     """Greedy correctness (0/1) on every test problem."""
-    responses = generate(generator, [toy.prompt_ids(p) for p in toy.test], None, chunk=512)
+    responses = generate(generator, [toy.prompt_ids(p) for p in toy.test], None, chunk=512, max_tokens=toy.max_tokens)
     return np.array([toy.score(r, p) for r, p in zip(responses, toy.test)], dtype=np.float64)
 
 
@@ -171,11 +208,158 @@ def gspo_loss(model: torch.nn.Module, prompts: list[list[int]], responses: list[
         adv[i, len(p):len(p) + len(r)] = torch.as_tensor(a, dtype=torch.float32)
     logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()
     logp = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
-    mask, a = resp[:, 1:], adv[:, 1:]
-    ratio = torch.exp(logp - logp.detach())
-    per_token = -a * ratio * mask
-    per_row = per_token.sum(-1) / mask.sum(-1).clamp(min=1)
+    return gspo_loss_from_log_probs(logp, adv[:, 1:], resp[:, 1:])
+
+
+def gspo_loss_from_log_probs(log_probs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """GSPO's ``seq-mean-token-mean`` loss at the on-policy point from (rows, T) token log-probs, advantages and
+    loss mask: mean over rows (with any valid token) of the mean over their tokens of −Â_t·π_t/sg(π_t). Equal to
+    verl's ``compute_policy_loss_gspo`` with ``old_log_prob = log_prob`` and the update's rows as the global batch
+    (no padding rows; tests/integration/test_recipe_correction.py checks value and gradient)."""
+    ratio = torch.exp(log_probs - log_probs.detach())
+    per_row = (-advantages * ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1)
     return per_row.mean()
+
+
+@dataclass
+class StepSamples:
+    """One step's main generation: rows in group order (``group`` consecutive rows per problem)."""
+
+    problems: list  # per row, its problem
+    prompts: list[list[int]]
+    responses: list[list[int]]
+    rewards: np.ndarray
+    group_ids: list[int]
+    seconds: dict[str, float] = field(default_factory=dict)  # main_gen, score
+
+    @property
+    def is_correct(self) -> list[bool]:
+        return [bool(r >= 0.5) for r in self.rewards]
+
+
+@dataclass
+class CorrectionResult:
+    """What the correction pass gives the update: Δ, token masks, joint-training rows, lengths, metrics."""
+
+    delta: np.ndarray
+    masks: list[np.ndarray] | None = None
+    lengths: list[int] = field(default_factory=list)  # x~ + ŷ tokens per correction (generation FLOPs)
+    joint_prompts: list[list[int]] = field(default_factory=list)
+    joint_responses: list[list[int]] = field(default_factory=list)
+    joint_rewards: list[float] = field(default_factory=list)
+    joint_group_ids: list[str] = field(default_factory=list)
+    metrics: dict[str, float] = field(default_factory=dict)
+    localisations: list[dict] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def sample_step(toy: Toy, generator, order: np.ndarray, step: int, seed: int, batch_size: int,
+                group: int) -> StepSamples:
+    """The step's prompts (``batch_size`` problems in the seed's order), ``group`` samples each, scored."""
+    from verl_cpu.hf_rollout import request_seed
+
+    idx = [int(order[((step - 1) * batch_size + k) % len(order)]) for k in range(batch_size)]
+    problems = [toy.train[i] for i in idx for _ in range(group)]
+    prompts = [toy.prompt_ids(p) for p in problems]
+    seeds = [request_seed(seed, f"main|{i}|{j}", step) for i in idx for j in range(group)]
+    t0 = time.perf_counter()
+    responses = generate(generator, prompts, seeds, max_tokens=toy.max_tokens)
+    t_gen = time.perf_counter()
+    rewards = np.array([toy.score(r, p) for r, p in zip(responses, problems)])
+    return StepSamples(problems, prompts, responses, rewards, [k for k in range(batch_size) for _ in range(group)],
+                       {"main_gen": t_gen - t0, "score": time.perf_counter() - t_gen})
+
+
+def correction_pass(toy: Toy, generator, cfg: IBPOConfig, samples: StepSamples, seed: int, step: int,
+                    newline_tokens: dict[int, str]) -> CorrectionResult:
+    """IBPO steps B-C (``ibpo.pipeline``) on the step's samples, the joint-training rows (App. E.2 (C), as
+    ``recipe.ibpo.correction.build_joint_rows``: reward r(ŷ) − rewrite_penalty·1[rewrite], grouped per
+    original prompt or per x~) and the credit-localisation record of every right correction."""
+    from verl_cpu.hf_rollout import request_seed
+
+    is_correct = [bool(r >= cfg.correct_threshold) for r in samples.rewards]
+    messages = [toy.messages(p) for p in samples.problems]
+    requests = plan_corrections(samples.group_ids, is_correct, messages, samples.responses, toy.decode, cfg, step,
+                                toy.encode)
+    if not requests:
+        return CorrectionResult(np.zeros(len(samples.responses)))
+    c0 = time.perf_counter()
+    corr_prompts = [toy.encode_chat(r.messages) for r in requests]
+    corr_seeds = [request_seed(seed, f"corr|{r.target_row}|{k}", step) for k, r in enumerate(requests)]
+    corrections = generate(generator, corr_prompts, corr_seeds, chunk=64, max_tokens=toy.max_tokens)
+    seconds = time.perf_counter() - c0
+    scores = [toy.score(c, samples.problems[r.target_row]) for c, r in zip(corrections, requests)]
+    right = [s >= cfg.correct_threshold for s in scores]
+    outcome = shape_batch(requests, corrections, right, samples.responses, is_correct, cfg)
+    result = CorrectionResult(outcome.delta, outcome.token_masks, [len(p) + len(c) for p, c in zip(corr_prompts, corrections)],
+                              metrics={k: float(v) for k, v in outcome.metrics.items()}, seconds=seconds)
+    if cfg.joint_training:
+        result.joint_prompts, result.joint_responses = corr_prompts, [list(c) for c in corrections]
+        result.joint_rewards = [s - cfg.rewrite_penalty * float(w) for s, w in zip(scores, outcome.correction_rewrite)]
+        result.joint_group_ids = [f"{r.group_id}:correction" + (f":{r.target_row}" if cfg.joint_grouping ==
+                                                                 "per_correction_prompt" else "") for r in requests]
+    for req, corr, ok, rewrite in zip(requests, corrections, right, outcome.correction_rewrite):
+        if not ok:
+            continue
+        row = req.target_row
+        reference = samples.responses[req.reference_rows[0]] if req.reference_rows else []
+        lines = line_index([newline_tokens.get(t, "") for t in samples.responses[row]])
+        loc = localise(samples.responses[row], corr, toy.truth(samples.problems[row], samples.responses[row]), reference,
+                       lines, reference_right=bool(req.reference_rows and is_correct[req.reference_rows[0]]),
+                       eos_ids=generator.eos_ids)
+        result.localisations.append({"step": step, "shaped": bool(outcome.delta[row] > 0), "rewrite": bool(rewrite),
+                                     **loc.as_dict()})
+    return result
+
+
+def oracle_masks(toy: Toy, samples: StepSamples) -> list[np.ndarray]:
+    """The oracle arm's token masks: on every wrong response, the tokens a minimal edit into the nearest right
+    worked solution changes (``Toy.truth``, ``analysis.credit_localisation.wrong_mask``); ones on right ones."""
+    return [np.ones(len(r), dtype=np.float32) if ok else wrong_mask(r, toy.truth(p, r)).astype(np.float32)
+            for r, p, ok in zip(samples.responses, samples.problems, samples.is_correct)]
+
+
+def token_advantages(arm: Arm, samples: StepSamples, corr: CorrectionResult,
+                     oracle: list[np.ndarray] | None) -> tuple[torch.Tensor, list[np.ndarray]]:
+    """Sequence advantages (``ibpo.advantages.ibpo_sequence_advantages``: Eq. 15/23 and ``ibpo.shaping``) and
+    per-token advantages: broadcast, times the signed token mask (Eq. 7/17, ``ibpo.mask_sign``) on the rows a
+    mask applies to (shaped rows of a masking variant; every wrong row of the oracle arm, ``negative_only``)."""
+    cfg = arm.ibpo
+    is_correct = torch.tensor(samples.is_correct)
+    rewards = torch.as_tensor(samples.rewards, dtype=torch.float64)
+    delta = torch.as_tensor(corr.delta, dtype=torch.float64)
+    if cfg is None:
+        adv = group_normalized_advantages(rewards, samples.group_ids)
+    else:
+        adv = ibpo_sequence_advantages(rewards, delta, is_correct, samples.group_ids, cfg.lam, cfg.shaping)
+    masks, masked, policy = None, np.zeros(len(samples.responses), dtype=bool), None
+    if oracle is not None:
+        masks, masked, policy = oracle, ~np.asarray(samples.is_correct), get_mask_sign("negative_only")
+    elif cfg is not None and corr.masks is not None and get_variant(cfg.variant).masks_tokens:
+        masks, masked, policy = corr.masks, corr.delta > 0, get_mask_sign(cfg.mask_sign)
+    out = []
+    for i, r in enumerate(samples.responses):
+        a = np.full(len(r), float(adv[i]), dtype=np.float32)
+        if masked[i]:
+            a = a * signed_token_mask(adv[i:i + 1], torch.as_tensor(masks[i])[None], torch.tensor([True]), policy)[0].numpy()
+        out.append(a)
+    return adv, out
+
+
+def joint_token_advantages(corr: CorrectionResult) -> list[np.ndarray]:
+    """Joint-training rows' advantages: their rewards normalised within their groups (Eq. 23), broadcast."""
+    if not corr.joint_rewards:
+        return []
+    adv = group_normalized_advantages(torch.as_tensor(corr.joint_rewards, dtype=torch.float64), corr.joint_group_ids)
+    return [np.full(len(r), float(a), dtype=np.float32) for r, a in zip(corr.joint_responses, adv)]
+
+
+def mechanism_metrics(samples: StepSamples, corr: CorrectionResult, adv: torch.Tensor) -> dict[str, float]:
+    """``ibpo.mechanism`` on the step's main rows: where the trained advantages put their weight, and how much
+    of a wrong response its right siblings share."""
+    out = advantage_mechanism(adv.numpy(), samples.is_correct, corr.delta, samples.group_ids)
+    out.update(sibling_overlap(samples.responses, samples.is_correct, samples.group_ids))
+    return {f"mechanism/{k}": v for k, v in out.items()}
 
 
 def run(toy: Toy, arm: Arm, seed: int, budget: float, n: int, batch_size: int, lr: float, warmup_flops: float,
@@ -188,144 +372,101 @@ def run(toy: Toy, arm: Arm, seed: int, budget: float, n: int, batch_size: int, l
     it makes ``max_steps`` steps and is evaluated once after the last (``"milestone": None``). ``step_hook``,
     if given, is called before each update with the step's samples and advantages (``analysis.grad_probe_loop``);
     what it returns is stored in the step's record under ``"hook"``."""
-    from verl_cpu.hf_rollout import HFGenerator, request_seed
+    from verl_cpu.hf_rollout import HFGenerator
 
     torch.manual_seed(seed)
     generator = HFGenerator.from_pretrained(toy.model_dir)
     model = generator.model
     shape = model_shape(model)
-    eos_ids = generator.eos_ids
     optim = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     order = np.random.default_rng(seed).permutation(len(toy.train))
-    group = arm.group_multiplier * n
     newline_tokens = {i: toy.tokenizer.decode([i]) for i in range(len(toy.tokenizer))}
     flops, steps, evals, localisations = 0.0, [], [], []
     fractions = list(milestones)
-    milestones = [m * budget for m in fractions]
-    step = 0
+    pending = [m * budget for m in fractions]
     equal_steps = not fractions  # no compute milestones: run max_steps steps, evaluate after the last one
-    while (milestones or equal_steps) and step < max_steps:
+    step = 0
+    alarm = RewardDropAlarm()
+    while (pending or equal_steps) and step < max_steps:
         step += 1
         t0 = time.perf_counter()
-        idx = [int(order[((step - 1) * batch_size + k) % len(order)]) for k in range(batch_size)]
-        problems = [toy.train[i] for i in idx]
-        prompts = [toy.prompt_ids(p) for p in problems for _ in range(group)]
-        seeds = [request_seed(seed, f"main|{i}|{j}", step) for i in idx for j in range(group)]
         model.eval()
-        responses = generate(generator, prompts, seeds)
-        t_gen = time.perf_counter()
-        rows_problem = [p for p in problems for _ in range(group)]
-        rewards = np.array([toy.score(r, p) for r, p in zip(responses, rows_problem)])
-        group_ids = [k for k in range(batch_size) for _ in range(group)]
+        samples = sample_step(toy, generator, order, step, seed, batch_size, arm.group_multiplier * n)
         t_score = time.perf_counter()
-        delta = np.zeros(len(responses))
-        masks = None
-        corr_lengths: list[int] = []
-        metrics: dict[str, float] = {}
-        t_corr_gen = 0.0
-        if arm.ibpo is not None:
-            cfg = arm.ibpo.replace(seed=seed)
-            is_correct = [bool(r >= cfg.correct_threshold) for r in rewards]
-            messages = [toy.messages(p) for p in rows_problem]
-            requests = plan_corrections(group_ids, is_correct, messages, responses, toy.decode, cfg, step, toy.encode)
-            if requests:
-                c0 = time.perf_counter()
-                corr_prompts = [toy.encode_chat(r.messages) for r in requests]
-                corr_seeds = [request_seed(seed, f"corr|{r.target_row}|{k}", step) for k, r in enumerate(requests)]
-                corrections = generate(generator, corr_prompts, corr_seeds, chunk=64)
-                t_corr_gen = time.perf_counter() - c0
-                right = [toy.score(c, rows_problem[r.target_row]) >= cfg.correct_threshold
-                         for c, r in zip(corrections, requests)]
-                outcome = shape_batch(requests, corrections, right, responses, is_correct, cfg)
-                delta, masks = outcome.delta, outcome.token_masks
-                metrics = {k: float(v) for k, v in outcome.metrics.items()}
-                corr_lengths = [len(p) + len(c) for p, c in zip(corr_prompts, corrections)]
-                for req, corr, ok, rewrite in zip(requests, corrections, right, outcome.correction_rewrite):
-                    if not ok:
-                        continue
-                    row = req.target_row
-                    truth = toy.encode(rows_problem[row].solution) + sorted(eos_ids)[:1]
-                    reference = responses[req.reference_rows[0]] if req.reference_rows else []
-                    lines = line_index([newline_tokens.get(t, "") for t in responses[row]])
-                    loc = localise(responses[row], corr, truth, reference, lines,
-                                   reference_right=bool(req.reference_rows and is_correct[req.reference_rows[0]]),
-                                   eos_ids=eos_ids)
-                    localisations.append({"step": step, "shaped": bool(delta[row] > 0), "rewrite": bool(rewrite),
-                                          **loc.as_dict()})
+        corr = (correction_pass(toy, generator, arm.ibpo.replace(seed=seed), samples, seed, step, newline_tokens)
+                if arm.ibpo is not None else CorrectionResult(np.zeros(len(samples.responses))))
+        localisations += corr.localisations
+        oracle = oracle_masks(toy, samples) if arm.oracle_mask else None
+        adv, token_adv = token_advantages(arm, samples, corr, oracle)
         t_host = time.perf_counter()
-        lam = arm.ibpo.lam if arm.ibpo is not None else 0.0
-        shaped_r = torch.as_tensor(rewards + lam * delta)
-        adv = group_normalized_advantages(shaped_r, group_ids)
-        token_adv = []
-        # resolved once per step: the arm's mask-sign policy when its variant masks tokens
-        mask_sign = (get_mask_sign(arm.ibpo.mask_sign) if masks is not None and arm.ibpo is not None
-                     and get_variant(arm.ibpo.variant).masks_tokens else None)
-        for i, r in enumerate(responses):
-            a = np.full(len(r), float(adv[i]), dtype=np.float32)
-            if mask_sign is not None and delta[i] > 0:
-                m = signed_token_mask(adv[i:i + 1], torch.as_tensor(masks[i])[None], torch.tensor([True]),
-                                      mask_sign)[0].numpy()
-                a = a * m
-            token_adv.append(a)
-        main_lengths = [len(p) + len(r) for p, r in zip(prompts, responses)]
-        work = StepWork(main_gen=main_lengths, correction_gen=corr_lengths, train_main=main_lengths,
+        main_lengths = [len(p) + len(r) for p, r in zip(samples.prompts, samples.responses)]
+        work = StepWork(main_gen=main_lengths, correction_gen=corr.lengths, train_main=main_lengths,
+                        train_joint=[len(p) + len(r) for p, r in zip(corr.joint_prompts, corr.joint_responses)],
                         old_log_prob_forward=False)
         step_f = step_flops(work, shape)
-        model.train()
         for g in optim.param_groups:
             g["lr"] = lr * min(1.0, (flops + step_f.total) / warmup_flops) if warmup_flops > 0 else lr
         hooked = None
+        model.train()
         if step_hook is not None:
-            hooked = step_hook(step=step, model=model, prompts=prompts, responses=responses, rewards=rewards,
-                               group_ids=group_ids, token_advantages=token_adv, delta=delta, pad_id=generator.pad_id)
-        loss = gspo_loss(model, prompts, responses, token_adv, generator.pad_id)
-        optim.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
-        optim.step()
+            hooked = step_hook(step=step, model=model, prompts=samples.prompts, responses=samples.responses,
+                               rewards=samples.rewards, group_ids=samples.group_ids, token_advantages=token_adv,
+                               delta=corr.delta, pad_id=generator.pad_id)
+        grad_norm = update(model, optim, samples.prompts + corr.joint_prompts, samples.responses + corr.joint_responses,
+                           token_adv + joint_token_advantages(corr), generator.pad_id)
         t_update = time.perf_counter()
         flops += step_f.total
-        rec = {"step": step, "flops": flops, "reward": float(rewards.mean()), "grad_norm": grad_norm,
-               "mixed_groups": float(np.mean([0 < rewards[k * group:(k + 1) * group].sum() < group
-                                              for k in range(batch_size)])),
-               "time": {"main_gen": t_gen - t0, "score": t_score - t_gen, "correction_gen": t_corr_gen,
-                        "ibpo_host": t_host - t_score - t_corr_gen, "update": t_update - t_host},
+        rec = {"step": step, "flops": flops, "reward": float(samples.rewards.mean()), "grad_norm": grad_norm,
+               "mixed_groups": float(np.mean([k == "mixed" for k in group_kinds(samples.is_correct, samples.group_ids)])),
+               "time": {**samples.seconds, "correction_gen": corr.seconds,
+                        "ibpo_host": t_host - t_score - corr.seconds, "update": t_update - t_host},
                "flops_by_phase": {"main_gen": step_f.main_gen, "correction_gen": step_f.correction_gen,
                                   "actor_update": step_f.actor_update},
-               "updates": 1, **{f"ibpo/{k}": v for k, v in metrics.items()},
-               **({"hook": hooked} if hooked is not None else {})}
-        while milestones and flops >= milestones[0]:
-            e0 = time.perf_counter()
-            model.eval()
-            correct = evaluate(toy, generator)
-            evals.append({"milestone": fractions[len(fractions) - len(milestones)], "step": step, "flops": flops,
-                          "accuracy": float(correct.mean()), "correct": correct.astype(int).tolist()})
-            rec.setdefault("time", {})["eval"] = rec["time"].get("eval", 0.0) + time.perf_counter() - e0
-            milestones.pop(0)
+               "collapse_alarm": float(alarm.update(float(samples.rewards.mean()))), "updates": 1, "joint_rows": len(corr.joint_prompts), **{f"ibpo/{k}": v for k, v in corr.metrics.items()},
+               **mechanism_metrics(samples, corr, adv), **({"hook": hooked} if hooked is not None else {})}
+        while pending and flops >= pending[0]:
+            evals.append(evaluate_at(toy, generator, fractions[len(fractions) - len(pending)], step, flops, rec))
+            pending.pop(0)
         steps.append(rec)
         if log:
-            log(f"{arm.name} s{seed} step {step}: reward {rec['reward']:.3f} flops {flops:.3g} "
-                f"({time.perf_counter() - t0:.1f} s)" + (f" eval {evals[-1]['accuracy']:.3f}" if evals and
-                                                         evals[-1]['step'] == step else ""))
+            log(f"{arm.name} s{seed} step {step}: reward {rec['reward']:.3f} flops {flops:.3g}")
     if equal_steps and steps:
-        e0 = time.perf_counter()
-        model.eval()
-        correct = evaluate(toy, generator)
-        evals.append({"milestone": None, "step": step, "flops": flops, "accuracy": float(correct.mean()),
-                      "correct": correct.astype(int).tolist()})
-        steps[-1]["time"]["eval"] = time.perf_counter() - e0
+        evals.append(evaluate_at(toy, generator, None, step, flops, steps[-1]))
     return {"arm": arm.name, "seed": seed, "steps": steps, "evals": evals, "localisation": localisations,
             "budget": budget}
+
+
+def update(model: torch.nn.Module, optim: torch.optim.Optimizer, prompts: list[list[int]],
+           responses: list[list[int]], token_advantages: list[np.ndarray], pad_id: int) -> float:
+    """One AdamW step on the GSPO loss of every row (main and joint rows in one update, as
+    ``ibpo.joint_minibatch=grow``), gradient clipped at 1.0; returns the pre-clip gradient norm."""
+    model.train()
+    loss = gspo_loss(model, prompts, responses, token_advantages, pad_id)
+    optim.zero_grad(set_to_none=True)
+    loss.backward()
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
+    optim.step()
+    return grad_norm
+
+
+def evaluate_at(toy: Toy, generator, milestone: float | None, step: int, flops: float, rec: dict) -> dict:
+    """Greedy test evaluation after ``step``; its seconds are added to the step record's ``eval`` time."""
+    e0 = time.perf_counter()
+    generator.model.eval()
+    correct = evaluate(toy, generator)
+    rec["time"]["eval"] = rec["time"].get("eval", 0.0) + time.perf_counter() - e0
+    return {"milestone": milestone, "step": step, "flops": flops, "accuracy": float(correct.mean()),
+            "correct": correct.astype(int).tolist()}
 
 
 _WORKER_TOY: Toy | None = None
 
 
-def _init_worker(model_dir: str, train_size: int, test_size: int) -> None:
+def _init_worker(model_dir: str, train_size: int, test_size: int, task: str = "addition") -> None:
     """A worker process of ``--jobs``: one torch thread, its own tokenizer and problem sets."""
     global _WORKER_TOY
     torch.set_num_threads(1)
-    _WORKER_TOY = Toy(model_dir, train_size, test_size)
+    _WORKER_TOY = Toy(model_dir, train_size, test_size, task=task)
 
 
 def run_and_save(toy: Toy | None, arm: Arm, seed: int, path: str, budget: float, n: int, batch_size: int,
@@ -344,10 +485,81 @@ def run_and_save(toy: Toy | None, arm: Arm, seed: int, path: str, budget: float,
     return f"[toy_loop] {arm.name} s{seed}: {len(result['steps'])} steps, {final}, {result['wall_s']:.0f} s"
 
 
+def load_or_measure_meta(path: Path, toy: Toy, baseline: Arm, args: argparse.Namespace, argv: list[str] | None) -> dict:
+    """``meta.json`` of an output folder: read when it exists (a resumed comparison keeps its budget), else
+    measured now: the warm start's greedy test accuracy and sha256, and the FLOP budget (``--budget-steps`` ×
+    the baseline's FLOPs per step on the warm start: a no-update run of 3 steps)."""
+    if path.exists():
+        return json.loads(path.read_text())
+    from verl_cpu.hf_rollout import HFGenerator
+
+    warm = evaluate(toy, HFGenerator.from_pretrained(toy.model_dir))
+    budget = args.budget_flops
+    if budget is None:
+        probe = run(toy, baseline, 10_000, budget=float("inf"), n=args.n, batch_size=args.batch_size, lr=0.0,
+                    warmup_flops=0.0, max_steps=3)
+        budget = args.budget_steps * probe["steps"][-1]["flops"] / len(probe["steps"])
+    meta = {"baseline_step_flops": budget / args.budget_steps, "warm_start_sha256": sha256_of_dir(toy.model_dir),
+            "budget_flops": budget, "warm_start_test_accuracy": float(warm.mean()),
+            "warm_start_correct": warm.astype(int).tolist(), "task": args.task,
+            "command": "python -m analysis.toy_loop " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
+            "args": vars(args)}
+    path.write_text(json.dumps(meta))
+    return meta
+
+
+def run_all(todo: list[tuple[int, Arm]], toy: Toy, out: Path, args: argparse.Namespace, common: dict) -> set[int]:
+    """Every (seed, arm) of ``todo`` (in order; ``--jobs`` of them side by side in spawned one-thread workers),
+    each written to ``out/<arm>_s<seed>.json``; returns the seeds started. ``--deadline`` stops new seeds only:
+    a seed already started finishes all its arms."""
+    started: set[int] = set()
+
+    def may_start(seed: int) -> bool:
+        if seed in started:
+            return True
+        if args.deadline and time.time() > args.deadline:
+            print(f"[toy_loop] deadline reached before seed {seed}", flush=True)
+            return False
+        started.add(seed)
+        return True
+
+    if args.jobs == 1:
+        for seed, arm in todo:
+            if not may_start(seed):
+                break
+            print(run_and_save(toy, arm, seed, str(out / f"{arm.slug}_s{seed}.json"), **common), flush=True)
+        return started
+    import multiprocessing
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    # spawn, not fork: a forked child of a process that has run torch ops can deadlock in OpenMP
+    with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker,
+                             initargs=(toy.model_dir, args.train_size, args.test_size, args.task)) as pool:
+        pending: set = set()
+        queue = list(todo)
+        while queue or pending:
+            while queue and len(pending) < args.jobs:
+                seed, arm = queue[0]
+                if not may_start(seed):
+                    queue.clear()
+                    break
+                queue.pop(0)
+                pending.add(pool.submit(run_and_save, None, arm, seed, str(out / f"{arm.slug}_s{seed}.json"), **common))
+            if not pending:
+                break
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                print(future.result(), flush=True)  # a failed run raises here and stops the comparison
+    return started
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--assets", required=True, help="`python -m toy_task.warm_start --out DIR` output")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--assets", help="`python -m toy_task.warm_start --out DIR` output (its model_sft)")
+    source.add_argument("--model", help="a warm-start model directory (e.g. toy_task/warm_starts/addition_seed0)")
     p.add_argument("--out", required=True)
+    p.add_argument("--task", default="addition", help="a task of toy_task.tasks (the warm start must be one of it)")
     p.add_argument("--arms", nargs="+", default=None, help="subset of the arms (the first is the baseline)")
     p.add_argument("--seeds", type=int, nargs="+", default=list(range(30)))
     p.add_argument("--budget-steps", type=float, default=20,
@@ -378,33 +590,17 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    assets = json.loads((Path(args.assets) / "assets.json").read_text())
-    model_dir = assets["model"]
+    model_dir = args.model or json.loads((Path(args.assets) / "assets.json").read_text())["model"]
     arms = default_arms()
     unknown = [a for a in (args.arms or []) if a not in arms]
     if unknown:
         p.error(f"--arms: unknown {unknown}; the arms are {list(arms)}")
     chosen = [arms[a] for a in (args.arms or list(arms))]
-    toy = Toy(model_dir, args.train_size, args.test_size)
-    meta_path = out / "meta.json"
-    if meta_path.exists():
-        meta = json.loads(meta_path.read_text())
-    else:
-        from verl_cpu.hf_rollout import HFGenerator
-
-        gen = HFGenerator.from_pretrained(model_dir)
-        warm = evaluate(toy, gen)
-        budget = args.budget_flops
-        if budget is None:  # baseline FLOPs per step: a no-update step's generation + update on the warm start
-            probe = run(toy, chosen[0], 10_000, budget=float("inf"), n=args.n, batch_size=args.batch_size, lr=0.0,
-                        warmup_flops=0.0, max_steps=3)
-            step_cost = probe["steps"][-1]["flops"] / len(probe["steps"])
-            budget = args.budget_steps * step_cost
-        meta = {"baseline_step_flops": budget / args.budget_steps,"warm_start_sha256": sha256_of_dir(model_dir), "budget_flops": budget,
-                "warm_start_test_accuracy": float(warm.mean()), "warm_start_correct": warm.astype(int).tolist(),
-                "command": "python -m analysis.toy_loop " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
-                "args": vars(args)}
-        meta_path.write_text(json.dumps(meta))
+    try:
+        toy = Toy(model_dir, args.train_size, args.test_size, task=args.task)
+    except ValueError as exc:
+        p.error(f"--task: {exc}")
+    meta = load_or_measure_meta(out / "meta.json", toy, chosen[0], args, argv)
     print(f"[toy_loop] budget {meta['budget_flops']:.3g} FLOPs, warm start {meta['warm_start_sha256'][:12]} "
           f"test acc {meta['warm_start_test_accuracy']:.3f}", flush=True)
     equal_steps = args.max_steps is not None
@@ -414,47 +610,8 @@ def main(argv: list[str] | None = None) -> int:
                   max_steps=args.max_steps if equal_steps else 10_000)
     # seed-major order, so an interrupted comparison stays balanced across arms
     todo = [(seed, arm) for seed in args.seeds for arm in chosen if not (out / f"{arm.slug}_s{seed}.json").exists()]
-    started: set[int] = set()
-
-    def may_start(seed: int) -> bool:
-        """--deadline stops new seeds only; a seed already started finishes all its arms."""
-        if seed in started:
-            return True
-        if args.deadline and time.time() > args.deadline:
-            print(f"[toy_loop] deadline reached before seed {seed}", flush=True)
-            return False
-        started.add(seed)
-        return True
-
     start = time.perf_counter()
-    if args.jobs == 1:
-        for seed, arm in todo:
-            if not may_start(seed):
-                break
-            print(run_and_save(toy, arm, seed, str(out / f"{arm.slug}_s{seed}.json"), **common), flush=True)
-    else:
-        import multiprocessing
-        from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-
-        # spawn, not fork: a forked child of a process that has run torch ops can deadlock in OpenMP
-        with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker,
-                                 initargs=(model_dir, args.train_size, args.test_size)) as pool:
-            pending: set = set()
-            queue = list(todo)
-            while queue or pending:
-                while queue and len(pending) < args.jobs:
-                    seed, arm = queue[0]
-                    if not may_start(seed):
-                        queue.clear()
-                        break
-                    queue.pop(0)
-                    pending.add(pool.submit(run_and_save, None, arm, seed, str(out / f"{arm.slug}_s{seed}.json"),
-                                            **common))
-                if not pending:
-                    break
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for future in done:
-                    print(future.result(), flush=True)  # a failed run raises here and stops the comparison
+    started = run_all(todo, toy, out, args, common)
     print(f"[toy_loop] {len(started)} seeds started, runs done in {time.perf_counter() - start:.0f} s wall "
           f"(--jobs {args.jobs})", flush=True)
     return 0

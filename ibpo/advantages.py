@@ -59,6 +59,56 @@ def group_normalized_advantages(
     return adv.to(scores.dtype)
 
 
+# Where λΔ enters (``ibpo.shaping``; docs/method_ibpo.md, "The mechanism"). ``reward``: the paper, r' = r + λΔ
+# before the group normalisation (Eq. 15/23). The other two are beyond the paper: ``reward_capped`` is the
+# paper's rule with a wrong response's advantage capped at 0 afterwards (a wrong answer is never reinforced);
+# ``advantage`` normalises the unshaped reward and scales a shaped wrong response's negative Â by (1 − λΔ).
+SHAPING_LEVELS = ("reward", "reward_capped", "advantage")
+
+
+def shapes_reward(shaping: str) -> bool:
+    """Whether λΔ is added to the reward before normalisation under ``ibpo.shaping=shaping``."""
+    if shaping not in SHAPING_LEVELS:
+        raise ValueError(f"unknown ibpo.shaping {shaping!r}; one of {SHAPING_LEVELS}")
+    return shaping != "advantage"
+
+
+def shaping_advantage_factor(
+    sequence_advantages: torch.Tensor, delta: torch.Tensor, is_correct: torch.Tensor, lam: float, shaping: str
+) -> torch.Tensor:
+    """Per-row factor the normalised advantages Â are multiplied by under ``ibpo.shaping`` (all (bs,)).
+
+    ``reward``: 1 everywhere. ``reward_capped``: 0 on wrong rows with Â > 0, else 1 (in ``{0.3, 0, 0, 0}``
+    the shaped wrong response's +1.732 becomes 0; the others keep −0.577). ``advantage``: 1 − λΔ on wrong
+    rows with Δ > 0 and Â < 0 (``{1, 0, 0, 0}``, λΔ = 0.3: −0.577 → −0.404), else 1; a group without a right
+    response has Â = 0 there, so shaping cannot reinforce a wrong answer.
+    """
+    if not (sequence_advantages.shape == delta.shape == is_correct.shape and sequence_advantages.dim() == 1):
+        raise ValueError(f"expected (bs,) advantages, delta and is_correct; got {tuple(sequence_advantages.shape)}, "
+                         f"{tuple(delta.shape)}, {tuple(is_correct.shape)}")
+    shapes_reward(shaping)  # validates the name
+    ones = torch.ones_like(sequence_advantages)
+    wrong = ~is_correct.bool()
+    if shaping == "reward_capped":
+        return torch.where(wrong & (sequence_advantages > 0), torch.zeros_like(ones), ones)
+    if shaping == "advantage":
+        scaled = 1.0 - lam * delta.to(sequence_advantages.dtype)
+        return torch.where(wrong & (delta > 0) & (sequence_advantages < 0), scaled, ones)
+    return ones
+
+
+def ibpo_sequence_advantages(
+    rewards: torch.Tensor, delta: torch.Tensor, is_correct: torch.Tensor, group_ids: Sequence[Hashable],
+    lam: float, shaping: str = "reward",
+) -> torch.Tensor:
+    """The (bs,) sequence advantages IBPO trains on: Eq. 15 + 23 under ``shaping=reward``, with the
+    :func:`shaping_advantage_factor` of the other levels. The CPU loop calls this; the verl trainer reaches
+    the same numbers through its reward hook, verl's estimator and the same factor (a test checks both)."""
+    scores = shaped_rewards(rewards, delta, lam) if shapes_reward(shaping) else rewards
+    adv = group_normalized_advantages(scores, group_ids)
+    return adv * shaping_advantage_factor(adv, delta, is_correct, lam, shaping)
+
+
 def broadcast_advantages(
     sequence_advantages: torch.Tensor, response_mask: torch.Tensor, token_mask: torch.Tensor | None = None
 ) -> torch.Tensor:

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
-from ibpo.advantages import mask_sign_names
+from ibpo.advantages import SHAPING_LEVELS, mask_sign_names
 from ibpo.references import reference_rule_names
 from ibpo.variants import get_variant, variant_names
 
@@ -25,6 +25,31 @@ CANDIDATE_ORDERS = ("target_first", "reference_first")
 LAMBDA_SCHEDULES = ("fixed", "theorem")
 JOINT_GROUPINGS = ("per_prompt", "per_correction_prompt")
 JOINT_MINIBATCH_MODES = ("grow", "verl")
+CORRECT_GROUPS = ("all", "mixed")
+
+# Each closed string option and its allowed values (checked in IBPOConfig.__post_init__).
+CLOSED_MODES = {"alpha_mode": ALPHA_MODES, "rewrite_condition": REWRITE_CONDITIONS, "candidate_order": CANDIDATE_ORDERS,
+                "candidate_view": CANDIDATE_VIEWS, "lambda_schedule": LAMBDA_SCHEDULES, "joint_grouping": JOINT_GROUPINGS,
+                "joint_minibatch": JOINT_MINIBATCH_MODES, "correct_groups": CORRECT_GROUPS, "shaping": SHAPING_LEVELS}
+
+# Each numeric option with a simple range: (test, what the message says is allowed).
+NUMERIC_RANGES = {
+    "alpha": (lambda v: 0.0 <= v <= 1.0, "in [0, 1]"),
+    "beta": (lambda v: 0.0 <= v <= 1.0, "in [0, 1]"),
+    "lam": (lambda v: v >= 0.0, ">= 0"),
+    "num_references": (lambda v: v >= 0, ">= 0 (K - 1; 0 means self-correction without a reference)"),
+    "corrections_per_target": (lambda v: v >= 1, ">= 1"),
+    "adaptive_min_samples": (lambda v: v >= 2, ">= 2"),
+    "max_candidate_tokens": (lambda v: v >= 0, ">= 0 (0 derives the budget from the model context at start)"),
+    "correct_threshold": (lambda v: 0.0 < v <= 1.0, "in (0, 1]"),
+    "rewrite_penalty": (lambda v: v >= 0.0, ">= 0"),
+    "lambda_max_fraction": (lambda v: 0.0 < v <= 1.0, "in (0, 1]"),
+    "lambda_max_momentum": (lambda v: 0.0 <= v < 1.0, "in [0, 1)"),
+    "diagnostics_interval": (lambda v: v >= 1, ">= 1"),
+    "grad_probe_interval": (lambda v: v >= 0, ">= 0 (0 disables the probe)"),
+    "grad_probe_coordinates": (lambda v: v >= 1, ">= 1"),
+    "grad_probe_micro_batch_size": (lambda v: v >= 0, ">= 0"),
+}
 
 # Options that were renamed or replaced: an old key fails naming its successor instead of as merely unknown.
 RENAMED_OPTIONS = {
@@ -80,6 +105,12 @@ class IBPOConfig:
     lam: float = field(default=0.6, metadata={
         "doc": "λ in r' = r + λΔ (Eq. 15/27); Table 4 optimum. Checked: λ·max Δ < 1 (Eq. 8)"})
     beta: float = field(default=0.5, metadata={"doc": "β in Δ = β·1[...] (Eq. 14/26)"})
+    shaping: str = field(default="reward", metadata={
+        "doc": "where λΔ enters: reward: r' = r + λΔ before the group normalisation (Eq. 15/23, the paper) | "
+               "reward_capped: the same, then a wrong response's advantage is capped at 0 | advantage: "
+               "normalise r, then scale a shaped wrong response's negative advantage by (1 - λΔ)\n"
+               "Beyond the paper: with reward shaping a shaped wrong answer in a group with no right one gets a "
+               "full positive advantage ({0.3, 0, 0, 0} -> +1.73); docs/method_ibpo.md, \"The mechanism\""})
     alpha: float = field(default=0.6, metadata={
         "doc": "rewrite threshold α on d(y, ŷ) (Eq. 18); Table 5 plateau 0.55-0.70"})
     alpha_mode: str = field(default="fixed", metadata={
@@ -94,6 +125,11 @@ class IBPOConfig:
         "doc": "adaptive α falls back to `alpha` with fewer successful corrections than this"})
     num_references: int = field(default=1, metadata={
         "doc": "K - 1 references per wrong response (Eq. 4); 0 = self-correction (Table 3, k = 1)"})
+    correct_groups: str = field(default="all", metadata={
+        "doc": "which wrong responses get a correction: all (Alg. 1: every wrong response, a wrong reference "
+               "when the group has no right one) | mixed: only those with a right sibling (no correction pass "
+               "for all-wrong groups: cheaper, and their shaping cannot reinforce a wrong answer)\n"
+               "mixed is beyond the paper: docs/method_ibpo.md, \"The mechanism\""})
     corrections_per_target: int = field(default=1, metadata={
         "doc": "corrections sampled per wrong response (Δ is their mean)"})
     instruction: str = field(default=DEFAULT_INSTRUCTION, metadata={
@@ -191,54 +227,32 @@ class IBPOConfig:
                 raise bad(option.name, "a finite number")
         if self.variant not in variant_names():
             raise bad("variant", f"one of the registered variants {variant_names()} (ibpo.variants.register_variant)")
-        if self.alpha_mode not in ALPHA_MODES:
-            raise bad("alpha_mode", f"one of {ALPHA_MODES}")
-        if self.rewrite_condition not in REWRITE_CONDITIONS:
-            raise bad("rewrite_condition", f"one of {REWRITE_CONDITIONS}")
-        if self.candidate_order not in CANDIDATE_ORDERS:
-            raise bad("candidate_order", f"one of {CANDIDATE_ORDERS}")
+        for name, allowed in CLOSED_MODES.items():
+            if getattr(self, name) not in allowed:
+                raise bad(name, f"one of {allowed}")
         if self.candidate_order == "reference_first" and self.shuffle_candidates:
             raise IBPOConfigError(
                 "ibpo.shuffle_candidates=True with ibpo.candidate_order='reference_first': shuffling puts the target "
                 "first in half the prompts and undoes the shared problem + reference prefix; pick one")
-        if self.candidate_view not in CANDIDATE_VIEWS:
-            raise bad("candidate_view", f"one of {CANDIDATE_VIEWS}")
-        if self.lambda_schedule not in LAMBDA_SCHEDULES:
-            raise bad("lambda_schedule", f"one of {LAMBDA_SCHEDULES}")
         if self.mask_sign not in mask_sign_names():
             raise bad("mask_sign", f"one of the registered mask-sign policies {mask_sign_names()} "
                                    "(ibpo.advantages.register_mask_sign)")
         if self.reference_rule not in reference_rule_names():
             raise bad("reference_rule", f"one of the registered reference rules {reference_rule_names()} "
                                         "(ibpo.references.register_reference_rule)")
-        if self.joint_grouping not in JOINT_GROUPINGS:
-            raise bad("joint_grouping", f"one of {JOINT_GROUPINGS}")
-        if self.joint_minibatch not in JOINT_MINIBATCH_MODES:
-            raise bad("joint_minibatch", f"one of {JOINT_MINIBATCH_MODES}")
+        for name, (allowed, description) in NUMERIC_RANGES.items():
+            if not allowed(getattr(self, name)):
+                raise bad(name, description)
         if self.joint_grouping == "per_correction_prompt" and self.corrections_per_target < 2:
             raise IBPOConfigError(
                 f"ibpo.joint_grouping='per_correction_prompt' needs ibpo.corrections_per_target >= 2 (got "
                 f"{self.corrections_per_target}): every group would be one sample, whose advantage is 0 (Eq. 23)")
-        if not 0.0 <= self.alpha <= 1.0:
-            raise bad("alpha", "in [0, 1]")
-        if not 0.0 <= self.beta <= 1.0:
-            raise bad("beta", "in [0, 1]")
-        if self.lam < 0.0:
-            raise bad("lam", ">= 0")
         # Eq. 8: 0 <= λΦ < 1, so a shaped wrong response never reaches a correct one's reward.
         if self.lam * self.max_delta >= 1.0:
             raise IBPOConfigError(
                 f"ibpo.lam * max Δ = {self.lam} * {self.max_delta} = {self.lam * self.max_delta} must be < 1 "
                 f"(Eq. 8: 0 <= λΔ < 1; max Δ of variant '{self.variant}' with beta={self.beta}, ibpo/variants.py)"
             )
-        if self.num_references < 0:
-            raise bad("num_references", ">= 0 (K - 1; 0 means self-correction without a reference)")
-        if self.corrections_per_target < 1:
-            raise bad("corrections_per_target", ">= 1")
-        if self.adaptive_min_samples < 2:
-            raise bad("adaptive_min_samples", ">= 2")
-        if self.max_candidate_tokens < 0:
-            raise bad("max_candidate_tokens", ">= 0 (0 derives the budget from the model context at start)")
         if isinstance(self.correction_max_tokens_factor, bool) or not isinstance(
                 self.correction_max_tokens_factor, (int, float)) or not math.isfinite(self.correction_max_tokens_factor):
             raise bad("correction_max_tokens_factor", "a finite number: 0 (no bound) or >= 1")
@@ -250,22 +264,6 @@ class IBPOConfig:
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise bad(name, "an integer >= 0" + (" (0 disables the lookup metrics)"
                                                      if name == "lookup_proxy_interval" else ""))
-        if not 0.0 < self.correct_threshold <= 1.0:
-            raise bad("correct_threshold", "in (0, 1]")
-        if self.rewrite_penalty < 0.0:
-            raise bad("rewrite_penalty", ">= 0")
-        if not 0.0 < self.lambda_max_fraction <= 1.0:
-            raise bad("lambda_max_fraction", "in (0, 1]")
-        if not 0.0 <= self.lambda_max_momentum < 1.0:
-            raise bad("lambda_max_momentum", "in [0, 1)")
-        if self.diagnostics_interval < 1:
-            raise bad("diagnostics_interval", ">= 1")
-        if self.grad_probe_interval < 0:
-            raise bad("grad_probe_interval", ">= 0 (0 disables the probe)")
-        if self.grad_probe_coordinates < 1:
-            raise bad("grad_probe_coordinates", ">= 1")
-        if self.grad_probe_micro_batch_size < 0:
-            raise bad("grad_probe_micro_batch_size", ">= 0")
         if len(self.candidate_labels) < 1 + self.num_references:
             raise IBPOConfigError(
                 f"ibpo.candidate_labels has {len(self.candidate_labels)} labels but a correction prompt shows "

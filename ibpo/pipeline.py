@@ -53,8 +53,10 @@ def plan_corrections(
     encode: Callable[[str], list[int]] | None = None,
     candidate_budget: Callable[[int], int] | None = None,
 ) -> list[CorrectionRequest]:
-    """References (Alg. 1 lines 14-19) and correction prompts (Eq. 28) for every wrong response,
-    ``corrections_per_target`` requests each (consecutive, same target). ``encode`` (the run's tokenizer)
+    """References (Alg. 1 lines 14-19) and correction prompts (Eq. 28) for every wrong response (with
+    ``correct_groups=mixed``: every wrong response that has a right sibling), ``corrections_per_target``
+    requests each (consecutive, same target). References are drawn for every wrong response first, so a
+    row's reference does not depend on ``correct_groups``. ``encode`` (the run's tokenizer)
     makes the candidate budget count re-tokenised tokens (:func:`ibpo.prompts.render_candidate`).
     ``candidate_budget`` (None: ``config.max_candidate_tokens`` for every candidate) gives each candidate its
     own budget from the number of tokens its view shows whole (0: keep it whole); the truncation measurement
@@ -65,6 +67,9 @@ def plan_corrections(
     rule = get_reference_rule(config.reference_rule)  # resolved once per batch, passed down as the entry
     references = select_references(group_ids, is_correct, config.num_references, config.seed, step,
                                    rule=rule, response_ids=response_ids)
+    if config.correct_groups == "mixed":  # no correction for a wrong response without a right sibling
+        has_right = {g for g, c in zip(group_ids, is_correct) if c}
+        references = [refs if group_ids[row] in has_right else None for row, refs in enumerate(references)]
     rng = np.random.default_rng([int(config.seed), int(step), 1])
     rendered: dict[int, str] = {}
 

@@ -27,6 +27,7 @@ KNOWN_DATA_SOURCES: dict[str, str] = {
     "openai/gsm8k": "math",
     "ibpo/synthetic_arith": "math",
     "ibpo/toy_addition": "math",
+    "ibpo/toy_three_sum": "math",
     "livecodebench_v6": "code",
     "livecodebench_train": "code",
 }

@@ -48,6 +48,7 @@ CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
+SYS_PRCTL = 157  # x86_64
 PR_SET_SECCOMP = 22
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_NO_NEW_PRIVS = 38
@@ -162,7 +163,8 @@ def block_user_namespaces(private_ipc=True, private_net=True):
     clone3 with ENOSYS (glibc then uses clone); the keyring syscalls fail with EPERM (a sample cannot leave a
     key for a later sample nor read one, whatever uid it runs as); without a private IPC namespace SysV
     message queues/semaphores and POSIX message queues fail too, and without a private network namespace
-    socket(AF_UNIX) does (abstract unix sockets would be shared with the host). x86_64 only; returns False
+    socket(AF_UNIX) does (abstract unix sockets would be shared with the host); prctl(PR_SET_DUMPABLE, 0) fails
+    with EPERM (a process the memory monitor cannot read would hide its memory). x86_64 only; returns False
     elsewhere."""
     if platform.machine() != "x86_64":
         return False
@@ -182,6 +184,10 @@ def block_user_namespaces(private_ipc=True, private_net=True):
     if not private_net:                                                     # socket(AF_UNIX, ...): EPERM
         prog += [(jeq, 0, 4, SYS_SOCKET), (ld_w_abs, 0, 0, 16), (jeq, 0, 1, AF_UNIX), (ret, 0, 0, errno_ret | 1),
                  (ret, 0, 0, allow)]
+    prog += [                                                               # prctl(PR_SET_DUMPABLE, 0): EPERM
+        (jeq, 0, 6, SYS_PRCTL), (ld_w_abs, 0, 0, 16), (jeq, 0, 3, PR_SET_DUMPABLE), (ld_w_abs, 0, 0, 24),
+        (jeq, 0, 1, 0), (ret, 0, 0, errno_ret | 1), (ret, 0, 0, allow),
+    ]
     prog += [
         (jeq, 1, 0, 272), (jeq, 0, 3, 56),                                  # unshare / clone: check flags
         (ld_w_abs, 0, 0, 16), (jset, 0, 1, CLONE_NEWUSER), (ret, 0, 0, errno_ret | 1),
@@ -394,10 +400,13 @@ class Monitor:
                         data = fh.read()
                 fds = os.listdir(f"/proc/{pid}/fd")
             except PermissionError:
-                # A fresh fork is unreadable until it makes itself dumpable; for half a second means it hides.
+                # Only the harness's own fresh fork (the main child, before its prctl) may be unreadable, and for
+                # at most half a second. Every other process inherited dumpable=1 and the seccomp filter refuses
+                # PR_SET_DUMPABLE 0, so an unreadable one hides its memory: the sample is refused at once (the
+                # kernel's memory cgroup, where there is one, bounds it whether read or not).
                 first = self.unreadable.get(pid, now)
-                if now - first > 0.5 and not _is_zombie(pid):
-                    raise Violation("runtime_error", "a process hid from the sandbox's memory monitor")
+                if (pid != self.main_child or now - first > 0.5) and not _is_zombie(pid):
+                    raise Violation("runtime_error", "a process hid from the sandbox's memory monitor (not readable)")
                 unreadable[pid] = first
                 continue
             except OSError:
@@ -443,11 +452,16 @@ class Monitor:
         return anon_bytes + max(shmem * 1024, objects)
 
 
+PF_EXITING = 0x4
+
+
 def _is_zombie(pid):
+    """Dead or exiting (PF_EXITING: its memory is being freed and /proc/<pid>/fd refuses everyone)."""
     try:
         with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except (OSError, IndexError):
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return fields[0] in ("Z", "X") or bool(int(fields[6]) & PF_EXITING)
+    except (OSError, IndexError, ValueError):
         return True
 
 
@@ -748,12 +762,28 @@ def to_wire(value, depth=0):
         return {"__c": [value.real, value.imag]}
     if module == "numpy" and hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
         return to_wire(value.item(), depth + 1)  # numpy scalars compare equal to Python numbers
-    # Subclasses of builtins (defaultdict, Counter, namedtuple, str/int subclasses) compare like their base.
-    for base, encode in ((bool, bool), (int, int), (float, float), (str, str), (dict, dict), (list, list),
-                         (tuple, tuple), (frozenset, frozenset), (set, set), (complex, complex)):
-        if isinstance(value, base):
-            return to_wire(encode(value), depth + 1)
+    # Subclasses of builtins (defaultdict, Counter, namedtuple, str/int subclasses) compare like their base, by
+    # what they ARE: their storage read through the base type's own slots (list.__iter__, dict.items, int.__int__
+    # ...), never through methods the subclass may override (a list subclass storing [9, 9] whose __iter__ yields
+    # the expected answer is [9, 9]). The type is type(value), not isinstance (a __class__ property can lie).
+    for base, exact in SUBCLASS_STORAGE:
+        if issubclass(kind, base):
+            return to_wire(exact(value), depth + 1)
     return {"__o": f"{module}.{kind.__qualname__}"}
+
+
+# (builtin base, its exact value of an instance of a subclass, read with the base's own C slots)
+SUBCLASS_STORAGE = (
+    (int, int.__int__),  # bool cannot be subclassed; int.__int__ returns the exact int stored
+    (float, float.__float__),
+    (str, str.__str__),
+    (dict, lambda v: dict(dict.items(v))),
+    (list, lambda v: list(list.__iter__(v))),
+    (tuple, lambda v: tuple(tuple.__iter__(v))),
+    (frozenset, lambda v: frozenset(frozenset.__iter__(v))),
+    (set, lambda v: set(set.__iter__(v))),
+    (complex, lambda v: complex(complex.real.__get__(v), complex.imag.__get__(v))),
+)
 
 
 def run_functional_child(job, code_text, req_r, rep_w):
@@ -801,8 +831,8 @@ def run_functional_child(job, code_text, req_r, rep_w):
             continue
         try:
             prediction = method(*args)
-            if isinstance(prediction, tuple):  # LCB: "don't penalize model if it produces tuples"
-                prediction = list(prediction)
+            if issubclass(type(prediction), tuple):  # LCB: "don't penalize model if it produces tuples"
+                prediction = list(tuple.__iter__(prediction))  # its storage, not what an override says
             try:
                 reply({"status": "ok", "value": to_wire(prediction)})
             except (RecursionError, ValueError, TypeError) as exc:

@@ -42,10 +42,13 @@ def _load_extract():
     return module
 
 
-# RULE "numbers" (README): an integer gold is matched exactly (a float approximation never equals 10^20 + 1);
-# any other numeric gold accepts a decimal within this RELATIVE error (about six significant digits: 3.14159 for
-# pi, 0.333333 for 1/3), never a fixed number of decimal places (rounding to 6 places made 0.0 equal to every
-# gold below 5e-7 and accepted a wrong first significant digit there).
+# RULE "numbers" (README). A decimal is an approximation unless the gold is itself a decimal:
+# * gold with no decimal in it (integer, fraction, symbolic, irrational, big integer): the prediction must equal
+#   it EXACTLY; a decimal in the prediction is read as the exact number it writes (0.25 = 1/4, 70.0 = 70,
+#   2.5 \times 10^3 = 2500), so 3.14159 is not pi, 0.333333 is not 1/3, 1.0 \times 10^{20} is not 10^{20}+1.
+# * gold that is itself a decimal (the problem stated its precision by asking for one): a prediction within a
+#   RELATIVE error of REL_TOL of it matches (representation noise only: 0.50, 1/2, 5 \times 10^{-1} for 0.5;
+#   never a fixed number of decimal places, which made 0.0 equal to every gold below 5e-7).
 REL_TOL = 5e-6
 EXACT_PRECISION = 60  # digits used to evaluate an exact difference (no chop: tiny values are not zero); a
 # difference below 10^-45 of the gold's size is taken as zero (mathematically equal forms evaluate to ~10^-60)
@@ -53,39 +56,50 @@ EXACT_PRECISION = 60  # digits used to evaluate an exact difference (no chop: ti
 
 def patch_numeric_comparison(grader, sympy) -> None:
     """Replace math-verify 0.9.0's ``sympy_numeric_eq`` (fixed-decimal rounding, ``evalf(chop=True)``) in this
-    worker with the relative rule above; matrices and integer/percentage comparisons keep its own logic."""
+    worker with RULE "numbers" above; matrices keep its own per-element recursion (into this function).
+    math-verify calls it as ``sympy_numeric_eq(gold, pred, ...)`` (grader.sympy_expr_eq)."""
     original = grader.sympy_numeric_eq
+
+    def exact_value(expr):
+        """``expr`` with every Float replaced by the exact rational it writes (its decimal digits)."""
+        floats = expr.atoms(sympy.Float)
+        if not floats:
+            return expr
+        return expr.xreplace({f: sympy.Rational(str(f)) for f in floats})
+
+    def exact_equal(gold, pred) -> bool:
+        exact = gold - pred
+        if exact.is_Rational:
+            return bool(exact == 0)
+        diff = exact.evalf(n=EXACT_PRECISION)
+        if diff == 0:
+            return True
+        scale = abs(sympy.sympify(gold).evalf(n=EXACT_PRECISION))
+        return bool(diff.is_comparable and scale.is_comparable and scale > 0
+                    and abs(diff) <= sympy.Float(10, EXACT_PRECISION) ** (15 - EXACT_PRECISION) * scale)
 
     def numeric_eq(a, b, float_rounding, numeric_precision):
         if isinstance(a, (sympy.MatrixBase, sympy.MatrixExpr)) or isinstance(b, (sympy.MatrixBase, sympy.MatrixExpr)):
             return original(a, b, float_rounding, numeric_precision)  # recurses into this function per element
         atomic = grader.is_atomic_or_pct_atomic
-        if atomic(a, sympy.Number) or atomic(b, sympy.Number):
-            da, db = grader.safe_sympy_doit(a), grader.safe_sympy_doit(b)
-            if atomic(a, sympy.Float) or atomic(b, sympy.Float) or da.has(sympy.Float) or db.has(sympy.Float):
-                return float_close(da, db)  # also 9.31 \times 10^{-10}, a Float inside a product
-            return original(a, b, float_rounding, numeric_precision)
-        try:  # exact expressions: an exact difference must be 0; otherwise zero to 60 digits RELATIVE to the gold
-            if a.has(sympy.Float) or b.has(sympy.Float):
-                return float_close(grader.safe_sympy_doit(a), grader.safe_sympy_doit(b))
-            exact = a - b
-            if exact.is_Rational:
-                return bool(exact == 0)
-            diff = exact.evalf(n=EXACT_PRECISION)
-            if diff == 0:
-                return True
-            scale = abs(sympy.sympify(a).evalf(n=EXACT_PRECISION))
-            return bool(diff.is_comparable and scale.is_comparable and scale > 0
-                        and abs(diff) <= sympy.Float(10, EXACT_PRECISION) ** (15 - EXACT_PRECISION) * scale)
+        if atomic(a, sympy.Integer) and atomic(b, sympy.Integer):
+            return original(a, b, float_rounding, numeric_precision)  # integers and percentages of integers
+        try:
+            gold, pred = grader.safe_sympy_doit(a), grader.safe_sympy_doit(b)
+            if not (getattr(gold, "is_number", False) and getattr(pred, "is_number", False)):
+                return original(a, b, float_rounding, numeric_precision)
+            if gold.has(sympy.Float):  # a decimal gold: the problem asked for a decimal
+                return float_close(gold, pred)
+            if pred.has(sympy.Float):  # an exact gold: the decimal must BE it
+                pred = exact_value(pred)
+            if gold.is_Rational and pred.is_Rational:
+                return bool(gold == pred)
+            return exact_equal(gold, pred)
         except Exception:
             return False
 
     def float_close(gold, pred):
         try:
-            if not (gold.is_number and pred.is_number):
-                return False
-            if gold.is_Integer:
-                return bool(pred.is_Float and sympy.Rational(str(pred)) == gold) or bool(pred == gold)
             g, p = gold.evalf(30), pred.evalf(30)
             if not (g.is_comparable and p.is_comparable):
                 return False
@@ -93,7 +107,20 @@ def patch_numeric_comparison(grader, sympy) -> None:
         except Exception:
             return False
 
+    original_symbolic = grader.sympy_symbolic_eq
+
+    def symbolic_eq(a, b):
+        """math-verify's ``simplify(gold - pred) == 0``, with the prediction's decimals read exactly when the
+        gold has none (in floating point 10^20 + 1 - 1.0 \times 10^20 simplifies to 0)."""
+        try:
+            if not a.has(sympy.Float) and b.has(sympy.Float):
+                b = exact_value(b)
+        except Exception:
+            return False
+        return original_symbolic(a, b)
+
     grader.sympy_numeric_eq = numeric_eq
+    grader.sympy_symbolic_eq = symbolic_eq
 
 
 def main() -> None:

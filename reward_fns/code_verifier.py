@@ -479,17 +479,26 @@ def run_code_tests(code: str, tests: PreparedTests, limits: CodeLimits | None = 
         start = time.monotonic()
         deadline = start + limits.global_timeout_s(n)
         sandbox = launch(job, report)
+        over_memory = False
         try:
-            return _drive(sandbox, job, tests, deadline, start, report)
+            result = _drive(sandbox, job, tests, deadline, start, report)
         except SandboxError:
             raise  # the sandbox never ran the program: infrastructure, not a verdict
         except Exception as exc:  # whatever the program's output does to our handling is a verdict
             logger.warning("code verifier: handling the program's results raised %r; scored runtime_error", exc)
-            return CodeRunResult("runtime_error", 0, n, f"result handling failed: {type(exc).__name__}",
-                                 round(time.monotonic() - start, 4), report.backend)
+            result = CodeRunResult("runtime_error", 0, n, f"result handling failed: {type(exc).__name__}",
+                                   round(time.monotonic() - start, 4), report.backend)
         finally:
             sandbox.kill_tree()
-            sandbox.cleanup()
+            try:
+                over_memory = sandbox.memory_limit_hit()  # read before the cgroup is removed
+            finally:
+                sandbox.cleanup()
+        if over_memory:  # the kernel killed inside the sample's cgroup: the sample as a whole went over
+            return CodeRunResult("memory_limit", result.passed if result.verdict != "correct" else 0, n,
+                                 f"the sample's memory cgroup reached its limit ({job['sample_memory_bytes'] >> 20} "
+                                 f"MiB) and the kernel killed a process", result.seconds, report.backend)
+        return result
 
 
 def _drive(sandbox, job: dict, tests: PreparedTests, deadline: float, start: float,

@@ -125,7 +125,9 @@ _AFTER_BOX_RE = re.compile(r"[-+*/^_=<>!'0-9(\[|≈≠≤≥±]|[ \t]{1,16}(?:[-
 _AFTER_DECORATION_RE = re.compile(
     r"(?:[ \t]{0,8}(?:\\[,;:! ]|~|\*\*|\}|\^\s*\{?\s*\\circ\s*\}?|°"
     r"|\\(?:circ|degree|qed|blacksquare|square|Box|qedsymbol|hfill|quad|qquad)(?![A-Za-z])"
-    r"|\\(?:text|textrm|mathrm|mbox|textit|mathit|textnormal)\s*\{[ A-Za-z.]{0,40}\}))*")
+    r"|\\(?:text|textrm|mathrm|mbox|textit|mathit|textnormal)\s*\{[ A-Za-z./]{0,40}\}"
+    r"(?:[ \t]{0,4}(?:/|\\cdot)[ \t]{0,4}\\(?:text|textrm|mathrm|mbox)\s*\{[ A-Za-z]{1,20}\})*"  # \mathrm{km}/\mathrm{h}
+    r"(?:\^\s*\{?\s*-?[123]\s*\}?)?))*")
 # Digits and a bullet-like "-", "+", "*" count only right next to the box ("2\boxed{35}", "-\boxed{984}"), so
 # prose such as "1 + 1 = 2 \boxed{2}" or a list item "- \boxed{3}" is not an expression. A brace counts only as
 # an argument ("\frac{1}{\boxed{2}}", "^{\boxed{2}}"); "\textbf{\boxed{70}}" and "{\boxed{70}}" are decoration,
@@ -370,7 +372,7 @@ RELATION_CHARS = frozenset("<>≈≠≤≥∼≃≅≡≪≫∝⩽⩾≲≳±∓
 _COMMAND_RE = re.compile(r"\\([A-Za-z]+)")
 _HEDGE_RE = re.compile(r"(?i)(?<![A-Za-z])(?:approx[a-z]*|about|around|roughly|nearly|almost|circa|ca|estimat[a-z]*|"
                        r"maybe|perhaps|possibly|probably|likely|either|guess|close|not|wrong|incorrect|actually|"
-                       r"instead|rather|except|unless|if|otherwise)(?![A-Za-z])")
+                       r"instead|rather|except|unless|if|otherwise|round(?:ed|ing)?|nearest|truncat[a-z]*)(?![A-Za-z])")
 _TEXT_GROUP_RE = re.compile(r"\\(?:text[a-z]*|mbox|mathrm|operatorname|mathit|mathbf)\s*\{([^{}]*)\}")
 _LIST_WORD_RE = re.compile(r"\\(?:text|mbox|textrm)\{\s*(?:and|or)\s*\}|(?<![A-Za-z])(?:and|or)(?![A-Za-z])")
 _LHS_RE = re.compile(rf"\s*(?:(?:{_NAME}\s*){{1,4}}(?:\(\s*{_NAME}\s*\))?|\(\s*{_NAME}(?:\s*,\s*{_NAME})*\s*\))\s*")
@@ -496,10 +498,34 @@ _UNICODE_SYMBOLS = {"−": "-", "–": "-", "×": r"\times ", "·": r"\cdot ", "
 _ROOT_RE = re.compile(r"([√∛∜])\s*(\d+(?:\.\d+)?|[A-Za-z]|\([^()]*\)|\{[^{}]*\})")
 _DEGREE_RE = re.compile(r"\s*(?:\^\s*\{?\s*\\circ\s*\}?|\\circ|\\degree|°|\^\s*\{\s*\\text\{\s*o\s*\}\s*\})\s*$")
 _END_MARK_RE = re.compile(r"\s*\\(?:qed|blacksquare|square|Box|qedsymbol)\s*$")
-_TRAILING_UNIT_RE = re.compile(r"(?<=[\d}])(?:\s|\\[,;! ]|~)*\\(?:text|textrm|mathrm|mbox)\s*\{\s*([A-Za-z][A-Za-z .]{0,30})\}\s*$"
-                               r"|(?<=[\d$])\s+\(?([A-Za-z]{2,15}(?:\s+[A-Za-z]{2,15}){0,2})\)?"
-                               r"(?:\^\{?[23]\}?|[²³])?\s*$")
-_LATEX_SPACE_RE = re.compile(r"\\[,;:! ]|~|\\q?quad(?![A-Za-z])")
+# RULE "answer-line decorations" / units: a unit after the number, in \text{}/\mathrm{} (``\text{ cm}``,
+# ``\text{ km/h}``, ``\mathrm{km}/\mathrm{h}``) or as plain words (``70 marbles``, ``70 square units``, ``70 cm^2``),
+# a COMPOUND unit (``km/h``, ``m/s^2``, ``m/s²``, ``miles per hour``, ``N \cdot m``: words joined by ``/``, ``per``
+# or ``\cdot``, never a number: ``km/2`` is a division), or an explanatory parenthesis holding no number
+# (``70 (the total number of apples)``). Whatever is stripped must hold no hedge (:func:`_unit_is_hedge`).
+_UNIT_WORD = r"[A-Za-z]{1,15}(?:\^\{?-?[123]\}?|[²³])?"
+_COMPOUND_UNIT = rf"{_UNIT_WORD}(?:[ \t]*(?:/|\\cdot|·)[ \t]*{_UNIT_WORD}|[ \t]+per[ \t]+{_UNIT_WORD}){{1,3}}"
+_TEXT_UNIT = r"\\(?:text|textrm|mathrm|mbox)\s*\{\s*[A-Za-z][A-Za-z ./]{0,30}\}"
+_TRAILING_UNIT_RE = re.compile(
+    rf"(?<=[\d}}])(?:\s|\\[,;! ]|~)*({_TEXT_UNIT}(?:\s*(?:/|\\cdot)\s*{_TEXT_UNIT}){{0,3}}(?:\^\{{?-?[123]\}}?)?)\s*$"
+    rf"|(?<=[\d$])\s+\(?({_COMPOUND_UNIT}|[A-Za-z]{{2,15}}(?:\s+[A-Za-z]{{2,15}}){{0,2}})\)?"
+    r"(?:\^\{?[23]\}?|[²³])?\s*$"
+    r"|(?<=[\d$}])\s*\(([A-Za-z][A-Za-z ,.'/-]{0,60})\)\s*$")
+
+
+def _unit_is_hedge(unit: str) -> bool:
+    """Whether a stripped unit or remark hides a hedge: a number (``km/2``, ``(or 71)``) or a hedge word
+    (``approximately``, ``or``, ``rounded``, ``not``, ...). ``per`` between two unit words (``miles per hour``)
+    is part of the unit."""
+    text = re.sub(r"\^\{?-?[123]\}?", "", unit)
+    if re.search(r"\d", text):
+        return True
+    words = [w.lower() for w in re.findall(r"[A-Za-z]+", re.sub(r"\\[A-Za-z]+", " ", text))]
+    words = [w for i, w in enumerate(words) if not (w == "per" and 0 < i < len(words) - 1)]
+    return bool(set(words) & _HEDGE_WORDS) or _HEDGE_RE.search(" ".join(words)) is not None
+# a row break ``\\`` (matrices, arrays, cases) is matched first so that its second backslash is never read as
+# the start of a LaTeX space ``\ `` (``1 & 2 \\ 3 & 4`` kept, not ``1 & 2 \  3 & 4``)
+_LATEX_SPACE_RE = re.compile(r"\\\\|\\[,;:! ]|~|\\q?quad(?![A-Za-z])")
 _THOUSANDS_RE = re.compile(r"(?<![\d.,])\d{1,3}(?:(?: |\{,\}|,)\d{3})+(?![\d])")
 _REPEATING_RE = re.compile(r"^(-?)(\d*)\.(\d*)(?:\\overline\s*\{(\d{1,12})\}|\\dot\s*\{?(\d)\}?|\((\d{1,12})\))$")
 _CONGRUENCE_RE = re.compile(r"^(?P<lhs>[^=]*?)\s*(?:\\equiv|≡)\s*(?P<value>[-\w{}\\]+?)\s*"
@@ -562,14 +588,14 @@ def rewrite_admitted_forms(answer: str, gold: str) -> str:
     if len(answer) > MAX_ANSWER_CHARS:
         return answer  # rejected by answer_problem; no rewrite scans it
     s = _unicode_math(answer)
-    s = _LATEX_SPACE_RE.sub(" ", s).strip()
+    s = _LATEX_SPACE_RE.sub(lambda m: m.group() if m.group() == "\\\\" else " ", s).strip()  # \\ is a row break
     gold_has = lambda token: token in gold  # noqa: E731
     for _ in range(2):
         s = _END_MARK_RE.sub("", s)
         if not any(gold_has(t) for t in ("circ", "°", "degree")):
             s = _DEGREE_RE.sub("", s)
         unit = _TRAILING_UNIT_RE.search(s)
-        if unit and not (set(w.lower() for w in (unit.group(1) or unit.group(2)).split()) & _HEDGE_WORDS) \
+        if unit and not _unit_is_hedge(next(g for g in unit.groups() if g)) \
                 and not gold_has("\\text") and not re.search(r"[A-Za-z]{2}", _MATH_SEGMENT_RE.sub("", gold)):
             s = s[:unit.start()].strip()
             if s.startswith("$") and s.endswith("$"):  # "$70$ dollars"
@@ -579,6 +605,7 @@ def rewrite_admitted_forms(answer: str, gold: str) -> str:
     single_gold = len(_gold_items(gold)) == 1
     if single_gold and not re.search(r"\d(?: |\{,\}|,)\d", gold):
         s = _THOUSANDS_RE.sub(lambda m: re.sub(r"\D", "", m.group()), s)  # RULE "thousands": 1 000 000, 1{,}000
+    before_items = s
     items = split_top_level(s)
     if not any(gold_has(t) for t in ("\\equiv", "≡", "mod")):
         rewritten = []
@@ -606,7 +633,16 @@ def rewrite_admitted_forms(answer: str, gold: str) -> str:
             a, b = m.group("a").strip(), m.group("b").strip()
             b = f"({b})" if re.search(r"(?<!^)[-+]", b) else b
             items = [f"{a}+{b}" if a else b, f"{a}-{b}"]  # RULE "±": a \pm b lists a+b, a-b for a two-root gold
+    if _SEPARATOR_GOLD_RE.search(gold) and [i.strip() for i in items] == [o.strip() for o in
+                                                                        split_top_level(before_items)]:
+        # a gold whose separators carry meaning (``14,916`` one number, ``p=5,q=2;p=7,q=2`` two groups): an
+        # answer no rule rewrote keeps its own separators, so the same text parses as the gold does
+        return before_items.strip()
     return ", ".join(item.strip() for item in items)
+
+
+# a comma followed by a digit (``14,916``: thousands, as math-verify reads it) or a semicolon (groups)
+_SEPARATOR_GOLD_RE = re.compile(r",(?=\d)|;")
 
 
 def _repeating_decimal(item: str) -> str:

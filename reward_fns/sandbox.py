@@ -79,6 +79,7 @@ class IsolationReport:
     bwrap_path: str | None
     note: str = ""
     limits: tuple = ()  # (("memory", how), ("pids", how), ("ipc", how)): what really bounds the whole sample
+    memory_cgroup: bool = False  # a per-sample memory cgroup (kernel-enforced) bounds the sample's memory
 
     @property
     def limit_mechanisms(self) -> dict[str, str]:
@@ -126,19 +127,31 @@ TRUSTED_SIDE = ("stdout capped at clamp(10 x longest expected, 1 MiB, 64 MiB), c
                 "reply over 16 x expected JSON + 64 KiB is wrong_answer unread, under it refused if nested > 200 "
                 "levels, then compared on its JSON form in linear time (no value rebuilt, no set/dict built from "
                 "untrusted keys, no Fraction normalised); the harness forwards values undecoded")
-MONITOR = "harness monitor (RSS counters of every process, confirmed by PSS, + memfds + SysV + tmpfs, every 20 ms) and RLIMIT_AS per process"
+MONITOR = ("harness monitor (RSS counters of every process, confirmed by PSS, + memfds + SysV + tmpfs, every 20 ms; "
+           "a process it cannot read is refused) and RLIMIT_AS per process")
+
+
+def memory_mechanism(extra: str = "") -> tuple[str, bool]:
+    """How the sample's memory is bounded here, and whether a kernel cgroup does it."""
+    parent = memory_cgroup_parent()
+    if parent is None:
+        return MONITOR + extra, False
+    files = "memory.limit_in_bytes" if parent[1] == 1 else "memory.max"
+    return (f"kernel: a memory cgroup v{parent[1]} per sample ({files} = limit + {CGROUP_SLACK_BYTES >> 20} MiB "
+            f"for the harness; an OOM kill in it is memory_limit), plus the {MONITOR}{extra}"), True
 
 
 def _fallback_report(is_root: bool, bwrap: str | None, note: str) -> IsolationReport:
     enforced = ["fresh_interpreter", "process_group_kill", "resource_limits", "minimal_environment",
                 "expected_outputs_withheld", "no_new_privs", "sample_memory_limit"]
+    memory, cgroup = memory_mechanism()
     if is_root:
         enforced += ["private_uid", "network_namespace", "ipc_namespace", "sample_process_limit",
                      "minimal_filesystem", "hidden_home", "private_keyrings"]
-        limits = (("memory", MONITOR), ("pids", "RLIMIT_NPROC of the per-run uid"),
+        limits = (("memory", memory), ("pids", "RLIMIT_NPROC of the per-run uid"),
                   ("ipc", "private IPC namespace, SysV capped at the memory limit"), ("trusted_side", TRUSTED_SIDE))
     else:
-        limits = (("memory", MONITOR + " (SysV segments of the host namespace not attributed)"),
+        limits = (("memory", memory_mechanism(" (SysV segments of the host namespace not attributed)")[0]),
                   ("pids", "harness monitor count only (racy: no RLIMIT_NPROC without root)"),
                   ("ipc", "none: host IPC namespace; SysV msg/sem and POSIX mqueues refused (seccomp)"),
                   ("trusted_side", TRUSTED_SIDE))
@@ -147,7 +160,7 @@ def _fallback_report(is_root: bool, bwrap: str | None, note: str) -> IsolationRe
         if "private_keyrings" not in enforced:
             enforced.append("private_keyrings")
     missing = tuple(p for p in PROTECTIONS if p not in enforced)
-    return IsolationReport("fallback", tuple(enforced), missing, is_root, bwrap, note, limits)
+    return IsolationReport("fallback", tuple(enforced), missing, is_root, bwrap, note, limits, cgroup)
 
 
 def _seccomp_supported() -> bool:
@@ -176,10 +189,11 @@ def detect_isolation(mode: str | None = None) -> IsolationReport:
             enforced = tuple(p for p in PROTECTIONS if p not in lacking)
             missing = tuple(p for p in PROTECTIONS if p not in enforced)
             note = "" if is_root else "not root: cannot switch to a per-run uid, RLIMIT_NPROC left unset"
-            limits = (("memory", MONITOR + "; /tmp and /dev/shm tmpfs capped"),
+            memory, cgroup = memory_mechanism("; /tmp and /dev/shm tmpfs capped")
+            limits = (("memory", memory),
                       ("pids", "RLIMIT_NPROC of the per-run uid" if is_root else "harness monitor count only"),
                       ("ipc", "private IPC namespace (--unshare-ipc)"), ("trusted_side", TRUSTED_SIDE))
-            report = IsolationReport("bwrap", enforced, missing, is_root, bwrap, note, limits)
+            report = IsolationReport("bwrap", enforced, missing, is_root, bwrap, note, limits, cgroup)
             if missing:
                 logger.warning(report.describe())
             return report
@@ -323,6 +337,172 @@ def harness_command() -> tuple[str, ...]:
     return (sys.executable, "-I", "-S", "-c", prefix + harness_source())
 
 
+
+# ------------------------------------------------------------------------ kernel bound on the sample's memory
+# A per-sample memory cgroup: the kernel charges every page of every process of the sample (anonymous memory,
+# tmpfs/shm files, SysV segments, page tables) to it and OOM-kills inside it past ``memory.max`` /
+# ``memory.limit_in_bytes``; nothing depends on reading the processes in time (a non-dumpable burst of three
+# 250 MiB children that exits within a poll interval still hits it). Used wherever this process may create one
+# (root with a writable cgroup v1 memory hierarchy -- this machine and CI -- or a delegated cgroup v2 with the
+# memory controller); elsewhere the harness monitor refuses any sample process it cannot read.
+CGROUP_SLACK_BYTES = 64 * 1024 * 1024  # the harness interpreter and the job it reads share the cgroup
+CGROUP_PREFIX = "ibpo-sample-"
+
+
+def _cgroup_mounts() -> list[tuple[str, str, str, str]]:
+    """(mount root, mount point, fstype, super options) of the cgroup mounts in /proc/self/mountinfo."""
+    out = []
+    try:
+        with open("/proc/self/mountinfo") as fh:
+            for line in fh:
+                pre, _, post = line.partition(" - ")
+                fields, tail = pre.split(), post.split()
+                if len(fields) >= 5 and tail and tail[0] in ("cgroup", "cgroup2"):
+                    out.append((fields[3], fields[4], tail[0], tail[2] if len(tail) > 2 else ""))
+    except OSError:
+        pass
+    return out
+
+
+def _memory_cgroup_candidates() -> list[tuple[str, int]]:
+    """Directories of this process's own memory cgroup, (path, version): v1 first, then v2."""
+    try:
+        with open("/proc/self/cgroup") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return []
+    mounts = _cgroup_mounts()
+    found = []
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, path = parts
+        v1 = "memory" in controllers.split(",")
+        if not v1 and controllers != "":
+            continue
+        for root, point, fstype, options in mounts:
+            if (fstype == "cgroup" and v1 and "memory" in options.split(",")) or (fstype == "cgroup2" and not v1):
+                if path == root or path.startswith(root.rstrip("/") + "/") or root == "/":
+                    rel = path[len(root):] if root != "/" else path
+                    found.append((os.path.join(point, rel.lstrip("/")), 1 if v1 else 2))
+    return sorted(set(found), key=lambda c: c[1])
+
+
+def _limit_files(version: int) -> tuple[str, ...]:
+    return ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes") if version == 1 else ("memory.max", "memory.swap.max")
+
+
+@functools.lru_cache(maxsize=1)
+def memory_cgroup_parent() -> tuple[str, int] | None:
+    """Where per-sample memory cgroups can be made here, ``(directory, version)``, or None. Probed once by
+    making one, limiting it and removing it. ``IBPO_SANDBOX_CGROUP=0`` disables them."""
+    if os.environ.get("IBPO_SANDBOX_CGROUP", "1") == "0":
+        return None
+    for directory, version in _memory_cgroup_candidates():
+        probe = os.path.join(directory, f"{CGROUP_PREFIX}probe-{os.getpid()}-{secrets.token_hex(4)}")
+        try:
+            os.mkdir(probe)
+        except OSError:
+            continue
+        try:
+            with open(os.path.join(probe, _limit_files(version)[0]), "w") as fh:
+                fh.write(str(256 << 20))
+            if os.path.exists(os.path.join(probe, "cgroup.procs")):
+                return directory, version
+        except OSError:
+            continue
+        finally:
+            try:
+                os.rmdir(probe)
+            except OSError:
+                pass
+    return None
+
+
+class MemoryCgroup:
+    """One sample's memory cgroup: made before the launch, the launcher moves itself in before exec (so every
+    process of the sample is born inside), read for OOM kills after the run, removed at cleanup."""
+
+    def __init__(self, parent: str, version: int, limit_bytes: int):
+        self.version = version
+        self.limit_bytes = limit_bytes + CGROUP_SLACK_BYTES
+        self.path = os.path.join(parent, f"{CGROUP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}")
+        os.mkdir(self.path)
+        try:
+            main, swap = _limit_files(version)
+            self._write(main, str(self.limit_bytes))
+            try:  # no swap beyond the limit either (absent without swap accounting)
+                self._write(swap, str(self.limit_bytes) if version == 1 else "0")
+            except OSError:
+                pass
+        except BaseException:
+            self.remove()
+            raise
+
+    def _write(self, name: str, value: str) -> None:
+        with open(os.path.join(self.path, name), "w") as fh:
+            fh.write(value)
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        """``argv`` started from a shell that first moves itself into the cgroup: if that fails, nothing runs."""
+        return ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', os.path.join(self.path, "cgroup.procs")] + argv
+
+    def oom_kills(self) -> int:
+        """How many processes the kernel killed for this cgroup's limit (v1 ``memory.oom_control``, v2
+        ``memory.events``), plus, on v1, 1 when the cgroup is still under OOM."""
+        name = "memory.oom_control" if self.version == 1 else "memory.events"
+        try:
+            with open(os.path.join(self.path, name)) as fh:
+                fields = dict(line.split()[:2] for line in fh if len(line.split()) >= 2)
+        except OSError:
+            return 0
+        return int(fields.get("oom_kill", 0)) + int(fields.get("under_oom", 0)) + \
+            (int(fields.get("oom", 0)) if self.version == 2 else 0)
+
+    def pids(self) -> list[int]:
+        try:
+            with open(os.path.join(self.path, "cgroup.procs")) as fh:
+                return [int(p) for p in fh.read().split()]
+        except (OSError, ValueError):
+            return []
+
+    def kill_all(self) -> None:
+        for pid in self.pids():
+            try:
+                os.kill(pid, 9)
+            except OSError:
+                pass
+
+    def remove(self) -> None:
+        """Remove the (emptied) cgroup; processes killed a moment ago may still be leaving it."""
+        import time
+        for _ in range(100):
+            try:
+                os.rmdir(self.path)
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                self.kill_all()
+                time.sleep(0.01)
+        logger.error("could not remove the sample's memory cgroup %s", self.path)
+
+
+def new_memory_cgroup(limit_bytes: int) -> MemoryCgroup | None:
+    """A fresh memory cgroup bounding a sample at ``limit_bytes`` (+ the harness's slack), or None where this
+    machine gives none (then the harness monitor is the bound, and it refuses processes it cannot read)."""
+    parent = memory_cgroup_parent()
+    if parent is None:
+        return None
+    try:
+        return MemoryCgroup(parent[0], parent[1], limit_bytes)
+    except OSError as exc:
+        logger.error("could not make a memory cgroup under %s (%s); the harness monitor bounds this sample",
+                     parent[0], exc)
+        return None
+
+
 @dataclass
 class SandboxProcess:
     """A launched harness: the process, the per-run uid (or None) and the host work dir (fallback only)."""
@@ -331,14 +511,21 @@ class SandboxProcess:
     uid: int | None
     host_workdir: str | None
     report: IsolationReport
+    cgroup: MemoryCgroup | None = None
+
+    def memory_limit_hit(self) -> bool:
+        """Whether the kernel OOM-killed inside the sample's memory cgroup (the sample as a whole went over)."""
+        return self.cgroup is not None and self.cgroup.oom_kills() > 0
 
     def kill_tree(self) -> None:
-        """SIGKILL the harness's process group (bwrap's pid namespace takes every descendant with it) and every
-        process still running as the per-run uid."""
+        """SIGKILL the harness's process group (bwrap's pid namespace takes every descendant with it), every
+        process of the sample's cgroup and every process still running as the per-run uid."""
         try:
             os.killpg(self.proc.pid, 9)
         except (ProcessLookupError, PermissionError):
             pass
+        if self.cgroup is not None:
+            self.cgroup.kill_all()
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -347,7 +534,9 @@ class SandboxProcess:
             sweep_uid(self.uid)
 
     def cleanup(self) -> None:
-        """Remove the host work dir (fallback only); the bwrap tmpfs vanishes by itself."""
+        """Remove the sample's cgroup and the host work dir (fallback only); the bwrap tmpfs vanishes by itself."""
+        if self.cgroup is not None:
+            self.cgroup.remove()
         if self.host_workdir:
             try:
                 remove_tree(self.host_workdir)
@@ -435,13 +624,23 @@ def launch(job: dict, report: IsolationReport) -> SandboxProcess:
     interpreter = list(harness_command())
     job.setdefault("sample_memory_bytes", job.get("memory_bytes", 4 << 30))
     job["tmpfs_bytes"] = SANDBOX_TMPFS_BYTES
+    cgroup = new_memory_cgroup(job["sample_memory_bytes"]) if report.memory_cgroup else None
+    # Without a kernel bound the monitor is the bound: it refuses any process it cannot read.
+    job["kernel_memory_bound"] = cgroup is not None
+    wrap = cgroup.wrap if cgroup is not None else (lambda argv: argv)
     if report.backend == "bwrap":
         job.update(workdir="/tmp", unshare_network=False, network_isolated_by_launcher=True,
                    in_pid_namespace=True, in_ipc_namespace=True, tmpfs_dirs=["/tmp", "/dev/shm"])
         argv = _bwrap_prefix(report.bwrap_path, report.is_root) + ["--"] + interpreter
-        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                env=MINIMAL_ENV, cwd="/", start_new_session=True, close_fds=True)
-        return SandboxProcess(proc, uid, None, report)
+        try:
+            proc = subprocess.Popen(wrap(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, env=MINIMAL_ENV, cwd="/", start_new_session=True,
+                                    close_fds=True)
+        except BaseException:
+            if cgroup is not None:
+                cgroup.remove()
+            raise
+        return SandboxProcess(proc, uid, None, report, cgroup)
     workdir = tempfile.mkdtemp(prefix="ibpo-sandbox-")
     os.chmod(workdir, 0o700)
     if uid is not None:
@@ -452,9 +651,11 @@ def launch(job: dict, report: IsolationReport) -> SandboxProcess:
                tmpfs_dirs=["/dev/shm"] if report.is_root else [])
     env = dict(MINIMAL_ENV, HOME=workdir, TMPDIR=workdir)
     try:
-        proc = subprocess.Popen(interpreter, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                env=env, cwd=workdir, start_new_session=True, close_fds=True)
+        proc = subprocess.Popen(wrap(interpreter), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, env=env, cwd=workdir, start_new_session=True, close_fds=True)
     except BaseException:
         shutil.rmtree(workdir, ignore_errors=True)
+        if cgroup is not None:
+            cgroup.remove()
         raise
-    return SandboxProcess(proc, uid, workdir, report)
+    return SandboxProcess(proc, uid, workdir, report, cgroup)

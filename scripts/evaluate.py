@@ -121,7 +121,8 @@ class Problem:
 
 def load_problems(path: str | Path) -> list[Problem]:
     """Rows of a verl parquet file (``data_prep`` format); a missing or malformed field is a ``ValueError``
-    naming the file, the row (1-based) and the field."""
+    naming the file, the row (0-based, as the training pre-flight's ``data_prep.row_checks`` names it) and the
+    field."""
     import pyarrow.parquet as pq
 
     path = Path(path)
@@ -131,7 +132,7 @@ def load_problems(path: str | Path) -> list[Problem]:
     if not rows:
         raise ValueError(f"{path}: the file has no rows")
     problems = []
-    for i, row in enumerate(rows, start=1):
+    for i, row in enumerate(rows):
         where = f"{path}, row {i}"
 
         def bad(field: str, message: str) -> ValueError:
@@ -586,11 +587,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     model_dir = check_model_dir(args.model)
     from reward_fns import compute_score
 
+    for path in args.data:
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"{path}: no such parquet file")
+    check_data_rows(args.data)  # first: a bad row is named as the training pre-flight names it
     problems_by_source: dict[str, list[Problem]] = {}
     for path in args.data:
         for prob in load_problems(path)[: args.max_problems or None]:
             problems_by_source.setdefault(prob.data_source, []).append(prob)
-    check_data_rows(args.data)
     render_prompts(model_dir, [p for probs in problems_by_source.values() for p in probs], template_kwargs)
     generator = make_generator(args.backend, args.model, args.batch_size, args.dtype, args.max_model_len,
                                args.tensor_parallel_size)

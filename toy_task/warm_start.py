@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from toy_task.addition import NUM_DIGITS, AdditionProblem, sample_problems, wrong_solution
+from toy_task.tasks import TASKS, ToyTask, get_task
 from data_prep.common import read_verl_parquet
 from toy_task.rows import write_task_parquets
 from toy_task.sft import collate, sampled_accuracy
@@ -31,26 +31,36 @@ SFT_SEED_OFFSET = 1000  # SFT problems come from a seed disjoint from the RL tra
 MAX_RESPONSE_TOKENS = 96
 
 
-def correction_messages(problem: AdditionProblem, rng: random.Random) -> list[dict]:
+def correction_example(problem, rng: random.Random, task: ToyTask = TASKS["addition"]) -> tuple[list[dict], str]:
     """The trainer's correction prompt (``ibpo.prompts``, default template) for a wrong target with one local
-    mistake and, 3 times in 4, the right solution as reference (else another wrong one)."""
+    mistake and, 3 times in 4, a right solution as reference (else another wrong one), and its target: the
+    target's local repair (the right solution in the target's own order)."""
     from ibpo.config import IBPOConfig
     from ibpo.prompts import build_correction_messages
 
-    reference = problem.solution if rng.random() < 0.75 else wrong_solution(problem, rng)
+    # this draw order keeps the addition warm starts byte-identical to the ones built before tasks existed
+    reference = task.sft_solution(problem, rng) if rng.random() < 0.75 else task.wrong_and_repair(problem, rng)[0]
+    wrong, repair = task.wrong_and_repair(problem, rng)
     original = [{"role": "user", "content": problem.prompt_text}]
-    return build_correction_messages(original, wrong_solution(problem, rng), [reference], IBPOConfig())
+    return build_correction_messages(original, wrong, [reference], IBPOConfig()), repair
 
 
-def tokenizer_corpus(seed: int, num_lines: int = 600) -> list[str]:
+def correction_messages(problem, rng: random.Random) -> list[dict]:
+    """The toy addition's correction prompt (:func:`correction_example` without its target)."""
+    return correction_example(problem, rng)[0]
+
+
+def tokenizer_corpus(seed: int, num_lines: int = 600, task: ToyTask = TASKS["addition"]) -> list[str]:
     """Chat-formatted task text (prompts, worked solutions, correction prompts) to train the BPE on."""
     rng = random.Random(seed)
     lines = []
-    for problem in sample_problems(num_lines, seed + 17):
-        messages = (correction_messages(problem, rng) if rng.random() < 0.3
-                    else [{"role": "user", "content": problem.prompt_text}])
+    for problem in task.sample_problems(num_lines, seed + 17):
+        if rng.random() < 0.3:
+            messages, target = correction_example(problem, rng, task)
+        else:
+            messages, target = [{"role": "user", "content": problem.prompt_text}], task.sft_solution(problem, rng)
         body = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
-        lines.append(f"{body}<|im_start|>assistant\n{problem.solution}<|im_end|>\n")
+        lines.append(f"{body}<|im_start|>assistant\n{target}<|im_end|>\n")
     return lines
 
 
@@ -63,8 +73,8 @@ def encode_example(tokenizer, messages: list[dict], target: str) -> tuple[list[i
 
 def sft_warm_start(model_dir: str | Path, out_dir: str | Path, steps: int = SFT_STEPS, batch_size: int = 16,
                    lr: float = 3e-3, seed: int = 0, num_problems: int = 4000,
-                   correction_fraction: float = 0.25, num_digits: int = NUM_DIGITS,
-                   num_threads: int = 1) -> dict[str, float]:
+                   correction_fraction: float = 0.25, num_threads: int = 1,
+                   task: ToyTask = TASKS["addition"]) -> dict[str, float]:
     """Fine-tune ``model_dir`` on worked solutions (and a ``correction_fraction`` of batches of correction prompts
     answered with the correct solution) and save it with its tokenizer to ``out_dir``; returns losses and seconds.
 
@@ -80,11 +90,12 @@ def sft_warm_start(model_dir: str | Path, out_dir: str | Path, steps: int = SFT_
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="sdpa")
     rng = random.Random(seed + 7)
     plain, corrections = [], []
-    for problem in sample_problems(num_problems, seed + SFT_SEED_OFFSET, num_digits):
+    for problem in task.sample_problems(num_problems, seed + SFT_SEED_OFFSET):
         if rng.random() < correction_fraction:
-            corrections.append(encode_example(tokenizer, correction_messages(problem, rng), problem.solution))
+            corrections.append(encode_example(tokenizer, *correction_example(problem, rng, task)))
         else:
-            plain.append(encode_example(tokenizer, [{"role": "user", "content": problem.prompt_text}], problem.solution))
+            plain.append(encode_example(tokenizer, [{"role": "user", "content": problem.prompt_text}],
+                                        task.sft_solution(problem, rng)))
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / 20))
     model.train()
@@ -107,16 +118,20 @@ def sft_warm_start(model_dir: str | Path, out_dir: str | Path, steps: int = SFT_
 
 
 def build_toy_assets(out_dir: str | Path, sft_steps: int = SFT_STEPS, n_train: int = 1024, n_val: int = 64,
-                     seed: int = 0, hidden_size: int = HIDDEN_SIZE, num_layers: int = NUM_LAYERS) -> dict:
+                     seed: int = 0, hidden_size: int = HIDDEN_SIZE, num_layers: int = NUM_LAYERS,
+                     task: str = "addition") -> dict:
     """Tokenizer, warm-started model and train/val parquet under ``out_dir``; returns their paths and the
     SFT losses."""
     from verl_cpu.tiny_assets import build_tiny_model, build_tiny_tokenizer
 
     out = Path(out_dir).resolve()  # absolute paths in the returned dict: runs start in other directories
-    tokenizer = build_tiny_tokenizer(out / "tokenizer", seed=seed, corpus=tokenizer_corpus(seed),
+    spec = get_task(task)
+    tokenizer = build_tiny_tokenizer(out / "tokenizer", seed=seed, corpus=tokenizer_corpus(seed, task=spec),
                                      individual_digits=True)
     build_tiny_model(out / "model_init", tokenizer, hidden_size=hidden_size, num_layers=num_layers, seed=seed)
-    sft = sft_warm_start(out / "model_init", out / "model_sft", steps=sft_steps, seed=seed)
+    sft = sft_warm_start(out / "model_init", out / "model_sft", steps=sft_steps, seed=seed, task=spec)
+    if task != "addition":  # the verl parquet rows exist for the addition task only (the loop needs none)
+        return {"tokenizer": str(out / "tokenizer"), "model": str(out / "model_sft"), "task": task, "sft": sft}
     data = write_task_parquets(out / "data", n_train=n_train, n_val=n_val, seed=seed)
     return {"tokenizer": str(out / "tokenizer"), "model": str(out / "model_sft"), "train": data["train"],
             "val": data["val"], "sft": sft}
@@ -139,12 +154,13 @@ def main() -> None:
     parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument("--sft-steps", type=int, default=SFT_STEPS)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--task", default="addition", choices=sorted(TASKS), help="toy_task.tasks")
     parser.add_argument("--measure", action="store_true", help="report sampled and greedy accuracy on val")
     args = parser.parse_args()
-    assets = build_toy_assets(args.out, sft_steps=args.sft_steps, seed=args.seed)
+    assets = build_toy_assets(args.out, sft_steps=args.sft_steps, seed=args.seed, task=args.task)
     (Path(args.out) / "assets.json").write_text(json.dumps(assets, indent=1))  # read by scripts/compare_methods.py
     print(json.dumps(assets, indent=1))
-    if args.measure:
+    if args.measure and args.task == "addition":
         print(json.dumps(measure(assets["model"], assets["val"])))
 
 

@@ -81,6 +81,9 @@ def require_finite_scores(scores: torch.Tensor, data_sources, what: str) -> None
 class HookedRayPPOTrainer(RayPPOTrainer):
     """verl's ``RayPPOTrainer`` whose ``fit`` calls six (no-op) hooks; subclasses put a method in them."""
 
+    # True only for a trainer whose hooks place IBPO's shaped reward before the advantage: the registered
+    # `ibpo` estimator serves no other (init_workers refuses algorithm.adv_estimator=ibpo elsewhere).
+    shapes_ibpo_rewards: bool = False
     # The metric a subclass logs its step's FLOPs under (``ibpo.compute.step_flops``), read by the compute
     # ledger at the end of the step; None: the trainer counts no FLOPs (a FLOP budget is then refused).
     STEP_FLOPS_METRIC: str | None = None
@@ -208,12 +211,15 @@ class HookedRayPPOTrainer(RayPPOTrainer):
         return int(self.actor_rollout_wg.world_size) * micro
 
     def init_workers(self):
-        super().init_workers()
-        from ibpo.verl_plugin import assert_registered
+        from ibpo.verl_plugin import HOW_TO_RUN_IBPO, IBPONeedsItsTrainer, assert_registered
 
-        # verl swallows entry-point failures at DEBUG: fail here, loudly, if `ibpo` is missing.
         if self.config.algorithm.adv_estimator == "ibpo":
-            assert_registered()
+            # Only a trainer that shapes the reward may announce itself to the estimator (assert_registered
+            # marks the process): any other trainer would train unshaped rewards under IBPO's name.
+            if not self.shapes_ibpo_rewards:
+                raise IBPONeedsItsTrainer(f"{type(self).__name__} runs no correction pass; {HOW_TO_RUN_IBPO}")
+            assert_registered()  # verl swallows entry-point failures at DEBUG: fail here, loudly
+        super().init_workers()
 
     # ------------------------------------------------------------------ the pinned verl's fit + the hook calls
     # Do not edit by hand: docs/upgrading_verl.md (python -m recipe.common.upstream check).

@@ -23,7 +23,8 @@ import torch
 from verl import DataProto
 from verl.utils.model import compute_position_id_with_mask
 
-from ibpo.advantages import MaskSignPolicy, place_sequence_reward, shaped_rewards, signed_token_mask
+from ibpo.advantages import (MaskSignPolicy, place_sequence_reward, shaped_rewards, shaping_advantage_factor,
+                             signed_token_mask)
 from ibpo.config import IBPOConfig
 from ibpo.correction_bound import AGENT_LOOP_NAME, MAX_TOKENS_KEY, bounded_lengths
 from ibpo.lookup_decoding import NgramParams, batch_decode_steps, simulate_lookup
@@ -340,14 +341,40 @@ def shaped_token_rewards(batch: DataProto, lam: float) -> torch.Tensor:
     return scores + place_sequence_reward(batch.batch["response_mask"], bonus)
 
 
+def main_rows(batch: DataProto) -> np.ndarray:
+    """Boolean (bs,) of the main responses (neither joint-training nor padding rows)."""
+    return ((batch.batch[IS_CORRECTION_KEY] == 0) & (batch.batch[IS_PADDING_KEY] == 0)).numpy()
+
+
+def sequence_advantages(batch: DataProto) -> torch.Tensor:
+    """Â_i per row: the mean of the row's advantages over its response tokens (constant over them before the
+    token mask)."""
+    adv = batch.batch["advantages"]
+    valid = batch.batch["response_mask"].to(adv.dtype)
+    return (adv * valid).sum(-1) / valid.sum(-1).clamp(min=1.0)
+
+
+def apply_shaping_factor(batch: DataProto, lam: float, shaping: str, correct_threshold: float) -> None:
+    """advantages ← advantages · f_i on the main rows (``ibpo.advantages.shaping_advantage_factor``:
+    ``ibpo.shaping=reward_capped`` zeroes a wrong row's positive Â, ``advantage`` scales a shaped wrong row's
+    negative Â by 1 − λΔ); joint and padding rows keep f = 1. In place, before the token mask."""
+    if shaping == "reward":
+        return
+    adv = batch.batch["advantages"]
+    is_correct = batch.batch["token_level_scores"].sum(-1) >= correct_threshold
+    factor = shaping_advantage_factor(sequence_advantages(batch), batch.batch[DELTA_KEY].to(adv.dtype), is_correct,
+                                      lam, shaping)
+    factor = torch.where(torch.as_tensor(main_rows(batch)), factor, torch.ones_like(factor))
+    batch.batch["advantages"] = adv * factor.unsqueeze(-1)
+
+
 def apply_token_mask(batch: DataProto, mask_sign: MaskSignPolicy) -> None:
     """advantages ← advantages · m_t (Eq. 7/17), after group normalisation (in place), with m_t applied by
     the sign of each row's Â as the policy ``ibpo.mask_sign`` names says (``ibpo.advantages.get_mask_sign``,
     ``signed_token_mask``). Rows
     with Δ = 0 carry m = 1 and are unchanged; padding rows get 0."""
     adv = batch.batch["advantages"]
-    valid = batch.batch["response_mask"].to(adv.dtype)
-    sequence_adv = (adv * valid).sum(-1) / valid.sum(-1).clamp(min=1.0)  # Â_i is constant over the row's tokens
+    sequence_adv = sequence_advantages(batch)  # Â_i is constant over the row's tokens
     shaped = batch.batch[DELTA_KEY] > 0
     mask = signed_token_mask(sequence_adv, batch.batch[TOKEN_MASK_KEY].to(adv.dtype), shaped, mask_sign)
     not_padding = (batch.batch[IS_PADDING_KEY] == 0).to(adv.dtype).unsqueeze(-1)

@@ -104,6 +104,91 @@ def check_speculative_config(spec: Mapping[str, Any] | None, rollout_name: str, 
             raise IBPOConfigError(f"{SPEC_OPTION}.prompt_lookup_min={lo} > prompt_lookup_max={hi}")
 
 
+# ------------------------------------------------------------------ speculation that switches itself off
+# vLLM drops speculation for a REQUEST whose sampling it cannot verify with drafts: V1's
+# ``vllm/v1/spec_decode/utils.py: is_spec_decode_unsupported(sampling_params)`` -- frequency_penalty != 0,
+# presence_penalty != 0, repetition_penalty != 1, min_p > 1e-5 and, in the versions that still list it (up to
+# about 0.13; later ones verify log-probs with drafts), logprobs is not None -- read by
+# ``InputBatch.add_request`` into ``spec_decode_unsupported_reqs``, whose requests the model runner's
+# ``propose_draft_token_ids`` (and the ngram/suffix proposers) skip: no error, no log, the request just decodes
+# one token per step. ``disable_by_batch_size`` in ``speculative_config`` turns it off for the whole ENGINE while
+# more requests than that are running, and the setting is engine-wide, so the main rollout is affected as much
+# as the correction pass. The rule per vLLM version is :data:`SPEC_OFF_BY_SAMPLING`.
+SAMPLING_EPS = 1e-5
+LOGPROBS_SPEC_SUPPORTED_FROM = (0, 14)  # vLLM versions before this also drop speculation for logprobs requests
+PINNED_VLLM = (0, 24, 0)  # shared GPU stack pin (docs/gpu.md)
+
+
+def _version_tuple(version: str | tuple | None) -> tuple:
+    if version is None:
+        return PINNED_VLLM
+    if isinstance(version, tuple):
+        return version
+    parts = []
+    for piece in str(version).split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
+def speculation_disabled_by(sampling: Mapping[str, Any], vllm_version: str | tuple | None = None) -> list[str]:
+    """The sampling options (``name=value``) for which vLLM ``vllm_version`` (default: the pinned one) silently
+    decodes a request without speculation (vLLM's ``is_spec_decode_unsupported``); empty when none."""
+    out = []
+    for key, neutral in (("frequency_penalty", 0.0), ("presence_penalty", 0.0), ("repetition_penalty", 1.0)):
+        value = sampling.get(key)
+        if value is not None and float(value) != neutral:
+            out.append(f"{key}={value}")
+    min_p = sampling.get("min_p")
+    if min_p is not None and float(min_p) > SAMPLING_EPS:
+        out.append(f"min_p={min_p}")
+    if _version_tuple(vllm_version) < LOGPROBS_SPEC_SUPPORTED_FROM and sampling.get("logprobs") is not None \
+            and sampling.get("logprobs") is not False:  # logprobs=0 (the sampled token's) counts
+        out.append(f"logprobs={sampling['logprobs']}")
+    return out
+
+
+def rollout_sampling(config: Any) -> dict:
+    """What the pinned verl's agent loop sends vLLM for every rollout request, by the option that sets it
+    (``agent_loop.py`` ``_run_agent_loop``: temperature, top_p, top_k, ``repetition_penalty`` and
+    ``logprobs=calculate_log_probs``; the server fills ``repetition_penalty`` from the rollout config when a
+    caller leaves it out, ``vllm_async_server.py`` ``generate``), plus any penalty/min_p set on the rollout."""
+    rollout = config.actor_rollout_ref.rollout
+    sampling = {"logprobs": bool(rollout.get("calculate_log_probs", False)) or None}
+    for key in ("repetition_penalty", "presence_penalty", "frequency_penalty", "min_p"):
+        value = rollout.get(key, None)
+        if value is not None:
+            sampling[key] = value
+    return sampling
+
+
+def check_speculation_stays_on(config: Any, spec: Mapping[str, Any] | None,
+                               vllm_version: str | tuple | None = None) -> None:
+    """Refuse a ``speculative_config`` that the configured sampling or batch would switch off (see above)."""
+    if spec is None:
+        return
+    off = speculation_disabled_by(rollout_sampling(config), vllm_version)
+    if off:
+        names = ", ".join(f"actor_rollout_ref.rollout.{o}" if not o.startswith("logprobs")
+                          else f"actor_rollout_ref.rollout.calculate_log_probs (vLLM logprobs={o.split('=')[1]})"
+                          for o in off)
+        raise IBPOConfigError(
+            f"{SPEC_OPTION} is set but {names} makes vLLM {'.'.join(map(str, _version_tuple(vllm_version)))} decode "
+            f"every request WITHOUT speculation (vllm/v1/spec_decode/utils.py is_spec_decode_unsupported; silently, "
+            f"for the main rollout and the correction pass alike): drop the speculative_config or that option")
+    limit = spec.get("disable_by_batch_size")
+    if limit is not None:
+        data = config.get("data", None) or {}
+        rollout = config.actor_rollout_ref.rollout
+        concurrent = int(data.get("train_batch_size", 0) or 0) * int(rollout.get("n", 1) or 1)
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1 or concurrent > limit:
+            raise IBPOConfigError(
+                f"{SPEC_OPTION}.disable_by_batch_size={limit!r}: vLLM turns speculation off for the whole engine "
+                f"while more requests than that are running, and one step sends data.train_batch_size x "
+                f"rollout.n = {concurrent}: speculation would be off for most of the rollout; remove it or raise it "
+                f"above {concurrent}")
+
+
 def rollout_log_probs_trained_on(config: Any) -> str | None:
     """The option through which training consumes the rollout's own log-probs (verl's rollout correction:
     IS weights, rejection sampling or bypass mode, ``ray_trainer.py:1570-1660``), or None."""
@@ -125,6 +210,7 @@ def check_correction_rollout(config: Any, ibpo: IBPOConfig) -> None:
     spec = speculative_config_of(config)
     check_speculative_config(spec, str(rollout.get("name", "")),
                              bool(mtp.get("enable", False) and mtp.get("enable_rollout", False)))
+    check_speculation_stays_on(config, spec)
     consumer = rollout_log_probs_trained_on(config)
     if spec is not None and consumer is not None:
         raise IBPOConfigError(
@@ -144,4 +230,28 @@ def proxy_params(config: Any) -> NgramParams:
 
 
 __all__ = ["ALLOWED_KEYS", "DEFAULT_PROXY_PARAMS", "SPEC_OPTION", "check_correction_rollout",
-           "check_speculative_config", "proxy_params", "speculative_config_of"]
+           "check_speculation_stays_on", "check_speculative_config", "proxy_params", "rollout_sampling",
+           "spec_decode_step_metrics", "speculation_disabled_by", "speculative_config_of"]
+
+
+def spec_decode_step_metrics(spec_configured: bool, drafts: Any, accepts: Any, verifies: Any) -> dict:
+    """Per-step speculation metrics read from the rollout's own per-request statistics (vLLM's
+    ``request_spec_decode_stats``, forwarded by verl as ``spec_num_draft_tokens`` / ``spec_num_accepted_tokens``
+    / ``spec_num_verify_steps``): ``rollout/spec_accepted_per_decode_step`` = accepted draft tokens per
+    verification (decode) step over the whole batch, ``rollout/spec_requests_without_drafts`` = the fraction of
+    requests that got no draft at all (speculation off for them), and ``rollout/spec_stats_reported`` = 1.
+    With a ``speculative_config`` but no statistics, ``rollout/spec_stats_reported`` = 0: "off" and "no
+    speed-up" cannot be told apart, and the metric says so instead of staying silent."""
+    if not spec_configured:
+        return {}
+    if drafts is None or accepts is None or verifies is None:
+        return {"rollout/spec_stats_reported": 0.0}
+    d = [int(x or 0) for x in (drafts.tolist() if hasattr(drafts, "tolist") else drafts)]
+    a = [int(x or 0) for x in (accepts.tolist() if hasattr(accepts, "tolist") else accepts)]
+    v = [int(x or 0) for x in (verifies.tolist() if hasattr(verifies, "tolist") else verifies)]
+    if not d:
+        return {"rollout/spec_stats_reported": 0.0}
+    steps = sum(v)
+    return {"rollout/spec_stats_reported": 1.0,
+            "rollout/spec_accepted_per_decode_step": (sum(a) / steps) if steps else 0.0,
+            "rollout/spec_requests_without_drafts": sum(1 for x in d if x == 0) / len(d)}

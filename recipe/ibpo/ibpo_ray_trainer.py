@@ -33,19 +33,23 @@ from verl.utils.debug import marked_timer
 from verl.utils.py_functional import rename_dict
 from verl.workers.utils.padding import left_right_2_no_padding
 
-from ibpo.advantages import get_mask_sign
+from ibpo.advantages import get_mask_sign, shapes_reward
 from ibpo.compute import StepWork, phase_seconds, step_flops
 from ibpo.config import IBPOConfig, option_changes, saved_options
 from ibpo.diagnostics import LambdaSchedule, theorem_stats, trained_advantage_variance
+from ibpo.mechanism import RewardDropAlarm, advantage_mechanism, sibling_overlap
 from ibpo.minibatch import ActorMiniBatchPlan, actor_minibatch_plan, optimizer_updates_reported, row_multiple
 from ibpo.pipeline import shape_batch
 from ibpo.variants import get_variant
 from recipe.ibpo import correction as corr
-from recipe.ibpo.correction_rollout import proxy_params
+from recipe.ibpo.correction_rollout import proxy_params, spec_decode_step_metrics, speculative_config_of
 from recipe.common.preflight.methods import ibpo_config_from
 from recipe.common.preflight.model import configured_context_length, model_flop_shape
 from recipe.ibpo.preflight import check_trainer_config
 from recipe.common.trainer_base import HookedRayPPOTrainer
+
+# verl's rollout-common names of vLLM's request_spec_decode_stats (vllm_async_server.py generate)
+SPEC_STAT_KEYS = ("spec_num_draft_tokens", "spec_num_accepted_tokens", "spec_num_verify_steps")
 
 
 def generation_tokens(output: DataProto | None) -> tuple[float, float]:
@@ -86,6 +90,7 @@ class IBPOResumeError(RuntimeError):
 class RayIBPOTrainer(HookedRayPPOTrainer):
     """verl's PPO trainer with IBPO's counterfactual correction pass in every training step."""
 
+    shapes_ibpo_rewards = True  # the `ibpo` estimator may run under this trainer (HookedRayPPOTrainer.init_workers)
     STEP_FLOPS_METRIC = "ibpo/compute/step_flops"  # the compute budget's FLOPs (trainer_base)
 
     def __init__(self, *args, **kwargs):
@@ -111,6 +116,8 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
         self._step_lambda = self.ibpo.lam  # the λ this step shapes with
         self._main_gen_started = 0.0
         self._saved_state_folder: str | None = None  # this step's checkpoint folder, if it wrote one
+        self._reward_alarm = RewardDropAlarm()  # unlearning alarm (ibpo.mechanism); not checkpointed
+        self._reward_alarm_reported = False
 
     # ------------------------------------------------------------------ hooks of HookedRayPPOTrainer.fit
     def _before_generation(self, gen_batch: DataProto, metrics: dict, timing_raw: dict) -> None:
@@ -142,12 +149,17 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
         """IBPO (3): r' = r + λΔ on the last response token (Eq. 15/27), on top of any KL penalty."""
         super()._shape_rewards(batch, metrics)
         self._step_lambda = self.lambda_schedule.current()
+        if not shapes_reward(self.ibpo.shaping):  # ibpo.shaping=advantage: λΔ enters after normalisation
+            return
         shaped = corr.shaped_token_rewards(batch, self._step_lambda)
         batch.batch["token_level_rewards"] = batch.batch["token_level_rewards"] + (
             shaped - batch.batch["token_level_scores"])
 
     def _after_advantage(self, batch: DataProto, metrics: dict, timing_raw: dict) -> None:
-        """IBPO (4): token mask after normalisation (Eq. 7/17; padding rows get 0), then the metrics."""
+        """IBPO (4): the shaping factor of ``ibpo.shaping`` and the token mask after normalisation (Eq. 7/17;
+        padding rows get 0), then the metrics."""
+        corr.apply_shaping_factor(batch, self._step_lambda, self.ibpo.shaping, self.ibpo.correct_threshold)
+        self._mechanism_metrics(batch, metrics)  # the sequence advantages before the token mask
         corr.apply_token_mask(batch, get_mask_sign(self.ibpo.mask_sign))
         self._ibpo_step_metrics(batch, self._step_correction, self._step_lambda, metrics, timing_raw)
         if self.ibpo.grad_probe_interval and self.global_steps % self.ibpo.grad_probe_interval == 0:
@@ -156,6 +168,32 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
         # The step's work is fixed from here on (the update trains on this batch): count it now, before verl
         # may write this step's checkpoint, so a resumed run continues from totals that include this step.
         self._account_step_compute(batch, metrics)
+
+    def _mechanism_metrics(self, batch: DataProto, metrics: dict) -> None:
+        """``ibpo/mechanism/*`` (``ibpo.mechanism``) on the main rows, and the reward-drop alarm: a warning
+        the first time the training reward has halved since the run's first steps."""
+        rows = corr.main_rows(batch)
+        main = batch.select_idxs(rows)
+        scores = main.batch["token_level_scores"].sum(-1)
+        is_correct = (scores >= self.ibpo.correct_threshold).tolist()
+        uids = list(main.non_tensor_batch["uid"])
+        out = advantage_mechanism(corr.sequence_advantages(main).numpy(), is_correct,
+                                  main.batch[corr.DELTA_KEY].double().numpy(), uids)
+        lengths = main.batch["response_mask"].sum(-1).long().tolist()
+        responses = [ids[:n] for ids, n in zip(main.batch["responses"].tolist(), lengths)]
+        out.update(sibling_overlap(responses, is_correct, uids))
+        metrics.update({f"ibpo/mechanism/{k}": v for k, v in out.items()})
+        fired = self._reward_alarm.update(float(scores.mean()) if len(scores) else 0.0)
+        metrics["ibpo/alarm/reward_drop"] = float(fired)
+        if fired and not self._reward_alarm_reported:
+            self._reward_alarm_reported = True
+            print(f"[ibpo] WARNING step {self.global_steps}: the training reward fell to "
+                  f"{np.mean(self._reward_alarm.history[-self._reward_alarm.window:]):.3f} from "
+                  f"{np.mean(self._reward_alarm.history[:self._reward_alarm.window]):.3f} in the first steps; share "
+                  f"of positive advantage on wrong responses this step: "
+                  f"{out.get('positive_adv_mass_on_wrong', 0.0):.2f}. With ibpo.shaping=reward a shaped wrong answer "
+                  f"in a group with no right one gets a positive advantage; docs/method_ibpo.md, \"The mechanism\"",
+                  flush=True)
 
     def _account_step_compute(self, batch: DataProto, metrics: dict) -> None:
         """The step's FLOPs per phase (``ibpo.compute.step_flops`` of :func:`step_work`) and tokens, added to the
@@ -187,6 +225,10 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
         counted in ``_after_advantage``). If this step wrote a checkpoint, its IBPO state is written again
         now that the step's time is known."""
         metrics.update(phase_seconds(timing_raw))
+        # accepted draft tokens per decode step, from the rollout's own per-request statistics; with a
+        # speculative_config and none reported, rollout/spec_stats_reported=0 says "unknown", never "no speed-up"
+        spec_stats = [batch.non_tensor_batch.get(k) for k in SPEC_STAT_KEYS]
+        metrics.update(spec_decode_step_metrics(speculative_config_of(self.config) is not None, *spec_stats))
         self.time_totals["cumulative_step_s"] += timing_raw.get("step", 0.0)
         metrics["ibpo/time/cumulative_step_s"] = self.time_totals["cumulative_step_s"]
         metrics["ibpo/time/host_share"] = metrics["ibpo/time/host_s"] / max(timing_raw.get("step", 0.0), 1e-9)

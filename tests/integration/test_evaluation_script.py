@@ -164,7 +164,7 @@ def test_bad_rows_are_named(tmp_path):
     table[0]["reward_model"] = {"style": "rule", "ground_truth": None}
     bad = tmp_path / "bad.parquet"
     pq.write_table(pa.Table.from_pylist(table), bad)
-    with pytest.raises(ValueError, match=r"bad\.parquet, row 1, field 'reward_model.ground_truth'"):
+    with pytest.raises(ValueError, match=r"bad\.parquet, row 0, field 'reward_model.ground_truth'"):
         mod.load_problems(bad)
     with pytest.raises(FileNotFoundError):
         mod.load_problems(tmp_path / "missing.parquet")

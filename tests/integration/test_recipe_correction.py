@@ -482,3 +482,79 @@ def test_resuming_with_changed_options_stops_naming_them(capsys):
 
     legacy = {k: v for k, v in state.items() if k not in ("ibpo_options", "rollout_n")}  # written before this check
     make_trainer({"variant": "ratio"})._restore_ibpo_state(legacy, "ckpt/old")
+
+
+@pytest.mark.parametrize("shaping", ["reward", "reward_capped", "advantage"])
+def test_the_loop_trains_on_the_trainers_advantages(shaping):
+    """analysis.toy_loop's advantages (main rows: ibpo_sequence_advantages; joint rows: joint_token_advantages)
+    equal what the trainer's hooks and verl's compute_advantage give the actor on the same step, under every
+    ibpo.shaping, with joint training on; and the trainer logs the mechanism metrics of the same numbers."""
+    from analysis import toy_loop
+    from ibpo.advantages import ibpo_sequence_advantages
+    from ibpo.mechanism import advantage_mechanism
+
+    n = 4
+    trainer = make_trainer({"variant": "binary", "lam": 0.6, "joint_training": True, "shaping": shaping,
+                            "rewrite_penalty": 0.25}, n=n, mini_batch=2)
+    responses = [CORRECT, [7, 7, 9], [1, 2, 8], [5, 5], [4], [4, 4], [7, 7, 9], [3, 3, 3]]
+    batch, result, metrics, _ = main_step(trainer, responses, n)
+    padded = trainer._extend_batch_before_balance(batch, metrics)
+    padded.batch["token_level_scores"] = padded.batch["rm_scores"]
+    padded.batch["token_level_rewards"] = padded.batch["token_level_scores"]
+    trainer._shape_rewards(padded, metrics)
+    out = compute_advantage(padded, adv_estimator="ibpo", gamma=1.0, lam=1.0, num_repeat=n,
+                            config=OmegaConf.create({}))
+    trainer._after_advantage(out, metrics, {})
+    trained = corr.sequence_advantages(out)
+
+    rewards = torch.tensor([score(r) for r in responses], dtype=torch.float64)
+    delta = batch.batch[corr.DELTA_KEY].double()
+    groups = [k // n for k in range(len(responses))]
+    loop_main = ibpo_sequence_advantages(rewards, delta, rewards >= 0.5, groups, 0.6, shaping)
+    torch.testing.assert_close(trained[:8].double(), loop_main, rtol=1e-6, atol=1e-6)
+    if shaping == "reward":  # the all-wrong group's shaped row 6 is reinforced; capped and advantage never do
+        assert loop_main[6] > 0
+    else:
+        assert (loop_main[1:] <= 0).all()
+
+    ok = result.correction_scores >= 0.5
+    joint = toy_loop.CorrectionResult(
+        delta.numpy(), joint_responses=[[0] * 3 for _ in result.requests],
+        joint_rewards=[float(s) - 0.25 * float(w) for s, w in zip(result.correction_scores,
+                                                                  result.outcome.correction_rewrite)],
+        joint_group_ids=[f"{r.group_id}:correction" for r in result.requests])
+    loop_joint = [float(a[0]) for a in toy_loop.joint_token_advantages(joint)]
+    rows = len(result.requests)
+    assert trained[8:8 + rows].tolist() == pytest.approx(loop_joint, abs=1e-6)
+    assert ok.any() and not ok.all()  # the step has both outcomes, so the joint groups are not constant
+
+    want = advantage_mechanism(loop_main.numpy(), (rewards >= 0.5).tolist(), delta.numpy(), groups)
+    for key, value in want.items():
+        assert metrics[f"ibpo/mechanism/{key}"] == pytest.approx(value, abs=1e-6)
+    assert metrics["ibpo/alarm/reward_drop"] == 0.0
+
+
+def test_the_loops_gspo_loss_is_verls():
+    """gspo_loss_from_log_probs equals verl's compute_policy_loss_gspo (seq-mean-token-mean, old = current
+    log-probs, the update's rows as the global batch) in value and gradient, on random inputs."""
+    from verl.trainer.ppo.core_algos import compute_policy_loss_gspo
+    from verl.workers.config import ActorConfig
+
+    from analysis.toy_loop import gspo_loss_from_log_probs
+
+    torch.manual_seed(0)
+    config = ActorConfig(strategy="fsdp", ppo_mini_batch_size=4, ppo_micro_batch_size_per_gpu=1, clip_ratio=0.2,
+                         rollout_n=1)
+    for _ in range(3):
+        rows, width = 6, 9
+        mask = (torch.rand(rows, width) < 0.7).float()
+        mask[:, 0] = 1.0
+        advantages = torch.randn(rows, 1).expand(rows, width) * mask
+        log_probs = (-torch.rand(rows, width) * 3).requires_grad_(True)
+        ours = gspo_loss_from_log_probs(log_probs, advantages, mask)
+        (g_ours,) = torch.autograd.grad(ours, log_probs)
+        theirs, _ = compute_policy_loss_gspo(log_probs.detach().clone(), log_probs, advantages, mask,
+                                             loss_agg_mode="seq-mean-token-mean", config=config)
+        (g_theirs,) = torch.autograd.grad(theirs, log_probs)
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-7)
+        torch.testing.assert_close(g_ours, g_theirs, rtol=1e-5, atol=1e-7)

@@ -135,3 +135,72 @@ def test_the_loop_is_registered_with_verl():
     from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 
     assert issubclass(getattr(importlib.import_module(module), name), SingleTurnAgentLoop)
+
+
+# ------------------------------------------------------------------ speculation that switches itself off
+def spec_config(spec, batch=8, n=4, **rollout):
+    cfg = trainer_config(spec)
+    cfg.actor_rollout_ref.rollout.update({"calculate_log_probs": True, "n": n, **rollout})
+    cfg.data = {"train_batch_size": batch}
+    return cfg
+
+
+@pytest.mark.parametrize("sampling, version, off", [
+    ({"repetition_penalty": 1.0, "logprobs": 0}, "0.24.0", []),
+    ({"repetition_penalty": 1.05}, "0.24.0", ["repetition_penalty=1.05"]),
+    ({"presence_penalty": 0.5, "frequency_penalty": -0.1}, "0.24.0", ["frequency_penalty=-0.1", "presence_penalty=0.5"]),
+    ({"min_p": 0.05}, "0.24.0", ["min_p=0.05"]),
+    ({"min_p": 1e-6}, "0.24.0", []),                      # vLLM's own epsilon
+    ({"logprobs": 0}, "0.12.0", ["logprobs=0"]),           # older vLLM: logprobs also turned it off
+    ({"logprobs": None}, "0.12.0", []),
+    ({"logprobs": 0}, None, []),                           # the pinned vLLM (0.24.0)
+])
+def test_the_options_that_switch_speculation_off_per_vllm_version(sampling, version, off):
+    from recipe.ibpo.correction_rollout import speculation_disabled_by
+
+    assert sorted(speculation_disabled_by(sampling, version)) == sorted(off)
+
+
+@pytest.mark.parametrize("rollout, named", [
+    ({"repetition_penalty": 1.1}, "actor_rollout_ref.rollout.repetition_penalty=1.1"),
+    ({"min_p": 0.1}, "actor_rollout_ref.rollout.min_p=0.1"),
+    ({"presence_penalty": 0.3}, "actor_rollout_ref.rollout.presence_penalty=0.3"),
+])
+def test_a_speculative_config_the_sampling_would_switch_off_is_refused(rollout, named):
+    with pytest.raises(IBPOConfigError, match="WITHOUT speculation") as info:
+        check_correction_rollout(spec_config(NGRAM, **rollout), IBPOConfig())
+    assert named in str(info.value) and "is_spec_decode_unsupported" in str(info.value)
+    check_correction_rollout(spec_config(None, **rollout), IBPOConfig())  # no speculation: nothing to lose
+
+
+def test_the_default_sampling_keeps_speculation_on():
+    check_correction_rollout(spec_config(NGRAM, repetition_penalty=1.0), IBPOConfig())
+
+
+def test_old_vllm_with_log_probs_would_switch_it_off():
+    from recipe.ibpo.correction_rollout import check_speculation_stays_on
+
+    with pytest.raises(IBPOConfigError, match=r"calculate_log_probs \(vLLM logprobs=True\).*0\.12\.0"):
+        check_speculation_stays_on(spec_config(NGRAM), NGRAM, "0.12.0")
+
+
+def test_disable_by_batch_size_below_the_step_is_refused():
+    spec = {**NGRAM, "disable_by_batch_size": 16}
+    with pytest.raises(IBPOConfigError, match=r"disable_by_batch_size=16.*= 32"):
+        check_correction_rollout(spec_config(spec, batch=8, n=4), IBPOConfig())
+    check_correction_rollout(spec_config({**NGRAM, "disable_by_batch_size": 64}, batch=8, n=4), IBPOConfig())
+
+
+def test_spec_step_metrics_tell_off_from_no_speed_up():
+    import numpy as np
+
+    from recipe.ibpo.correction_rollout import spec_decode_step_metrics
+
+    assert spec_decode_step_metrics(False, None, None, None) == {}
+    assert spec_decode_step_metrics(True, None, None, None) == {"rollout/spec_stats_reported": 0.0}
+    m = spec_decode_step_metrics(True, np.array([16, 0, 8]), np.array([6, 0, 2]), np.array([4, 10, 4]))
+    assert m["rollout/spec_stats_reported"] == 1.0
+    assert m["rollout/spec_accepted_per_decode_step"] == pytest.approx(8 / 18)
+    assert m["rollout/spec_requests_without_drafts"] == pytest.approx(1 / 3)
+    off = spec_decode_step_metrics(True, [0, 0], [0, 0], [10, 12])  # reported, but no drafts: speculation off
+    assert off["rollout/spec_requests_without_drafts"] == 1.0 and off["rollout/spec_accepted_per_decode_step"] == 0

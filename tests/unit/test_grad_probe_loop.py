@@ -80,3 +80,42 @@ def test_summary_pools_steps_per_seed_and_skips_steps_without_ratio():
     assert s["mean_ratio"][0] == pytest.approx(0.75)
     assert s["geometric_mean_ratio"][0] == pytest.approx(math.sqrt(0.5))
     assert s["seeds_below_1"] == 1
+
+
+def test_unnormalised_and_per_kind_variances():
+    """Theorem A.2's un-normalised advantages (r − mean_g, r + λΔ − mean_g) by hand, and the hook's per-kind
+    variances: with no shaping every IBPO/GSPO ratio is exactly 1; the un-normalised GSPO variance of a group
+    whose std is s is s² times the normalised one (the per-sample gradients scale by s + ε), checked on one
+    mixed group of 4 (s = √3/4) and 2 all-wrong groups (no GSPO signal: left out)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    assert grad_probe_loop.centred_by_group(np.array([1.0, 0, 0, 0, 0.3, 0]), [0, 0, 0, 0, 1, 1]).tolist() == \
+        pytest.approx([0.75, -0.25, -0.25, -0.25, 0.15, -0.15])
+    torch.manual_seed(1)
+    config = Qwen2Config(vocab_size=53, hidden_size=32, intermediate_size=48, num_hidden_layers=1,
+                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
+    model = Qwen2ForCausalLM(config).to(torch.float64)
+    rng = np.random.default_rng(3)
+    prompts = [rng.integers(1, 53, size=3).tolist() for _ in range(8)]
+    responses = [rng.integers(1, 53, size=int(rng.integers(2, 6))).tolist() for _ in range(8)]
+    rewards = np.array([1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+    groups = [0, 0, 0, 0, 1, 1, 2, 2]
+    hook = grad_probe_loop.ProbeHook(num_coordinates=64, lam=0.6)
+    out = hook(model=model, prompts=prompts, responses=responses, rewards=rewards, group_ids=groups,
+               token_advantages=_gspo_token_advantages(responses, rewards, groups), delta=np.zeros(8), pad_id=0)
+    for key in ("ratio", "unnorm_ratio", "mixed_ratio", "mixed_unnorm_ratio"):
+        assert out[key] == pytest.approx(1.0, rel=1e-10)
+    # (Eq. 23 divides by std + ε, ε = 1e-8)
+    assert out["mixed_unnorm_var_gspo"] == pytest.approx(out["mixed_var_gspo"] * (math.sqrt(3) / 4 + 1e-8) ** 2,
+                                                         rel=1e-6)  # float32 steps in the probe
+    assert out["all_wrong_var_gspo"] == 0.0 and out["all_wrong_ratio"] is None  # no signal in all-wrong groups
+    # shaping one all-wrong row: the normalised IBPO advantage there is ±1 (group of 2), un-normalised ±0.15
+    delta = np.zeros(8)
+    delta[4] = 0.5
+    from ibpo.advantages import group_normalized_advantages
+
+    adv = group_normalized_advantages(torch.as_tensor(rewards + 0.6 * delta), groups).numpy()
+    shaped = hook(model=model, prompts=prompts, responses=responses, rewards=rewards, group_ids=groups,
+                  token_advantages=[np.full(len(r), adv[i]) for i, r in enumerate(responses)], delta=delta, pad_id=0)
+    assert shaped["all_wrong_var_ibpo"] > 0 and shaped["all_wrong_unnorm_var_ibpo"] == pytest.approx(
+        shaped["all_wrong_var_ibpo"] * (0.15 + 1e-8) ** 2, rel=1e-6)  # float32 steps in the probe

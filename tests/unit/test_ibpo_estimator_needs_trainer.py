@@ -55,3 +55,27 @@ def test_a_direct_library_call_without_a_run_config_is_not_refused(monkeypatch):
     monkeypatch.setattr(plugin, "_ibpo_trainer_started", False)
     out = compute_advantage(batch(), adv_estimator="ibpo", num_repeat=2, config=OmegaConf.create({}))
     assert out.batch["advantages"].shape == (4, 3)
+
+
+def test_a_trainer_without_the_correction_pass_cannot_announce_itself(monkeypatch):
+    """method=counterfactual with algorithm.adv_estimator=ibpo: the pre-flight refuses it before Ray, and the
+    counterfactual trainer's init_workers refuses it too (before any worker starts) without marking the process
+    as running an IBPO trainer, so the estimator keeps refusing."""
+    from recipe.common.preflight import IBPOSetupError
+    from recipe.common.preflight.methods import method_of
+    from recipe.counterfactual.counterfactual_trainer import RayCounterfactualTrainer
+    from recipe.ibpo.ibpo_ray_trainer import RayIBPOTrainer
+
+    monkeypatch.setattr(plugin, "_ibpo_trainer_started", False)
+    config = OmegaConf.create({"method": "counterfactual", "counterfactual": {},
+                               "algorithm": {"adv_estimator": "ibpo"}})
+    with pytest.raises(IBPOSetupError, match="algorithm.adv_estimator=ibpo with method=counterfactual"):
+        method_of(config)
+    trainer = RayCounterfactualTrainer.__new__(RayCounterfactualTrainer)
+    trainer.config = config
+    with pytest.raises(plugin.IBPONeedsItsTrainer, match="RayCounterfactualTrainer runs no correction pass"):
+        trainer.init_workers()
+    assert plugin._ibpo_trainer_started is False
+    with pytest.raises(plugin.IBPONeedsItsTrainer):
+        compute_advantage(batch(), adv_estimator="ibpo", num_repeat=2, config=run_config())
+    assert RayIBPOTrainer.shapes_ibpo_rewards and not RayCounterfactualTrainer.shapes_ibpo_rewards

@@ -186,3 +186,42 @@ def test_big_integers_beyond_python_str_limit():
     # LCB's process limit is 50000 digits: printing a longer int is a runtime error there and here.
     huge = stdin_truth([("60000\n", "1" * 60000 + "\n")])
     assert compute_score("livecodebench_v6", fenced("print(10 ** int(input()))"), huge)["verdict"] == "runtime_error"
+
+
+LYING_PREFIX = "class Solution:\n    def twoSum(self, nums, target):\n        return V([9, 9])\n"
+TWO_SUM_FIRST = functional_truth("twoSum", [("[2, 7, 11, 15]\n9", "[0, 1]")])
+
+
+@pytest.mark.parametrize("cls, verdict", [
+    # storage [9, 9]; every method that reports the value says [0, 1] (the right answer)
+    ("class V(list):\n    def __iter__(self): return iter([0, 1])\n    def __len__(self): return 2\n"
+     "    def __getitem__(self, i): return [0, 1][i]\n    def __eq__(self, o): return True\n"
+     "    def __repr__(self): return '[0, 1]'\n", "wrong_answer"),
+    ("class V(tuple):\n    def __iter__(self): return iter([0, 1])\n    def __getitem__(self, i): return [0, 1][i]\n",
+     "wrong_answer"),
+    ("class V(list):\n    def __init__(self, _): super().__init__([0, 1])\n"
+     "    def __iter__(self): return iter([9, 9])\n", "correct"),  # storage right, __iter__ lies the other way
+    ("class V(list):\n    pass\n", "wrong_answer"),
+    ("class V:\n    __class__ = property(lambda self: list)\n    def __init__(self, _): pass\n"
+     "    def __iter__(self): return iter([0, 1])\n", "wrong_answer"),  # not a list at all: opaque
+])
+def test_a_value_is_compared_by_what_it_stores_not_what_it_says(cls, verdict):
+    code = cls + LYING_PREFIX
+    assert compute_score("livecodebench_v6", fenced(code), TWO_SUM_FIRST, code_timeout_s=2.0)["verdict"] == verdict
+
+
+@pytest.mark.parametrize("ret, verdict", [
+    ("class V(int):\n    def __int__(self): return 3\n    def __index__(self): return 3\n"
+     "    def __eq__(self, o): return True\n    def __repr__(self): return '3'\n    __str__ = __repr__\n", "wrong_answer"),
+    ("class V(str):\n    def __str__(self): return 'abc'\n    def __eq__(self, o): return True\n", "wrong_answer"),
+    ("class V(dict):\n    def items(self): return {'a': 1}.items()\n    def __iter__(self): return iter(['a'])\n"
+     "    def keys(self): return ['a']\n    def __getitem__(self, k): return 1\n", "wrong_answer"),
+])
+def test_scalar_str_and_dict_subclasses_are_read_from_storage(ret, verdict):
+    expected = {"int": "3", "str": "\"abc\"", "dict": "{\"a\": 1}"}[ret.split("(")[1].split(")")[0]]
+    truth = functional_truth("f", [("0", expected)])
+    stored = {"int": "V(7)", "str": "V('xyz')", "dict": "V({'b': 2})"}[ret.split("(")[1].split(")")[0]]
+    code = ret + f"def f(_):\n    return {stored}\n"
+    assert compute_score("livecodebench_v6", fenced(code), truth, code_timeout_s=2.0)["verdict"] == verdict
+    honest = f"def f(_):\n    return {expected}\n"
+    assert compute_score("livecodebench_v6", fenced(honest), truth, code_timeout_s=2.0)["verdict"] == "correct"

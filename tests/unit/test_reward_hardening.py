@@ -16,7 +16,7 @@ import pytest
 import reward_fns
 from reward_fns import compute_score, encode_tests, self_test
 from reward_fns.code_verifier import CodeLimits, json_depth_exceeds, prepare_tests, run_code_tests
-from reward_fns.sandbox import detect_isolation
+from reward_fns.sandbox import MemoryCgroup, detect_isolation, memory_cgroup_parent
 
 REPO = Path(__file__).resolve().parents[2]
 BACKENDS = ["bwrap"] + (["fallback"] if os.geteuid() == 0 else [])
@@ -121,6 +121,79 @@ def test_memory_is_limited_for_the_whole_sample(backend, name, code):
     assert sysv_ids() - before == set(), "SysV segments outlived the run on the host"
 
 
+# Three children that try to make themselves unreadable (non-dumpable), touch 250 MiB each and exit as soon as all
+# three hold it: 750 MiB at once under a 512 MiB limit, for a moment far shorter than the monitor's grace.
+BURST = r"""
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+r, w = os.pipe()
+go_r, go_w = os.pipe()
+kids = []
+for _ in range(3):
+    pid = os.fork()
+    if pid == 0:
+        libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
+        b = bytearray(250 << 20)
+        for i in range(0, len(b), 4096):
+            b[i] = 1
+        os.write(w, b"x")
+        os.read(go_r, 1)
+        os._exit(0)
+    kids.append(pid)
+got = 0
+while got < 3:
+    got += len(os.read(r, 3 - got))
+os.write(go_w, b"xxx")
+for pid in kids:
+    os.waitpid(pid, 0)
+print(42)
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_short_unreadable_burst_over_the_limit_is_memory_limit(backend):
+    result = run(backend, BURST, [""], ["42"])
+    assert result.verdict in ("memory_limit", "runtime_error") and result.verdict != "correct", result
+    if memory_cgroup_parent() is not None:
+        assert result.verdict == "memory_limit", result
+        parent = memory_cgroup_parent()[0]
+        assert not [d for d in os.listdir(parent) if d.startswith("ibpo-sample-")], "a sample's cgroup was left"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_program_cannot_make_itself_unreadable(backend):
+    """seccomp refuses prctl(PR_SET_DUMPABLE, 0) (EPERM = 1): every process stays readable by the monitor."""
+    if not sys.platform.startswith("linux") or os.uname().machine != "x86_64":
+        pytest.skip("the seccomp filter is x86_64 only")
+    code = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            "print(libc.prctl(4, 0, 0, 0, 0), ctypes.get_errno())")
+    assert run(backend, code, [""], ["-1 1"]).verdict == "correct"
+
+
+@pytest.mark.skipif(memory_cgroup_parent() is None, reason="no writable memory cgroup on this machine")
+def test_the_memory_cgroup_is_a_kernel_bound_on_all_processes_together():
+    """Whatever reads the processes: two processes of 300 MiB each under a 512 MiB cgroup (+ slack) are killed by
+    the kernel, the OOM kill is counted, and the cgroup is removed afterwards."""
+    parent, _ = memory_cgroup_parent()
+    cgroup = MemoryCgroup(parent, memory_cgroup_parent()[1], 512 << 20)
+    hog = ("import os\nos.fork()\nb = bytearray(300 << 20)\n"
+           "for i in range(0, len(b), 4096):\n    b[i] = 1\nimport time\ntime.sleep(0.2)\n")
+    proc = subprocess.run(cgroup.wrap([sys.executable, "-I", "-S", "-c", hog]), timeout=60)
+    try:
+        assert cgroup.oom_kills() >= 1, proc.returncode
+    finally:
+        cgroup.kill_all()
+        cgroup.remove()
+    assert not os.path.exists(cgroup.path)
+    small = MemoryCgroup(parent, memory_cgroup_parent()[1], 512 << 20)
+    try:
+        subprocess.run(small.wrap([sys.executable, "-I", "-S", "-c", "b = bytearray(200 << 20)"]), timeout=60,
+                       check=True)
+        assert small.oom_kills() == 0
+    finally:
+        small.remove()
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_sequential_allocations_under_the_limit_pass(backend):
     code = ("import os\nfor _ in range(3):\n    pid = os.fork()\n    if pid == 0:\n"
@@ -133,8 +206,11 @@ def test_report_names_each_limit_mechanism_honestly():
         limits = detect_isolation(backend).limit_mechanisms
         assert set(limits) == {"memory", "pids", "ipc", "trusted_side"}
         assert "64 KiB" in limits["trusted_side"] and "200 levels" in limits["trusted_side"]
-        # No cgroup is used (see README): the report must not claim one.
-        assert all("cgroup" not in how for how in limits.values()), limits
+        # A cgroup is claimed exactly when this machine lets the sandbox make one (see README).
+        has_cgroup = memory_cgroup_parent() is not None
+        assert ("kernel: a memory cgroup" in limits["memory"]) == has_cgroup, limits
+        assert detect_isolation(backend).memory_cgroup == has_cgroup
+        assert all("cgroup" not in how for key, how in limits.items() if key != "memory"), limits
     if os.geteuid() == 0:
         assert "namespace" in detect_isolation("fallback").limit_mechanisms["ipc"]
         assert "RLIMIT_NPROC" in detect_isolation("fallback").limit_mechanisms["pids"]

@@ -68,6 +68,23 @@ RULES = [
       "Answer:\n70 or 71", "Answer: 70 (approximately)", "Answer: 71 dollars", "Answer: 70 thousand",
       "Answer: 70 squared", "Answer: 70 pi", "Answer: 70 percent of 71", "Answer: approximately 70", "Answer: 70 not 71",
       "Final Answer: The final answer is $71$. I hope it is correct.", "Answer: 71\n\nWhy this answer: 70 fits"]),
+    ("compound units", "70",
+     ["Answer: 70 km/h", "Answer: 70 m/s^2", "Answer: 70 m/s²", "Answer: $70$ miles per hour", "Answer: 70 km / h",
+      r"\boxed{70}\,\mathrm{km}/\mathrm{h}", r"\boxed{70} \text{ km/h}", r"\boxed{70 \text{ km}/\text{h}}",
+      r"\boxed{70\text{ m/s}^2}", r"\boxed{70 \, \mathrm{m}/\mathrm{s}}", r"Answer: $70\ \mathrm{km/h}$",
+      r"Answer: 70 \text{ km}/\text{h}", "Answer: 70 N/m"],
+     ["Answer: 70 km/2", r"\boxed{70 \text{ km}/2}", "Answer: 70 km/h or 71", "Answer: 70 km/h (maybe 71)",
+      r"\boxed{70\text{ km}/\text{h} \text{ or } 71}", r"\boxed{70 \text{ km/h}}^2", r"\boxed{70}/h", "Answer: 70 / 2",
+      r"\boxed{70 \text{ km/h (approx.)}}", "Answer: 70 miles per 2 hours", "Answer: 71 km/h",
+      "Answer: 70 thousand km/h", "Answer: 70 km/h approximately"]),
+    ("explanatory parenthesis", "70",
+     ["Answer: 70 (the total number of apples)", r"\boxed{70} (the number of marbles)", r"\boxed{70} (in dollars)",
+      r"$\boxed{70}$ (this is the final count).", r"\boxed{70 \text{ (the number of apples)}}",
+      r"\boxed{70} \text{ (the count)}", "Answer: 70 (students in all)"],
+     [r"\boxed{70} (or 71)", "Answer: 70 (rounded)", r"\boxed{70} (rounded to the nearest integer)",
+      "Answer: 70 (estimated)", r"\boxed{70} (approx.)", "Answer: 70 (if x>0)", r"\boxed{70} (not 71)",
+      r"\boxed{70} (give or take)", "Answer: 70 (at least)", "Answer: 70 (or so)", "Answer: 70 (in thousands)",
+      r"\boxed{70\text{ (or 71)}}", "Answer: 70 (71 with the teacher)", "Answer: 71 (the total number of apples)"]),
     ("stray </think>", "70",
      ["<think>so 70</think>The answer is \\boxed{70}</think>", "<think>x</think>\\boxed{70}\n</think>\nDone.",
       "reasoning</think>Final: \\boxed{70}</think>"],
@@ -107,25 +124,46 @@ def test_math_final_text():
     ("2^{-30}", r"\boxed{0.0}", "wrong_answer"),
     ("2^{-30}", r"\boxed{0}", "wrong_answer"),
     (r"\frac{1}{2006!}", r"\boxed{0.000000}", "wrong_answer"),
-    ("2^{-30}", r"\boxed{9.3132257e-10}", "correct"),
-    ("2^{-30}", r"\boxed{8.3132257e-10}", "wrong_answer"),       # wrong first significant digit
+    ("2^{-30}", r"\boxed{9.3132257e-10}", "wrong_answer"),       # an approximation of an exact gold
+    ("2^{-30}", r"\boxed{9.31322574615478515625e-10}", "correct"),  # the exact value, written as a decimal
+    ("2^{-30}", r"\boxed{8.3132257e-10}", "wrong_answer"),
     ("100000000000000000001", r"\boxed{1e20}", "wrong_answer"),
+    ("100000000000000000001", r"\boxed{1.0 \times 10^{20}}", "wrong_answer"),
+    (r"10^{20}+1", r"\boxed{1.0 \times 10^{20}}", "wrong_answer"),
+    (r"10^{20}+1", r"\boxed{1.00000000000000000001 \times 10^{20}}", "correct"),
     ("100000000000000000001", r"\boxed{100000000000000000000}", "wrong_answer"),
     ("100000000000000000001", r"\boxed{100000000000000000001}", "correct"),
     ("100000000000000000001", r"\boxed{10^{20}+1}", "correct"),
     (r"2^{25} \cdot 26!", r"\boxed{2^{25} \cdot 26! + 1}", "wrong_answer"),
     ("70", r"\boxed{70.0}", "correct"),
+    ("2500", r"\boxed{2.5 \times 10^{3}}", "correct"),
     ("70", r"\boxed{70.0000001}", "wrong_answer"),
-    (r"\pi", r"\boxed{3.14159}", "correct"),
-    (r"\pi", r"\boxed{3.1413}", "wrong_answer"),
+    (r"\pi", r"\boxed{3.14159}", "wrong_answer"),                # symbolic gold: no decimal is it
+    (r"\pi", r"\boxed{3.14159265358979}", "wrong_answer"),
     (r"\pi", r"\boxed{3.14}", "wrong_answer"),
-    (r"\sqrt{2}", r"\boxed{1.41421356}", "correct"),
-    (r"\frac{1}{3}", r"\boxed{0.333333}", "correct"),
-    (r"\frac{1}{3}", r"\boxed{0.333}", "wrong_answer"),
-    ("0.5", r"\boxed{\frac{1}{2}}", "correct"),
+    (r"2\pi", r"\boxed{6.283185}", "wrong_answer"),
+    ("e", r"\boxed{2.718281828}", "wrong_answer"),
+    (r"\sqrt{2}", r"\boxed{1.41421356}", "wrong_answer"),
+    (r"\frac{\sqrt{3}}{2}", r"\boxed{0.8660254}", "wrong_answer"),
+    (r"\frac{1}{3}", r"\boxed{0.333333}", "wrong_answer"),
+    (r"\frac{1}{3}", r"\boxed{0.3333333333333}", "wrong_answer"),
+    (r"\frac{1}{4}", r"\boxed{0.25}", "correct"),                 # a decimal that IS the gold
+    (r"\frac{7}{8}", r"\boxed{0.875}", "correct"),
+    (r"\pi", r"\boxed{\pi}", "correct"),
+    (r"\sqrt{2}", r"\boxed{\frac{2}{\sqrt{2}}}", "correct"),
+    ("0.5", r"\boxed{\frac{1}{2}}", "correct"),                   # a decimal gold: the problem asked for one
+    ("0.5", r"\boxed{0.50}", "correct"),
+    ("0.5", r"\boxed{0.46}", "wrong_answer"),
+    ("0.125", r"\boxed{\frac{1}{8}}", "correct"),
+    ("3.14", r"\boxed{3.14}", "correct"),
+    ("3.14", r"\boxed{3.14159}", "wrong_answer"),                 # not the stated decimal
+    ("3.14", r"\boxed{\pi}", "wrong_answer"),
+    ("1.5", r"\boxed{1.5000001}", "correct"),                     # relative 7e-8: representation noise
+    ("0.0015", r"\boxed{1.5 \times 10^{-3}}", "correct"),
+    ("0.0015", r"\boxed{0.0016}", "wrong_answer"),
     (r"\frac{\pi}{10^{20}}", r"\boxed{\frac{3}{10^{20}}}", "wrong_answer"),
 ])
-def test_numbers_use_relative_tolerance_and_exact_integers(gold, response, expected):
+def test_a_decimal_matches_only_a_decimal_gold_or_the_exact_value(gold, response, expected):
     assert verdict(response, gold) == expected
 
 
@@ -173,3 +211,63 @@ def test_check_ground_truth_contract():
     check_ground_truth("livecodebench_v6", reward_fns.encode_tests({"inputs": ["1"], "outputs": ["1"]}))
     with pytest.raises(BadGroundTruth):
         check_ground_truth("aime25", 70)  # not a string (the pre-flight converts ints when it means to)
+
+
+# ------------------------------------------------------------------------ every gold math-verify accepts
+# "Unusable" means what math-verify cannot parse, not what a fast check does not know: each form below is a gold
+# math-verify parses, and a right answer (the same form or an equivalent one) scores while a wrong one does not.
+# scripts/measure_gold_forms.py measures the same on math-verify's own test cases (README).
+GOLD_FORMS = [
+    (r"\begin{pmatrix} 1 & 2 \\ 3 & 4 \end{pmatrix}",
+     [r"\begin{pmatrix} 1 & 2 \\ 3 & 4 \end{pmatrix}", r"\begin{bmatrix} 1 & 2 \\ 3 & 4 \end{bmatrix}",
+      r"\begin{pmatrix}1&2\\3&4\end{pmatrix}"],
+     [r"\begin{pmatrix} 1 & 2 \\ 3 & 5 \end{pmatrix}", r"\begin{pmatrix} 1 & 3 \\ 2 & 4 \end{pmatrix}"]),
+    (r"\begin{pmatrix} -1 \\ 2 \end{pmatrix}", [r"\begin{bmatrix} -1 \\ 2 \end{bmatrix}"],
+     [r"\begin{pmatrix} 2 \\ -1 \end{pmatrix}", r"\begin{pmatrix} -1 & 2 \end{pmatrix}"]),
+    (r"\begin{bmatrix} 0 & 3 \\ 0 & -1 \end{bmatrix}", [r"\begin{pmatrix} 0 & 3 \\ 0 & -1 \end{pmatrix}"],
+     [r"\begin{pmatrix} 0 & 3 \\ 0 & 1 \end{pmatrix}"]),
+    (r"\{1, 2, 3\}", [r"\{3, 2, 1\}", r"\{1,2,3\}"], [r"\{1, 2\}", r"\{1, 2, 4\}"]),
+    ("(1, 2]", ["(1, 2]", "(1,2]"], ["[1, 2]", "(1, 2)"]),
+    (r"[0, \infty)", [r"[0, \infty)"], [r"(0, \infty)"]),
+    (r"(-\infty, 0) \cup (1, \infty)", [r"(-\infty, 0) \cup (1, \infty)"], [r"(-\infty, 0] \cup (1, \infty)"]),
+    ("(3, 4)", ["(3, 4)", "(3,4)"], ["(4, 3)", "(3, 5)"]),
+    ("y = 2x + 1", ["y = 2x + 1", "y = 1 + 2x"], ["y = 2x - 1"]),
+    ("14,916", ["14,916", "14916", "14{,}916"], ["14,917"]),
+    ("p=5,q=2;p=7,q=2", ["p=5,q=2;p=7,q=2"], ["p=5,q=2;p=7,q=3"]),
+    (r"\frac{\sqrt{3}}{2}", [r"\frac{\sqrt{3}}{2}", r"\frac{\sqrt3}{2}"], [r"\frac{\sqrt{2}}{2}"]),
+]
+
+
+@pytest.mark.parametrize("gold, right, wrong", GOLD_FORMS, ids=[g for g, _, _ in GOLD_FORMS])
+def test_every_gold_math_verify_accepts_scores_its_right_answers(gold, right, wrong):
+    from reward_fns import check_ground_truth
+
+    check_ground_truth("math_dapo", gold, thorough=True)  # never refused
+    for answer in right:
+        assert verdict(f"So \\boxed{{{answer}}}", gold) == "correct", answer
+    for answer in wrong:
+        assert verdict(f"So \\boxed{{{answer}}}", gold) == "wrong_answer", answer
+
+
+def test_a_row_break_is_not_a_latex_space():
+    from reward_fns.extract import rewrite_admitted_forms
+
+    assert rewrite_admitted_forms(r"\begin{pmatrix} 1 \\ 2 \end{pmatrix}", "1") == r"\begin{pmatrix} 1 \\ 2 \end{pmatrix}"
+    assert rewrite_admitted_forms(r"1\ 000", "1000") == "1000"  # "\ " is still a space
+
+
+def test_the_gold_form_measurement_reads_parametrized_golds(tmp_path):
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    (tmp_path / "test_x.py").write_text(
+        'import pytest\n@pytest.mark.parametrize("gold,pred,expected", [("$1$", "1", 1), ("$[0,1)$", "x", 0)])\n'
+        'def test_a(gold, pred, expected): pass\n'
+        '@pytest.mark.parametrize("pred,gold", [("2", "$3$")])\ndef test_b(pred, gold): pass\n')
+    path = Path(__file__).resolve().parents[2] / "scripts" / "measure_gold_forms.py"
+    spec = importlib.util.spec_from_file_location("ibpo_measure_gold_forms", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    assert mod.parametrized_golds(tmp_path) == ["$1$", "$[0,1)$", "$3$"]

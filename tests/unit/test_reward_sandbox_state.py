@@ -182,9 +182,14 @@ print(42)"""
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_stopping_the_harness_to_hide_memory_voids_the_sample(backend):
+    from reward_fns.sandbox import memory_cgroup_parent
+
     result = run(backend, STOP_AND_SPEND, [""], ["42"])
-    assert result.verdict == "runtime_error", result
-    assert "stopped" in result.detail
+    if memory_cgroup_parent() is not None:  # the kernel bound the memory while the monitor was stopped
+        assert result.verdict == "memory_limit" and "cgroup" in result.detail, result
+    else:
+        assert result.verdict == "runtime_error", result
+        assert "stopped" in result.detail
 
 
 # --------------------------------------------------------------------------------------------- cleanup

@@ -68,3 +68,40 @@ def test_rows_go_through_the_shared_writer(tmp_path):
     with pytest.raises(ValueError, match="row 0: extra_info keys"):
         write_verl_parquet([row], tmp_path / "bad.parquet", EXTRA_INFO)
     assert not list(tmp_path.glob("bad.parquet*"))
+
+
+def test_three_sum_orders_repairs_and_errors():
+    """The second task: six right solutions per problem (one per order), all scoring 1; a wrong one scores 0 and
+    its repair is the right solution in the same order; the 'forgot the third number' error is far from every
+    right solution; the task registry names both tasks."""
+    from ibpo.alignment import normalized_edit_distance
+    from reward_fns import compute_score
+    from toy_task import three_sum
+    from toy_task.tasks import TASKS, get_task
+
+    assert sorted(TASKS) == ["addition", "three_sum"]
+    with pytest.raises(ValueError, match="unknown toy task 'sum3'"):
+        get_task("sum3")
+    rng = random.Random(0)
+    problems = three_sum.sample_problems(40, seed=1)
+    assert all(100 <= x <= 999 for p in problems for x in p.operands)
+    far = []
+    for p in problems:
+        rights = p.right_solutions
+        assert 1 <= len(rights) <= 6
+        if len(set(p.operands)) == 3:
+            assert len(rights) == 6
+        for text in rights:
+            assert text.endswith(f"\\boxed{{{p.answer}}}")
+            assert compute_score(three_sum.DATA_SOURCE, text, str(p.answer))["score"] == 1.0
+        wrong, repair = three_sum.wrong_and_repair(p, rng)
+        assert compute_score(three_sum.DATA_SOURCE, wrong, str(p.answer))["score"] == 0.0
+        assert repair in rights and wrong.splitlines()[0] == repair.splitlines()[0]  # same order
+        if "then" not in wrong:
+            far.append(min(normalized_edit_distance(list(wrong), list(r)) for r in rights))
+    assert far and min(far) > 0.4  # the third number forgotten: far from any right solution
+    p = three_sum.ThreeSumProblem(352, 918, 461)
+    assert three_sum.render_solution(p, (1, 2, 0)).splitlines()[:5] == [
+        "first 918 + 461", "d1: 8+1+0=9 write 9 carry 0", "d2: 1+6+0=7 write 7 carry 0",
+        "d3: 9+4+0=13 write 3 carry 1", "sum 1379"]
+    assert three_sum.render_solution(p, (1, 2, 0)).endswith("\\boxed{1731}")

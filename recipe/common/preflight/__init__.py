@@ -48,9 +48,9 @@ def resolve_config(config: DictConfig) -> None:
 def preflight(config: DictConfig) -> None:
     """Every check that needs no Ray worker, cheapest first: ``method`` and its option block with types,
     legacy reward keys, verl's option types, the data files, the model path, the reward function and its
-    keyword arguments, the model's context, the method's own check (IBPO: the tokenizer against the correction
-    prompt budget), verl's own validation, every data row and, for the project's own verifiers, their
-    self-test. ``config`` must be resolved (:func:`resolve_config` first, as ``main_ibpo`` does).
+    keyword arguments, every data row (before the rest, so a bad row is always the error named), the model's
+    context, the method's own check (IBPO: the tokenizer against the correction prompt budget), verl's own
+    validation and, for the project's own verifiers, their self-test. ``config`` must be resolved (:func:`resolve_config` first, as ``main_ibpo`` does).
     Raises :class:`IBPOSetupError` (or ``ValueError`` from the option dataclasses) naming the option."""
     method = method_of(config)  # validates the method's option block, rejects the other method's
     compute_budget_from(config)  # the compute budget's options, and validation by budget, not by step count
@@ -66,9 +66,11 @@ def preflight(config: DictConfig) -> None:
               flush=True)
     reward_fn = load_reward_function(config)
     check_reward_kwargs(config, reward_fn)
+    # Every row before the model's context and verl's validation: a bad row (file, row, field, what is allowed)
+    # is reported whatever else the config still lacks, and needs nothing but the files and the reward function.
+    sources = check_data_rows(config, reward_fn, train_files + [f for f in val_files if f not in train_files])
     context = configured_context_length(model)
     check_context_length(config, context)
     run_method_check(config, method, context)
     run_verl_validation(config)  # after the method's checks: they name the method-specific reason for a setting
-    sources = check_data_rows(config, reward_fn, train_files + [f for f in val_files if f not in train_files])
     run_verifier_self_test(config, sources)

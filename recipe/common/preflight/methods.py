@@ -75,6 +75,11 @@ def method_of(config: DictConfig) -> str:
     if method not in METHODS:
         raise IBPOSetupError(f"method={method!r} must be one of {sorted(METHODS)} (top-level key of "
                              "ibpo_trainer.yaml / counterfactual_trainer.yaml): it picks the trainer")
+    estimator = (config.get("algorithm") or {}).get("adv_estimator")
+    if estimator == "ibpo" and method != "ibpo":
+        raise IBPOSetupError(f"algorithm.adv_estimator=ibpo with method={method}: the ibpo estimator normalises "
+                             "the reward IBPO's correction pass shapes, which only method=ibpo runs; use "
+                             "algorithm.adv_estimator=grpo (or method=ibpo)")
     for other in METHODS:
         if other != method and config.get(other) is not None:
             raise IBPOSetupError(f"method={method} but the config has a `{other}:` block; one method per run "

@@ -78,7 +78,10 @@ def model_context_length(model_path: str, override: Mapping[str, Any] | None = N
 def configured_context_length(model: DictConfig) -> int | None:
     """:func:`model_context_length` of ``actor_rollout_ref.model``: its ``path`` with its ``override_config``
     (what the pre-flight checks and the trainer's start checks use)."""
-    override = OmegaConf.to_container(model.get("override_config") or {}, resolve=True)
+    override = model.get("override_config")
+    # An empty DictConfig is falsy: ``x or {}`` handed omegaconf a plain dict, whose ValueError ("Input cfg is not
+    # an OmegaConf config object") then stood in for whatever the later checks (every data row) would have named.
+    override = OmegaConf.to_container(override, resolve=True) if OmegaConf.is_config(override) else dict(override or {})
     return model_context_length(str(model.path), override)
 
 

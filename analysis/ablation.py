@@ -1,0 +1,112 @@
+"""The ablation at equal compute over several warm starts, as one command (``docs/evidence.md``, "When does IBPO
+pay?"): every arm × warm start × seed through ``analysis.toy_loop``, seeds interleaved across warm starts so an
+interrupted run stays balanced, then one table per warm start and a pooled one.
+
+    python -m analysis.ablation --out outputs/ablation --seeds 0-29 --jobs 2 \\
+        --warm-start weak=toy_task/warm_starts/addition_seed3 --warm-start medium=toy_task/warm_starts/addition_seed0 \\
+        --warm-start strong=toy_task/warm_starts/addition_seed2 --arms 'GSPO G=n' 'IBPO G=n' 'oracle mask'
+    python -m analysis.ablation --out outputs/ablation --report-only ...   # tables from the runs on disk
+
+Every run is evaluated once, at the full budget (the first comparison also evaluated at half of it; here that
+evaluation would cost a fifth of the compute). Each warm start's runs live in ``OUT/ws_NAME`` with its own ``meta.json`` (FLOP budget measured on that warm start,
+its sha256 and greedy test accuracy). Statistics: within a warm start, the paired t over seeds
+(``analysis.equal_compute_report``); pooled, the stratified paired difference (seeds nested in warm starts: the
+mean of the per-warm-start mean differences, its variance the sum of their squared standard errors over W²,
+Welch-Satterthwaite degrees of freedom rounded down), so a warm start with noisier seeds does not borrow precision from another.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from analysis.evaluation_stats import student_t_cdf, student_t_quantile
+
+
+def parse_seeds(spec: list[str]) -> list[int]:
+    """``['0-29']`` or ``['0', '1', '5-7']`` → the seeds, in order."""
+    seeds: list[int] = []
+    for item in spec:
+        lo, _, hi = item.partition("-")
+        seeds += list(range(int(lo), int(hi) + 1)) if hi else [int(lo)]
+    return seeds
+
+
+def parse_warm_starts(items: list[str]) -> dict[str, str]:
+    """``NAME=MODEL_DIR`` pairs, in the order given; a malformed pair or a missing directory stops here."""
+    out: dict[str, str] = {}
+    for item in items:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise SystemExit(f"--warm-start {item!r}: expected NAME=MODEL_DIR")
+        if not (Path(path) / "config.json").is_file():
+            raise SystemExit(f"--warm-start {item!r}: {path} holds no model (no config.json)")
+        out[name] = path
+    return out
+
+
+def stratified_difference(per_stratum: list[tuple[float, float, int]], alpha: float = 0.05) -> dict[str, float]:
+    """Pooled paired difference over strata given (mean difference, SD of the differences, seeds) per stratum.
+
+    Estimate: the unweighted mean of the stratum means (each warm start counts once); variance Σ s_w²/n_w / W²;
+    degrees of freedom by Welch-Satterthwaite; two-sided t test and (1 − alpha) interval."""
+    strata = [(d, sd, n) for d, sd, n in per_stratum if n >= 2 and math.isfinite(sd)]
+    if not strata:
+        return {"diff": float("nan"), "low": float("nan"), "high": float("nan"), "p_value": float("nan"),
+                "df": float("nan"), "strata": 0}
+    w = len(strata)
+    diff = float(np.mean([d for d, _, _ in strata]))
+    var_terms = [sd * sd / n / (w * w) for _, sd, n in strata]
+    var = float(sum(var_terms))
+    denominator = sum(v * v / (n - 1) for v, (_, _, n) in zip(var_terms, strata))
+    # Welch-Satterthwaite, rounded down (conservative; evaluation_stats' t distribution takes integer df)
+    df = max(1, math.floor(var * var / denominator)) if denominator > 0 else sum(n - 1 for _, _, n in strata)
+    se = math.sqrt(var)
+    if se == 0:
+        return {"diff": diff, "low": diff, "high": diff, "p_value": 0.0 if diff else 1.0, "df": df, "strata": w}
+    crit = student_t_quantile(1 - alpha / 2, df)
+    p = 2 * (1 - student_t_cdf(abs(diff) / se, df))
+    return {"diff": diff, "low": diff - crit * se, "high": diff + crit * se, "p_value": float(p), "df": df,
+            "strata": w}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from analysis import toy_loop
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True)
+    p.add_argument("--warm-start", action="append", required=True, metavar="NAME=MODEL_DIR")
+    p.add_argument("--arms", nargs="+", required=True, help="arms of analysis.toy_loop.default_arms(); first = baseline")
+    p.add_argument("--seeds", nargs="+", default=["0-29"])
+    p.add_argument("--chunk", type=int, default=5, help="seeds per warm start before moving to the next one")
+    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--budget-steps", type=float, default=12.0)
+    p.add_argument("--test-size", type=int, default=512)
+    p.add_argument("--task", default="addition", help="a task of toy_task.tasks; every warm start must be one of it")
+    p.add_argument("--report-only", action="store_true")
+    args = p.parse_args(argv)
+    warm = parse_warm_starts(args.warm_start)
+    arms = toy_loop.default_arms()
+    unknown = [a for a in args.arms if a not in arms]
+    if unknown:
+        p.error(f"--arms: unknown {unknown}; the arms are {list(arms)}")
+    seeds = parse_seeds(args.seeds)
+    if not args.report_only:
+        for lo in range(0, len(seeds), args.chunk):
+            chunk = [str(s) for s in seeds[lo:lo + args.chunk]]
+            for name, model in warm.items():
+                toy_loop.main(["--model", model, "--task", args.task, "--out", str(Path(args.out) / f"ws_{name}"), "--arms", *args.arms,
+                               "--seeds", *chunk, "--budget-steps", str(args.budget_steps),
+                               "--test-size", str(args.test_size), "--jobs", str(args.jobs), "--milestones", "1.0"])
+    from analysis.ablation_report import write_report
+
+    print(write_report(Path(args.out), list(warm), args.arms[0], argv if argv is not None else sys.argv[1:]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

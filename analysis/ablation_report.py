@@ -1,0 +1,135 @@
+"""Tables of ``analysis.ablation``: per warm start and pooled, every arm against the baseline at equal compute,
+with the mechanism measured in the same runs (``ibpo.mechanism``) and the unlearning check; plus ``runs.csv``,
+one row per (task, warm start, arm, seed), small enough to keep in git beside the published tables.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import numpy as np
+
+from analysis.ablation import stratified_difference
+from analysis.equal_compute_report import load_results
+from analysis.evaluation_stats import paired_difference, t_interval
+from ibpo.mechanism import alarm_steps
+
+MECHANISM_KEYS = ("positive_adv_mass_on_wrong", "shaped_all_wrong_groups", "shaped_wrong_positive",
+                  "wrong_tokens_shared_with_right_sibling")
+
+
+def final_eval(result: dict) -> dict:
+    """The evaluation at the full budget (milestone 1.0)."""
+    return next(e for e in result["evals"] if e["milestone"] is not None and abs(e["milestone"] - 1.0) < 1e-9)
+
+
+def alarm_fired(result: dict) -> bool:
+    """Whether ``ibpo.mechanism.RewardDropAlarm`` fired at any step of the run (recomputed from the per-step
+    training rewards, so runs recorded before the loop logged it are judged by the same rule)."""
+    return any(alarm_steps([s["reward"] for s in result["steps"]]))
+
+
+def run_mean(result: dict, key: str) -> float:
+    """Mean over the run's steps of a per-step record key (nan when no step has it)."""
+    values = [s[key] for s in result["steps"] if key in s]
+    return float(np.mean(values)) if values else float("nan")
+
+
+def warm_start_rows(meta: dict, results: dict[str, dict[int, dict]], baseline: str) -> list[dict]:
+    """One row per arm of one warm start: accuracy, paired Δ to the baseline, change from the warm start,
+    updates, the mechanism means and the share of seeds whose collapse alarm fired."""
+    base = results.get(baseline, {})
+    rows = []
+    for arm, runs in results.items():
+        seeds = sorted(s for s in runs if s in base and any(e["milestone"] == 1.0 for e in runs[s]["evals"])
+                       and any(e["milestone"] == 1.0 for e in base[s]["evals"]))
+        if not seeds:
+            continue
+        acc = [final_eval(runs[s])["accuracy"] for s in seeds]
+        d = paired_difference(acc, [final_eval(base[s])["accuracy"] for s in seeds])
+        change = t_interval(np.asarray(acc) - meta["warm_start_test_accuracy"])
+        row = {"arm": arm, "seeds": len(seeds), "accuracy": t_interval(acc).as_dict(), "diff": d.as_dict(),
+               "change": change.as_dict(), "warm_start_accuracy": meta["warm_start_test_accuracy"],
+               "updates": float(np.mean([sum(st["updates"] for st in runs[s]["steps"]) for s in seeds])),
+               "alarm_share": float(np.mean([alarm_fired(runs[s]) for s in seeds])),
+               "sd_diff": d.sd_diff}
+        for key in MECHANISM_KEYS:
+            values = [run_mean(runs[s], f"mechanism/{key}") for s in seeds]
+            values = [v for v in values if math.isfinite(v)]
+            row[key] = float(np.mean(values)) if values else float("nan")
+        rows.append(row)
+    return rows
+
+
+def _ci(x: dict, fmt: str = "{:+.3f}") -> str:
+    if not math.isfinite(x.get("low", float("nan"))):
+        return fmt.format(x["mean"] if "mean" in x else x["diff"])
+    centre = x["mean"] if "mean" in x else x["diff"]
+    return f"{fmt.format(centre)} [{fmt.format(x['low'])}, {fmt.format(x['high'])}]"
+
+
+def _num(x: float, fmt: str = "{:.2f}") -> str:
+    return fmt.format(x) if math.isfinite(x) else "-"
+
+
+def write_report(out: Path, warm_starts: list[str], baseline: str, argv: list[str]) -> str:
+    """``report.md`` and ``runs.csv`` under ``out`` from the runs on disk; returns the markdown."""
+    per_ws: dict[str, list[dict]] = {}
+    csv_rows = []
+    metas = {}
+    for name in warm_starts:
+        folder = out / f"ws_{name}"
+        if not (folder / "meta.json").exists():
+            continue
+        meta, results = load_results(folder)
+        metas[name] = meta
+        per_ws[name] = warm_start_rows(meta, results, baseline)
+        for arm, runs in results.items():
+            for seed, r in sorted(runs.items()):
+                ev = {e["milestone"]: e for e in r["evals"]}
+                csv_rows.append({"task": meta.get("task", "addition"), "warm_start": name, "warm_start_sha256": meta["warm_start_sha256"],
+                                 "warm_start_accuracy": meta["warm_start_test_accuracy"], "arm": arm, "seed": seed,
+                                 "steps": len(r["steps"]), "updates": sum(s["updates"] for s in r["steps"]),
+                                 "flops": r["steps"][-1]["flops"] if r["steps"] else 0.0,
+                                 "accuracy_at_0.5": ev.get(0.5, {}).get("accuracy"),
+                                 "accuracy_at_1": ev.get(1.0, {}).get("accuracy"),
+                                 "collapse_alarm": int(alarm_fired(r)),
+                                 **{k: _num(run_mean(r, f"mechanism/{k}"), "{:.4f}") for k in MECHANISM_KEYS}})
+    if csv_rows:
+        with open(out / "runs.csv", "w", newline="", encoding="utf-8") as fh:
+            writer = csv.DictWriter(fh, fieldnames=list(csv_rows[0]))
+            writer.writeheader()
+            writer.writerows(csv_rows)
+    lines = [f"Command: `python -m analysis.ablation {' '.join(argv)}`", "",
+             "| warm start | arm | seeds | updates | test accuracy [95% CI] | Δ vs " + baseline + " [95% CI] | p | "
+             "change from warm start [95% CI] | alarm | +adv mass on wrong | shaped all-wrong groups/step | "
+             "wrong tokens shared with a right sibling |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, rows in per_ws.items():
+        meta = metas[name]
+        for r in rows:
+            is_base = r["arm"] == baseline
+            lines.append(
+                f"| {name} ({meta['warm_start_test_accuracy']:.3f}, `{meta['warm_start_sha256'][:8]}`) | {r['arm']} | "
+                f"{r['seeds']} | {r['updates']:.1f} | {_ci(r['accuracy'], '{:.3f}')} | "
+                + ("—" if is_base else _ci(r["diff"])) + f" | {'—' if is_base else _num(r['diff']['p_value'], '{:.3f}')} | "
+                f"{_ci(r['change'])} | {r['alarm_share']:.2f} | {_num(r['positive_adv_mass_on_wrong'])} | "
+                f"{_num(r['shaped_all_wrong_groups'])} | {_num(r['wrong_tokens_shared_with_right_sibling'])} |")
+    arms = list(dict.fromkeys(r["arm"] for rows in per_ws.values() for r in rows))
+    lines += ["", f"**Pooled over warm starts** (seeds nested in warm starts: the mean of the per-warm-start paired Δ, "
+              "each warm start weighted equally, stratified t with Welch-Satterthwaite df):", "",
+              f"| arm | warm starts | Δ vs {baseline} [95% CI] | p | warm starts with p < 0.05 and Δ > 0 | "
+              "warm starts ending below their start (mean) |", "|---|---:|---:|---:|---:|---:|"]
+    for arm in arms:
+        if arm == baseline:
+            continue
+        strata = [next(r for r in rows if r["arm"] == arm) for rows in per_ws.values() if any(r["arm"] == arm for r in rows)]
+        pooled = stratified_difference([(r["diff"]["diff"], r["sd_diff"], r["seeds"]) for r in strata])
+        wins = sum(1 for r in strata if r["diff"]["diff"] > 0 and r["diff"].get("p_value", 1.0) < 0.05)
+        below = sum(1 for r in strata if r["change"]["mean"] < 0)
+        lines.append(f"| {arm} | {pooled['strata']} | {_ci(pooled)} | {_num(pooled['p_value'], '{:.3f}')} | "
+                     f"{wins}/{len(strata)} | {below}/{len(strata)} |")
+    text = "\n".join(lines)
+    (out / "report.md").write_text(text + "\n", encoding="utf-8")
+    return text

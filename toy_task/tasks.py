@@ -1,0 +1,45 @@
+"""The CPU evidence's tasks, by name (``--task`` of ``toy_task.warm_start`` and ``analysis.toy_loop``): what the
+warm start and the loop need of a task, and nothing else.
+
+- ``addition`` (``toy_task.addition``): one worked path per problem, a wrong answer shares most of its tokens
+  with the right one.
+- ``three_sum`` (``toy_task.three_sum``): six valid orders per problem, so right and wrong siblings share few
+  tokens; the regime the paper targets.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from toy_task import addition, three_sum
+
+
+@dataclass(frozen=True)
+class ToyTask:
+    """A task of the CPU evidence. Problems have ``prompt_text`` and ``answer``."""
+
+    name: str
+    data_source: str  # scored by reward_fns as math (\\boxed{} answer against ``answer``)
+    sample_problems: Callable[[int, int], list]  # (n, seed) -> problems
+    sft_solution: Callable[[Any, random.Random], str]  # a right worked solution (a random order where several)
+    wrong_and_repair: Callable[[Any, random.Random], tuple[str, str]]  # (wrong solution, its local repair)
+    right_solutions: Callable[[Any], tuple[str, ...]]  # every right worked solution (the oracle's candidates)
+    max_response_tokens: int  # generation budget of a response (and of a correction)
+
+
+TASKS = {
+    "addition": ToyTask("addition", addition.DATA_SOURCE, addition.sample_problems, lambda p, rng: p.solution,
+                        lambda p, rng: (addition.wrong_solution(p, rng), p.solution), lambda p: (p.solution,), 96),
+    "three_sum": ToyTask("three_sum", three_sum.DATA_SOURCE, three_sum.sample_problems, three_sum.sft_solution,
+                         three_sum.wrong_and_repair, lambda p: p.right_solutions, 192),
+}
+
+
+def get_task(name: str) -> ToyTask:
+    """The task ``name``; an unknown name raises ``ValueError`` listing the known ones."""
+    try:
+        return TASKS[name]
+    except KeyError:
+        raise ValueError(f"unknown toy task {name!r}; known: {sorted(TASKS)}") from None
