@@ -9,7 +9,8 @@ and the paired difference of each to the whole candidates over batches (Student-
 the warm start (no training), sampled at temperature 1 with per-request seeds (``request_seed``), so every share
 sees the same wrong answers and the same sampling stream for each correction. One thread.
 
-    python -m analysis.truncation_cost --assets outputs/ws_s0 --batches 20 --out outputs/truncation.json
+    python -m analysis.truncation_cost --model toy_task/warm_starts/addition_seed0 --batches 24 --out outputs/trunc.json
+    python -m analysis.truncation_cost --task three_sum --assets <three_sum warm start> --out outputs/trunc3.json
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def measure_batch(toy: Toy, generator, problems, group: int, seed: int, step: in
     rows_problem = [p for p in problems for _ in range(group)]
     prompts = [toy.prompt_ids(p) for p in rows_problem]
     seeds = [request_seed(seed, f"main|{k}|{j}", step) for k in range(len(problems)) for j in range(group)]
-    responses = generate(generator, prompts, seeds)
+    responses = generate(generator, prompts, seeds, max_tokens=toy.max_tokens)
     rewards = np.array([toy.score(r, p) for r, p in zip(responses, rows_problem)])
     is_correct = [bool(r >= cfg.correct_threshold) for r in rewards]
     group_ids = [k for k in range(len(problems)) for _ in range(group)]
@@ -63,7 +64,7 @@ def measure_batch(toy: Toy, generator, problems, group: int, seed: int, step: in
         if requests:
             corr_prompts = [toy.encode_chat(r.messages) for r in requests]
             corr_seeds = [request_seed(seed, f"corr|{r.target_row}|{k}", step) for k, r in enumerate(requests)]
-            corrections = generate(generator, corr_prompts, corr_seeds, chunk=64)
+            corrections = generate(generator, corr_prompts, corr_seeds, chunk=64, max_tokens=toy.max_tokens)
             right = [toy.score(c, rows_problem[r.target_row]) >= cfg.correct_threshold
                      for c, r in zip(corrections, requests)]
             outcome = shape_batch(requests, corrections, right, responses, is_correct, cfg)
@@ -105,7 +106,7 @@ def summarise(batches: list[dict[float, dict]], fractions=FRACTIONS) -> dict:
 
 
 def format_table(summary: dict, meta: dict) -> str:
-    head = (f"Toy task, warm start sha256 `{meta['model_sha256'][:16]}` (no training), {meta['batches']} batches x {meta['batch_size']} "
+    head = (f"Toy task `{meta.get('task', 'addition')}`, warm start sha256 `{meta['model_sha256'][:16]}` (no training), {meta['batches']} batches x {meta['batch_size']} "
             f"problems x G = {meta['group']}, seed {meta['seed']}; IBPO defaults ({meta['variant']}, K = 2). "
             "Differences to whole candidates: paired over batches, Student-t 95%.")
     lines = [head, "", "| candidate tokens kept | corrections | correction success | shaped share of wrong | "
@@ -128,7 +129,10 @@ def format_table(summary: dict, meta: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--assets", required=True, help="`python -m toy_task.warm_start --out DIR` (its assets.json)")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--assets", help="`python -m toy_task.warm_start --out DIR` output (its assets.json)")
+    source.add_argument("--model", help="a warm-start model directory (e.g. toy_task/warm_starts/addition_seed0)")
+    p.add_argument("--task", default="addition", help="a task of toy_task.tasks (the warm start must be one of it)")
     p.add_argument("--batches", type=int, default=20)
     p.add_argument("--batch-size", type=int, default=8, help="problems per batch")
     p.add_argument("--group", type=int, default=8, help="G responses per problem")
@@ -143,9 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     from verl_cpu.hf_rollout import HFGenerator
 
     torch.set_num_threads(1)
-    assets = json.loads((Path(args.assets) / "assets.json").read_text())
-    model_dir = assets["model"]
-    toy = Toy(model_dir, train_size=args.batches * args.batch_size, test_size=1, train_seed=args.seed)
+    model_dir = args.model or json.loads((Path(args.assets) / "assets.json").read_text())["model"]
+    toy = Toy(model_dir, train_size=args.batches * args.batch_size, test_size=1, train_seed=args.seed, task=args.task)
     generator = HFGenerator.from_pretrained(model_dir)
     generator.model.eval()
     cfg = IBPOConfig(variant=args.variant, seed=args.seed)
@@ -159,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[truncation] batch {b + 1}/{args.batches}: {whole['wrong']} wrong, {whole['corrections']} corrections, "
               f"{time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
     summary = summarise(batches, tuple(args.fractions))
-    meta = {"model_sha256": sha256_of_dir(model_dir), "batches": args.batches, "batch_size": args.batch_size, "group": args.group,
+    meta = {"task": args.task, "model_sha256": sha256_of_dir(model_dir), "batches": args.batches, "batch_size": args.batch_size, "group": args.group,
             "seed": args.seed, "variant": args.variant, "fractions": list(args.fractions), "seconds": time.perf_counter() - t0}
     table = format_table(summary, meta)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
