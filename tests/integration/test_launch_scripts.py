@@ -227,3 +227,11 @@ def test_one_gpu_pair_shows_whole_candidates_in_the_model_context(tmp_path):
     assert "rope_scaling" not in (cfg.actor_rollout_ref.model.get("override_config") or {})
     (cut,) = recorded_invocations("run_ibpo_qwen3_1p7b_1gpu.sh", tmp_path / "c", {"CANDIDATES": "cut"})
     assert ibpo_config_from(composed(cut)).max_candidate_tokens == 3440
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_table_script_names_its_reading_of_one_update_per_iteration(script):
+    header = (RECIPE / script).read_text().split("set -xeuo", 1)[0]
+    if "counterfactual" in script:
+        return  # not a Table-1-5 launcher of the IBPO paper
+    assert "UPDATE_READING" in header, script
