@@ -21,7 +21,8 @@ ROWS, MAX_LEN = 4 * 4, 64 + 16  # cpu_overrides: 4 prompts x n=4, prompt 64 + re
 
 def _budget(model_path) -> float:
     """Ten plain GRPO/GSPO steps at full length (generation + old-log-prob + update: 5 forwards): measured on
-    the demo task, about 5 IBPO steps (correction pass and joint rows) and 12 counterfactual steps."""
+    the demo task, 4 IBPO steps (correction pass and joint rows: ~4e9 FLOPs each) and 13 counterfactual steps
+    (~1.2e9 each); overshoot 0.69e9 and 0.83e9, each under one step."""
     return 10 * 5 * forward_flops([MAX_LEN] * ROWS, model_flop_shape(str(model_path)))
 
 
