@@ -1,6 +1,6 @@
 """One source of options: each option dataclass (``ibpo.config.IBPOConfig``,
-``counterfactual.importance.CounterfactualConfig``) documents every field, its YAML block
-(``recipe/ibpo/config/ibpo_blocks.yaml``, ``counterfactual_block.yaml``) is exactly the text generated from it
+``counterfactual.importance.CounterfactualConfig``, ``ibpo.compute_budget.ComputeBudgetConfig``) documents every field, its YAML block
+(``recipe/ibpo/config/ibpo_blocks.yaml``, ``counterfactual_block.yaml``, ``compute_budget_block.yaml``) is exactly the text generated from it
 (``python -m recipe.ibpo.config.blocks``), and the two agree key by key and value by value."""
 
 from __future__ import annotations
@@ -13,11 +13,13 @@ import pytest
 import yaml
 
 from counterfactual.importance import CounterfactualConfig
+from ibpo.compute_budget import ComputeBudgetConfig
 from ibpo.config import IBPOConfig
 from recipe.ibpo.config import blocks as generated
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "recipe" / "ibpo" / "config"
-BLOCKS = [("ibpo_blocks.yaml", "ibpo", IBPOConfig), ("counterfactual_block.yaml", "counterfactual", CounterfactualConfig)]
+BLOCKS = [("ibpo_blocks.yaml", "ibpo", IBPOConfig), ("counterfactual_block.yaml", "counterfactual", CounterfactualConfig),
+          ("compute_budget_block.yaml", "compute_budget", ComputeBudgetConfig)]
 KEY_LINE = re.compile(r"^  ([a-z_]+):")
 QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"' + r"|'[^']*'")
 
@@ -31,7 +33,7 @@ def test_committed_yaml_block_is_the_generated_text(block):
         f"the file")
 
 
-def test_blocks_cover_both_option_classes():
+def test_blocks_cover_every_option_class():
     assert [(b.file, b.name, b.options) for b in generated.blocks()] == BLOCKS
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from counterfactual.importance import CounterfactualConfig
+from ibpo.compute_budget import ComputeBudgetConfig, check_validation_schedule
 from ibpo.config import IBPOConfig
 from recipe.common.preflight.errors import IBPOSetupError
 from recipe.common.preflight.option_types import check_option_types
@@ -93,11 +94,25 @@ def trainer_class_for(config: DictConfig) -> type:
 
 
 def check_option_block_types(config: DictConfig) -> None:
-    """The declared types of every method option block present, before the config is resolved (its
-    interpolations read them)."""
+    """The declared types of every method option block present, and of the ``compute_budget:`` block, before
+    the config is resolved (its interpolations read them)."""
     for name, entry in METHODS.items():
         if config.get(name) is not None:
             check_option_types(OmegaConf.to_container(config[name], resolve=False), entry.options, name)
+    if config.get("compute_budget") is not None:
+        check_option_types(OmegaConf.to_container(config.compute_budget, resolve=False), ComputeBudgetConfig,
+                           "compute_budget")
+
+
+def compute_budget_from(config: DictConfig) -> ComputeBudgetConfig:
+    """The validated ``compute_budget:`` block every method's trainer reads (``ibpo.compute_budget``; a config
+    without the block has no budget), checked against ``trainer.test_freq`` (validation follows the budget)."""
+    block = config.get("compute_budget")
+    options = {} if block is None else OmegaConf.to_container(block, resolve=True)
+    check_option_types(options, ComputeBudgetConfig, "compute_budget")
+    budget = ComputeBudgetConfig.from_mapping(options)
+    check_validation_schedule(budget, config.trainer.get("test_freq", -1))
+    return budget
 
 
 def run_method_check(config: DictConfig, method: str, context: int | None) -> None:

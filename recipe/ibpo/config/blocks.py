@@ -6,7 +6,7 @@ a comment block opening a group of options): ``ibpo.config.IBPOConfig`` and
 this module writes them and tests/unit/test_config_defaults.py checks that the committed files are exactly
 :func:`render_block`'s text. After changing an option::
 
-    python -m recipe.ibpo.config.blocks          # rewrite ibpo_blocks.yaml and counterfactual_block.yaml
+    python -m recipe.ibpo.config.blocks          # rewrite ibpo_blocks.yaml, counterfactual_block.yaml, ...
     python -m recipe.ibpo.config.blocks --check  # exit 1 naming the stale files, write nothing
 
 Layout: ``  key: value`` with its doc as a comment from column 29 (continuation lines aligned under it),
@@ -51,6 +51,7 @@ class Block:
 def blocks() -> tuple[Block, ...]:
     """The generated option blocks (imported here, not at module import: ``--help`` stays cheap)."""
     from counterfactual.importance import CounterfactualConfig
+    from ibpo.compute_budget import ComputeBudgetConfig
     from ibpo.config import IBPOConfig
 
     return (
@@ -61,6 +62,10 @@ def blocks() -> tuple[Block, ...]:
               "The `counterfactual:` option block of counterfactual_trainer.yaml (docs/method_counterfactual.md). "
               "Every option is validated at start (counterfactual/importance.py, CounterfactualConfig): a typo "
               "or out-of-range value fails."),
+        Block("compute_budget_block.yaml", "compute_budget", ComputeBudgetConfig,
+              "The `compute_budget:` block of ibpo_trainer.yaml and counterfactual_trainer.yaml: one compute budget "
+              "for every method's run (ibpo/compute_budget.py; read by recipe/common/trainer_base.py). Validated at "
+              "start (a typo or out-of-range value fails)."),
     )
 
 
