@@ -73,6 +73,12 @@ case "${CANDIDATES}" in
     *) echo "CANDIDATES=${CANDIDATES} must be cut or whole" >&2; exit 2 ;;
 esac
 LR=${LR:-5e-7}
+# The paper's IBPO, pinned here so this script reproduces it whatever the package defaults are (the project's
+# default differs where docs/evidence.md section 2 showed the paper's rule unlearning on a weak warm start):
+VARIANT=${VARIANT:-binary}            # binary | ratio | mask (run_ibpo_ratio_/run_ibpo_mask_ set it)
+LAM=${LAM:-0.6}                       # Table 4's optimum (run_sweep_lambda.sh sets it)
+SHAPING=${SHAPING:-reward}            # r' = r + λΔ before the normalisation (Eq. 15/23)
+CORRECT_GROUPS=${CORRECT_GROUPS:-all} # every wrong response is corrected (Alg. 1)
 TEMPERATURE=${TEMPERATURE:-1.0}
 VAL_N=${VAL_N:-64}                      # eval: 64 samples per problem
 # Validation sampling: Qwen3-32B's own generation_config.json (temperature 0.6, top-p 0.95, top-k 20), which the
@@ -127,6 +133,10 @@ python3 -m recipe.ibpo.main_ibpo \
     actor_rollout_ref.rollout.val_kwargs.top_k=${VAL_TOP_K} \
     ibpo.max_candidate_tokens=${MAX_CANDIDATE} \
     ibpo.joint_training=${JOINT:-True} \
+    ibpo.variant=${VARIANT} \
+    ibpo.lam=${LAM} \
+    ibpo.shaping=${SHAPING} \
+    ibpo.correct_groups=${CORRECT_GROUPS} \
     trainer.logger="${LOGGER}" \
     trainer.project_name="${PROJECT_NAME}" \
     trainer.experiment_name="${EXP_NAME}" \

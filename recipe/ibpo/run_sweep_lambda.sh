@@ -5,5 +5,5 @@
 # 32 prompts per step, by default; one_update for one update per iteration).
 set -xeuo pipefail
 for LAMBDA in ${LAMBDAS:-0.2 0.4 0.6 0.8 1.0}; do
-    EXP_NAME=ibpo_lambda_${LAMBDA} bash "$(dirname "$0")/run_ibpo_qwen3_32b.sh" ibpo.lam=${LAMBDA} "$@"
+    EXP_NAME=ibpo_lambda_${LAMBDA} LAM=${LAMBDA} bash "$(dirname "$0")/run_ibpo_qwen3_32b.sh" "$@"
 done

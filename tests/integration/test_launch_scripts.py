@@ -85,6 +85,11 @@ def test_sweeps_and_baseline_set_what_they_say(tmp_path):
     assert "ibpo.enable=False" in base and "actor_rollout_ref.rollout.n=64" in base
     (main,) = recorded_invocations("run_ibpo_qwen3_32b.sh", tmp_path / "m")
     assert "ibpo.joint_training=True" in main  # the paper's IBPO trains on its corrections too (App. E.2)
+    # the paper's rule is pinned, whatever the package defaults (docs/evidence.md, section 2)
+    assert {"ibpo.variant=binary", "ibpo.lam=0.6", "ibpo.shaping=reward", "ibpo.correct_groups=all"} <= set(main)
+    (ratio,) = recorded_invocations("run_ibpo_ratio_qwen3_32b.sh", tmp_path / "r")
+    (mask,) = recorded_invocations("run_ibpo_mask_qwen3_32b.sh", tmp_path / "k")
+    assert "ibpo.variant=ratio" in ratio and "ibpo.variant=mask" in mask and "ibpo.lam=0.6" in mask
     (shaping,) = recorded_invocations("run_ablation_shaping_only.sh", tmp_path / "s")
     assert "ibpo.joint_training=False" in shaping
 
