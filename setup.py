@@ -47,6 +47,7 @@ setup(
                                     "data_prep", "data_prep.*", "toy_task", "toy_task.*"]),
     package_data={"recipe.ibpo": ["*.sh"], "recipe.ibpo.config": ["*.yaml"], "recipe.counterfactual": ["*.sh"],
                   "recipe.counterfactual.config": ["*.yaml"], "recipe.common": ["REQUIRED_VERL.txt"],
+                  "recipe.common.config": ["*.yaml"],
                   "recipe.common.upstream": ["*.txt", "*.toml"]},
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS,

@@ -1,4 +1,12 @@
-"""Build every eval and training parquet whose raw download is found under ``--raw-dir``.
+"""Build every eval and training parquet: fetched from the hub with ``datasets`` (no ``--raw-dir``), or from
+the raw downloads found under ``--raw-dir``.
+
+Without ``--raw-dir`` each set is fetched (``data_prep/hub.py``: packaged ``json``/``parquet`` builders on the
+hub files, no loading script) into ``--cache-dir`` (default ``OUT/raw``) in the layout below, then built from
+there by the same readers and row checks as a manual download; a set that cannot be fetched is named with
+the manual command, and the command exits 2 after building the others.
+
+    python -m data_prep.all --out-dir ~/data/ibpo                        # fetch and build everything
 
 Expected layout: one folder per hub dataset id, as ``huggingface-cli download <id> --repo-type dataset
 --local-dir RAW/<id>`` creates it. For each set the first folder found is used:
@@ -10,7 +18,7 @@ Expected layout: one folder per hub dataset id, as ``huggingface-cli download <i
   dapo_math_17k.parquet   RAW/BytedTsinghua-SIA/DAPO-Math-17k | open-r1/DAPO-Math-17k-Processed
   gsm8k_train.parquet     RAW/openai/gsm8k (main config), and gsm8k_test.parquet
 
-    python -m data_prep.all --raw-dir ~/data/raw --out-dir ~/data/ibpo
+    python -m data_prep.all --raw-dir ~/data/raw --out-dir ~/data/ibpo   # from manual downloads
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ import sys
 from pathlib import Path
 
 from data_prep import aime25, dapo_math, gsm8k, hmmt25, livecodebench
+from data_prep.hub import HUB_ROOT, fetch_all
 from data_prep.common import MATH_EXTRA_INFO, PrepError, PrepSummary, write_verl_parquet
 from data_prep.templates import CODE_PROMPT_STYLES, MATH_TEMPLATES
 
@@ -93,8 +102,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m data_prep.all", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--raw-dir", required=True, help="folder holding the hub downloads (RAW/<owner>/<name>)")
+    parser.add_argument("--raw-dir", default=None,
+                        help="folder holding manual hub downloads (RAW/<owner>/<name>); omitted: fetch from the hub")
     parser.add_argument("--out-dir", required=True, help="folder for the prepared parquet files")
+    parser.add_argument("--cache-dir", default=None, help="where fetched raw files go (default OUT/raw)")
+    parser.add_argument("--hub-root", default=HUB_ROOT,
+                        help="where datasets are fetched from: the hub (default) or a local folder laid out as "
+                             "ROOT/<owner>/<name>/<files> (offline mirrors, tests)")
     parser.add_argument("--template", choices=MATH_TEMPLATES, default="boxed", help="math prompt template")
     parser.add_argument("--prompt-style", choices=CODE_PROMPT_STYLES, default="chat", help="code prompt style")
     parser.add_argument("--start", default=livecodebench.DEFAULT_START, help="LCB eval window start (inclusive)")
@@ -102,9 +116,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-invalid", action="store_true", help="skip and count malformed rows")
     parser.add_argument("--allow-partial", action="store_true", help="accept AIME/HMMT with fewer than 30 rows")
     args = parser.parse_args(argv)
+    failures: list[str] = []
+    raw_dir = args.raw_dir
+    if raw_dir is None:
+        raw_dir = args.cache_dir or str(Path(args.out_dir) / "raw")
+        print(f"fetching the raw datasets from {args.hub_root} into {raw_dir} (pass --raw-dir to use your own)")
+        _, failures = fetch_all(raw_dir, args.hub_root)
+        for failure in failures:
+            print(f"error: {failure}", file=sys.stderr)
     try:
         summaries, missing = build_all(
-            args.raw_dir, args.out_dir, args.template, args.prompt_style, args.skip_invalid,
+            raw_dir, args.out_dir, args.template, args.prompt_style, args.skip_invalid,
             args.allow_partial, args.start, args.end,
         )  # fmt: skip
     except (PrepError, FileNotFoundError) as exc:
@@ -115,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"built {len(summaries)} file(s) in {args.out_dir}")
     for name in missing:
         print(f"not found: {name}")
-    return 0
+    return 2 if failures else 0
 
 
 if __name__ == "__main__":

@@ -51,12 +51,16 @@ def plan_corrections(
     config: IBPOConfig,
     step: int,
     encode: Callable[[str], list[int]] | None = None,
+    candidate_budget: Callable[[int], int] | None = None,
 ) -> list[CorrectionRequest]:
     """References (Alg. 1 lines 14-19) and correction prompts (Eq. 28) for every wrong response (with
     ``correct_groups=mixed``: every wrong response that has a right sibling), ``corrections_per_target``
     requests each (consecutive, same target). References are drawn for every wrong response first, so a
     row's reference does not depend on ``correct_groups``. ``encode`` (the run's tokenizer)
-    makes the candidate budget count re-tokenised tokens (:func:`ibpo.prompts.render_candidate`)."""
+    makes the candidate budget count re-tokenised tokens (:func:`ibpo.prompts.render_candidate`).
+    ``candidate_budget`` (None: ``config.max_candidate_tokens`` for every candidate) gives each candidate its
+    own budget from the number of tokens its view shows whole (0: keep it whole); the truncation measurement
+    (``analysis.truncation_cost``) keeps a fixed share of every candidate with it."""
     n = len(group_ids)
     if not (len(is_correct) == len(prompt_messages) == len(response_ids) == n):
         raise ValueError("group_ids, is_correct, prompt_messages and response_ids must have equal lengths")
@@ -71,7 +75,12 @@ def plan_corrections(
 
     def text(row: int) -> str:
         if row not in rendered:
-            rendered[row] = render_candidate(response_ids[row], decode, config, encode)
+            row_config = config
+            if candidate_budget is not None:
+                whole = render_candidate(response_ids[row], decode, config.replace(max_candidate_tokens=0), encode)
+                shown = len(encode(whole)) if encode is not None else len(response_ids[row])
+                row_config = config.replace(max_candidate_tokens=int(candidate_budget(shown)))
+            rendered[row] = render_candidate(response_ids[row], decode, row_config, encode)
         return rendered[row]
 
     requests = []

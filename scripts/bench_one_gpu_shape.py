@@ -7,8 +7,8 @@ correction pass. One command, a table at the end:
 
 It writes a Qwen3-1.7B-shaped model with *random* weights (``transformers`` ``from_config``, bf16, saved
 locally with the project's tokenizer: no hub access), the synthetic task's parquet files, and runs
-``recipe/ibpo/run_ibpo_qwen3_1p7b_1gpu.sh`` unchanged (its sizes: G = 8, 32 prompts, 8k responses in a 16k
-context) for ``--steps`` steps with responses forced to the full length (``rollout.ignore_eos=True``;
+``recipe/ibpo/run_ibpo_qwen3_1p7b_1gpu.sh`` unchanged (its sizes: G = 8, 32 prompts, 8k responses in a 32k
+context with whole correction candidates) for ``--steps`` steps with responses forced to the full length (``rollout.ignore_eos=True``;
 random weights never answer right, so every response is wrong and every one gets a correction: a heavier
 correction pass than the 6 of 8 wrong the other tables use). A thread polls ``nvidia-smi`` for the peak GPU
 memory. The table: per step, seconds per phase (``ibpo/time/*``, verl's ``timing_s``), the correction

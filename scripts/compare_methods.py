@@ -16,7 +16,10 @@ gives paired differences to the baseline with Student-t 95% intervals over seeds
 training-reward threshold, optimizer updates, seconds per phase, a collapse check and credit localisation.
 
 ``--engine verl`` runs ``python -m recipe.ibpo.main_ibpo`` per arm and seed for ``--steps`` steps: the arms
-are matched in **steps, not compute** (the table says so and prints each arm's FLOPs). Methods: ``GSPO G=n``
+are matched in **steps, not compute** (the table says so and prints each arm's FLOPs), unless
+``--budget-flops B`` gives every arm the trainer's compute budget (``compute_budget.limit=B``: each run stops
+at B FLOPs, ``--steps`` is then a cap, validation at the budget's fractions). The curves are drawn on the
+axis the runs were matched on (steps, or the budget's counter). Methods: ``GSPO G=n``
 (the baseline, ``ibpo.enable=False``), ``IBPO G=n`` (binary) and ``GSPO G=4n``. For seed s every method reads the
 training prompts in the same order (``data.seed=s``), samples with the same seeded rollout
 (``actor_rollout_ref.rollout.seed=s``), starts from the same warm start; runs go seed by seed so an interrupted
@@ -122,7 +125,9 @@ def run_one(assets: dict, out: Path, method: Method, seed: int, args: argparse.N
 
     name = f"{method.slug}_s{seed}"
     metrics_path = out / f"{name}_metrics.jsonl"
-    if metrics_path.exists() and max(read_metrics_jsonl(metrics_path), default=0) >= args.steps:
+    done = read_metrics_jsonl(metrics_path) if metrics_path.exists() else {}
+    stopped_by_budget = bool(done) and "compute_budget/overshoot" in done[max(done)]
+    if done and (max(done) >= args.steps or stopped_by_budget):
         print(f"[compare] {name}: complete metrics found, not run again", flush=True)
         return metrics_path
     metrics_path.unlink(missing_ok=True)
@@ -133,7 +138,9 @@ def run_one(assets: dict, out: Path, method: Method, seed: int, args: argparse.N
                                             rollout_n=group, max_prompt_length=64,
                                             max_response_length=args.max_response_length), args.micro_batch),
            f"trainer.default_local_dir={out / 'checkpoints' / name}",
-           "trainer.val_before_train=True", f"trainer.test_freq={args.test_freq}",
+           "trainer.val_before_train=True",
+           *([f"trainer.test_freq={args.test_freq}"] if not args.budget_flops else
+             ["trainer.test_freq=-1", f"compute_budget.limit={float(args.budget_flops)!r}", "compute_budget.unit=flops"]),
            # fp32 actor compute: FSDP's default bf16 parameters run the update ~10x slower on CPUs without
            # bf16 matrix instructions, and the hf rollout samples in fp32 anyway
            "++actor_rollout_ref.actor.fsdp_config.mixed_precision={param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}",
@@ -241,10 +248,14 @@ def _diff(d: dict | None) -> str:
 
 
 def format_tables(summary: dict, args: argparse.Namespace) -> str:
-    """Two Markdown tables: accuracy and compute at **equal steps**, then wall time per phase."""
+    """Two Markdown tables: accuracy and compute at equal steps (or at the compute budget, ``--budget-flops``),
+    then wall time per phase."""
     base = next(iter(summary))
-    lines = [f"**Equal steps, not equal compute** ({'/'.join(sorted({str(x) for s in summary.values() for x in s['steps']}))} "
-             f"steps per arm; each arm's FLOPs in the table). Intervals: Student-t 95% over seeds; Δ: paired by seed.", "",
+    steps_run = '/'.join(sorted({str(x) for s in summary.values() for x in s['steps']}))
+    matched = (f"**Equal compute**: every arm stopped at the trainer's budget of {args.budget_flops:.3g} FLOPs "
+               f"(overshoot < one step; {steps_run} steps per arm)" if getattr(args, "budget_flops", 0.0) else
+               f"**Equal steps, not equal compute** ({steps_run} steps per arm; each arm's FLOPs in the table)")
+    lines = [f"{matched}. Intervals: Student-t 95% over seeds; Δ: paired by seed.", "",
              f"| method | seeds | steps | eval at step 0 | final eval [95% CI] | Δ final eval vs {base} [95% CI] | "
              f"final train reward (last {args.smooth}) | FLOPs to train reward ≥ {args.threshold} (seed mean) "
              f"[percentile interval of a bootstrap over seeds: not 95% with few seeds] "
@@ -294,6 +305,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="loop: equal compute, analysis.toy_loop (the published table); verl: equal steps, verl trainer")
     p.add_argument("--budget-steps", type=float, default=12,
                    help="loop: FLOP budget of every arm, in baseline steps' worth of FLOPs (measured on the warm start)")
+    p.add_argument("--budget-flops", type=float, default=0.0,
+                   help="verl: every arm stops at this many FLOPs (the trainer's compute_budget; --steps is a cap); "
+                        "0 = equal steps")
     p.add_argument("--test-size", type=int, default=512, help="loop: held-out test problems (greedy)")
     p.add_argument("--effect", type=float, default=0.05, help="loop: effect size the power is computed for")
     p.add_argument("--micro-batch", type=int, default=32,
@@ -356,8 +370,9 @@ def run_verl(args: argparse.Namespace, methods: list[Method], command: str) -> i
     (out / "table.md").write_text(tables + "\n", encoding="utf-8")
     (out / "summary.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
     eval_keys = sorted({k for seeds in runs.values() for recs in seeds for k in [eval_key(recs)] if k})
-    plot_curves.plot(runs, REWARD_KEY, eval_keys, COMPUTE_KEY, None, args.smooth, out / "curves.png",
-                     x_label="training compute (FLOPs, ibpo/compute/total_flops)")
+    x_key = plot_curves.matched_x_axis(runs, fallback="step")  # the axis the runs were matched on
+    plot_curves.plot(runs, REWARD_KEY, eval_keys, x_key, None, args.smooth, out / "curves.png",
+                     x_label="training step" if x_key == "step" else f"training compute ({x_key})")
     print(tables)
     print(f"\nwrote {out / 'table.md'}, {out / 'summary.json'}, {out / 'curves.png'}")
     return 0

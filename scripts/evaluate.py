@@ -2,7 +2,7 @@
 """Evaluate an HF checkpoint on prepared verl parquet files (paper §5, Table 1), and compare two runs.
 
     # k samples per problem with the paper's sampling settings, several seeds, both baselines
-    python scripts/evaluate.py run --model ckpt/hf --data data/aime25.parquet data/hmmt_feb_2025.parquet \
+    python scripts/evaluate.py run --model ckpt/hf --data data/aime25.parquet data/hmmt_feb_2025.parquet data/lcb_v6.parquet \
         --preset qwen3-32b --k 64 --seeds 0 1 2 3 4 --best-of-n 8 --compare-and-correct --out eval/ibpo
     # paired bootstrap test between two runs (e.g. IBPO vs GSPO), or two methods of one run
     python scripts/evaluate.py compare eval/ibpo/results.json eval/gspo/results.json --out eval/ibpo_vs_gspo.md
@@ -80,10 +80,17 @@ class Sampling:
             raise ValueError(f"--max-new-tokens={self.max_new_tokens} must be >= 1")
 
 
-# Paper §5 / App. D. max_new_tokens: the context budgets the paper trains with (32k, 256k).
+# Sampling: each model's own generation config (checked at run time against MODEL/generation_config.json, the
+# source printed). max_new_tokens: the response length the launchers train and validate with
+# (MAX_RESPONSE of recipe/ibpo/run_ibpo_qwen3_32b.sh, run_ibpo_qwen3_next_80b.sh), so offline and in-training
+# evaluation allow the same length.
 PRESETS: dict[str, Sampling] = {
-    "qwen3-32b": Sampling(temperature=0.6, top_p=0.95, top_k=20, min_p=0.0, max_new_tokens=32768),
-    "qwen3-next": Sampling(temperature=0.7, top_p=0.8, top_k=20, min_p=0.0, max_new_tokens=262144),
+    # Qwen3-32B's generation_config.json and model card (thinking mode); the paper's §5 gives the same
+    "qwen3-32b": Sampling(temperature=0.6, top_p=0.95, top_k=20, min_p=0.0, max_new_tokens=30720),
+    # Qwen3-Next-80B-A3B-Thinking's model card / generation config (the model Table 1 names)
+    "qwen3-next-thinking": Sampling(temperature=0.6, top_p=0.95, top_k=20, min_p=0.0, max_new_tokens=253952),
+    # the paper's §5 text, which names "Qwen3-Next-80B-A3B-Instruct" (that model's card gives the same values)
+    "qwen3-next": Sampling(temperature=0.7, top_p=0.8, top_k=20, min_p=0.0, max_new_tokens=253952),
     "none": Sampling(temperature=1.0, top_p=1.0, top_k=0, min_p=0.0, max_new_tokens=4096),
 }
 
@@ -571,6 +578,10 @@ def cmd_run(args: argparse.Namespace) -> int:
                                               "top_k": args.top_k, "min_p": args.min_p,
                                               "max_new_tokens": args.max_new_tokens})
     check_run_flags(args)
+    from recipe.common.preflight.model import sampling_report
+
+    sampling_check = sampling_report(asdict(sampling), args.model, f"sampling (--preset {args.preset})")
+    print(sampling_check, flush=True)
     ks = pass_ks(args.k, args.pass_k)
     template_kwargs = parse_template_kwargs(args.chat_template_kwargs)
     model_dir = check_model_dir(args.model)
@@ -615,7 +626,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         datasets[source]["verdicts"] = by_method
     results = {
         "label": args.label or out_dir.name, "model": args.model, "backend": generator.name,
-        "sampling": asdict(sampling), "preset": args.preset, "k": args.k, "seeds": list(args.seeds),
+        "sampling": asdict(sampling), "sampling_check": sampling_check, "preset": args.preset, "k": args.k,
+        "seeds": list(args.seeds),
         "pass_k": ks, "best_of_n": args.best_of_n, "bon_select": args.bon_select,
         "compare_and_correct": bool(args.compare_and_correct), "num_boot": args.num_boot,
         "data": [str(p) for p in args.data], "seconds": time.perf_counter() - t0, "datasets": datasets,

@@ -17,7 +17,11 @@ Logs: verl's ``file`` logger (``trainer.logger=['console','file']``; one JSON ob
 (``$TENSORBOARD_DIR`` or ``tensorboard_log/<project>/<experiment>``; read with tensorboard's
 ``EventAccumulator``).
 
-x axis (``--x``, default ``ibpo/compute/total_flops``): a cumulative compute counter. A record without it
+x axis (``--x``, default ``auto``): a cumulative compute counter. ``auto`` is the axis the runs were matched on:
+``compute_budget/<unit>`` when every run was stopped by one compute budget in that unit (the trainer logs
+``compute_budget/limit_<unit>``; runs budgeted in different units are an error), otherwise the FLOP counter
+(``compute_budget/flops``, which every method's trainer logs, or ``ibpo/compute/total_flops`` in older logs).
+A record without it
 (verl logs the validation before the first step on its own line) takes the last value logged before it,
 0 before any. ``--x step`` plots against the step. y: ``--reward-key`` (default ``ibpo/raw_score_mean``: the verifier
 reward of the main responses only; verl's ``critic/score/mean`` also averages joint-training correction
@@ -55,7 +59,8 @@ import numpy as np
 
 from analysis.evaluation_stats import student_t_quantile, t_interval
 
-DEFAULT_X = "ibpo/compute/total_flops"
+DEFAULT_X = "auto"
+FLOP_AXES = ("compute_budget/flops", "ibpo/compute/total_flops")  # unbudgeted runs: the FLOP counter, newest first
 DEFAULT_REWARD = "ibpo/raw_score_mean"
 EVAL_KEY_PATTERN = re.compile(r"^val-core/(?P<source>.+)/acc/mean@(?P<n>\d+)$")
 
@@ -351,12 +356,32 @@ def positive_int(text: str) -> int:
     return value
 
 
+def matched_x_axis(runs: dict[str, list[list[Record]]], fallback: str | None = None) -> str:
+    """The x axis the runs were matched on (module docstring, ``--x auto``); ``fallback`` replaces the FLOP
+    counter for runs without a budget (e.g. ``step`` for runs matched in steps)."""
+    from ibpo.compute_budget import matched_axis
+
+    axes = {label: {matched_axis({k for r in recs for k in r.data}) for recs in seeds} for label, seeds in runs.items()}
+    found = {axis for per_run in axes.values() for axis in per_run}
+    if found - {None}:
+        if len(found) > 1:
+            raise ValueError(f"the runs were not matched on one compute budget: {axes} (None: no budget); pass --x")
+        return found.pop()
+    if fallback is not None:
+        return fallback
+    for key in FLOP_AXES:
+        if all(any(key in r.data for r in recs) for seeds in runs.values() for recs in seeds):
+            return key
+    return FLOP_AXES[-1]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--run", action="append", required=True,
                    help="LABEL=PATH (file-logger .jsonl or tensorboard dir); repeat a LABEL for several seeds")
     p.add_argument("--baseline", help="label of the baseline run (None: the first --run)")
-    p.add_argument("--x", default=DEFAULT_X, help="compute counter on the x axis ('step' for steps)")
+    p.add_argument("--x", default=DEFAULT_X, help="compute counter on the x axis ('step' for steps; 'auto': the "
+                                                  "budget the runs were matched on, else the FLOP counter)")
     p.add_argument("--reward-key", default=DEFAULT_REWARD, help="training-reward metric of the first panel")
     p.add_argument("--eval-key", action="append",
                    help="evaluation metric(s), one panel each; a key no run logs is an error (None: every "
@@ -371,6 +396,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.table and args.threshold is None:
             raise ValueError("--table needs --threshold (the table is the compute to reach it)")
         runs = parse_runs(args.run)
+        if args.x == "auto":
+            args.x = matched_x_axis(runs)
+            print(f"x axis: {args.x} (the axis the runs were matched on; --x to choose another)")
         baseline = args.baseline or next(iter(runs))
         if baseline not in runs:
             raise ValueError(f"--baseline {baseline!r} is not one of the runs {list(runs)}")

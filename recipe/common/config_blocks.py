@@ -6,7 +6,7 @@ a comment block opening a group of options) of each registered method's option d
 reads the blocks from disk, so they are committed; this module writes them and tests/unit/test_config_defaults.py
 checks that the committed files are exactly :func:`render_block`'s text. After changing an option::
 
-    python -m recipe.common.config_blocks          # rewrite every method's block file
+    python -m recipe.common.config_blocks          # rewrite every block file (each method's, the shared ones)
     python -m recipe.common.config_blocks --check  # exit 1 naming the stale files, write nothing
 
 Layout: ``  key: value`` with its doc as a comment from column 29 (continuation lines aligned under it),
@@ -29,6 +29,7 @@ from typing import Any
 
 import yaml
 
+SHARED_CONFIG_DIR = Path(__file__).resolve().parent / "config"  # the blocks every method's config shares
 WIDTH = 118  # longest generated line (except a long value that cannot wrap)
 COMMENT_COLUMN = 29  # where an inline doc starts when the key line fits before it
 INLINE_LIMIT = 60  # a key line longer than this gets its doc above it instead
@@ -49,16 +50,29 @@ class Block:
 
 
 def blocks() -> tuple[Block, ...]:
-    """The generated option block of every registered method that has one (the registry is read here, not at
-    module import: ``--help`` stays cheap)."""
+    """The generated option blocks: every registered method's that has one, then the blocks every method's config
+    shares (:func:`shared_blocks`). The registry is read here, not at module import: ``--help`` stays cheap."""
     from recipe.common.methods import registered_methods
 
     return tuple(Block(m.block_file, m.name, m.options, m.block_header, m.config_dir)
-                 for m in registered_methods().values() if m.block_file)
+                 for m in registered_methods().values() if m.block_file) + shared_blocks()
+
+
+def shared_blocks() -> tuple[Block, ...]:
+    """The blocks of options every method's run may carry, committed in ``recipe/common/config/`` (on each
+    method config's Hydra search path as ``pkg://recipe.common.config``)."""
+    from ibpo.compute_budget import ComputeBudgetConfig
+
+    return (
+        Block("compute_budget_block.yaml", "compute_budget", ComputeBudgetConfig,
+              "The `compute_budget:` block of ibpo_trainer.yaml and counterfactual_trainer.yaml: one compute budget "
+              "for every method's run (ibpo/compute_budget.py; read by recipe/common/trainer_base.py). Validated at "
+              "start (a typo or out-of-range value fails).", SHARED_CONFIG_DIR),
+    )
 
 
 def block_path(block: Block, config_dir: Path | None = None) -> Path:
-    """Where ``block``'s file is: under ``config_dir`` when given (a scratch folder), else its method's folder."""
+    """Where ``block``'s file is: under ``config_dir`` when given (a scratch folder), else its own folder."""
     return (config_dir or block.config_dir) / block.file
 
 

@@ -119,11 +119,14 @@ def trainer_class_for(config: DictConfig) -> type:
 
 
 def check_option_block_types(config: DictConfig) -> None:
-    """The declared types of every method option block present, before the config is resolved (its
-    interpolations read them)."""
+    """The declared types of every method option block present, and of the shared ``compute_budget:`` block,
+    before the config is resolved (its interpolations read them)."""
+    from recipe.common.preflight.compute_budget import check_compute_budget_types
+
     for name, entry in registered_methods().items():
         if config.get(name) is not None:
             check_option_types(OmegaConf.to_container(config[name], resolve=False), entry.options, name)
+    check_compute_budget_types(config)
 
 
 def run_method_check(config: DictConfig, method: str, context: int | None) -> None:

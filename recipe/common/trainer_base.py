@@ -14,7 +14,13 @@ work lives in a hook of a subclass:
 - ``_shape_rewards``: ``token_level_rewards`` is set, the advantage is not (IBPO: r' = r + λΔ);
 - ``_after_advantage``: advantages are set, before the critic/actor update (IBPO: token mask, metrics,
   gradient probe; counterfactual weighting: the token weights);
-- ``_step_metrics``: before ``logger.log`` (IBPO: host-time share).
+- ``_step_metrics``: before ``logger.log`` (IBPO: host-time share). The base's own ``_step_metrics`` keeps
+  the compute ledger of every method (``ibpo.compute_budget``): an override calls it last.
+
+The base also runs the ``compute_budget:`` block for every method (:meth:`HookedRayPPOTrainer._budget_step`):
+the cumulative FLOPs and GPU-seconds, the stop at the budget (by shortening ``total_training_steps`` so that
+verl's own last step, with its checkpoint, ends the run) and validation at fixed fractions of the budget. A
+subclass names the metric holding its step FLOPs (:attr:`HookedRayPPOTrainer.STEP_FLOPS_METRIC`).
 
 The hooks are no-ops here, so this class *is* verl's trainer. ReMax's second (greedy) generation rows
 are in ``combined_gen_batch`` too; ``RayIBPOTrainer`` rejects ReMax at start (``check_trainer_config``).
@@ -22,6 +28,8 @@ are in ``combined_gen_batch`` too; ``RayIBPOTrainer`` rejects ReMax at start (``
 
 from __future__ import annotations
 
+import json
+import os
 import uuid
 from pprint import pprint
 
@@ -76,6 +84,26 @@ class HookedRayPPOTrainer(RayPPOTrainer):
     # True only for a trainer whose hooks place IBPO's shaped reward before the advantage: the registered
     # `ibpo` estimator serves no other (init_workers refuses algorithm.adv_estimator=ibpo elsewhere).
     shapes_ibpo_rewards: bool = False
+    # The metric a subclass logs its step's FLOPs under (``ibpo.compute.step_flops``), read by the compute
+    # ledger at the end of the step; None: the trainer counts no FLOPs (a FLOP budget is then refused).
+    STEP_FLOPS_METRIC: str | None = None
+    COMPUTE_LEDGER_FILE = "compute_budget_state.json"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._init_compute_budget()
+
+    def _init_compute_budget(self) -> None:
+        """The validated ``compute_budget:`` block and an empty ledger (a resumed run restores it)."""
+        from ibpo.compute_budget import ComputeBudgetError, ComputeLedger
+        from recipe.common.preflight.compute_budget import compute_budget_from
+
+        budget = compute_budget_from(self.config)
+        if budget.enabled and budget.unit == "flops" and self.STEP_FLOPS_METRIC is None:
+            raise ComputeBudgetError(f"compute_budget.unit=flops but {type(self).__name__} counts no FLOPs; "
+                                     "use compute_budget.unit=gpu_seconds")
+        self.compute_ledger = ComputeLedger(budget)
+        self._ledger_folder: str | None = None  # this step's checkpoint folder, if it wrote one
 
     # ------------------------------------------------------------------ hooks (no-ops: verl's behaviour)
     def _before_generation(self, gen_batch: DataProto, metrics: dict, timing_raw: dict) -> None:
@@ -105,7 +133,74 @@ class HookedRayPPOTrainer(RayPPOTrainer):
 
     def _step_metrics(self, batch: DataProto, metrics: dict, timing_raw: dict) -> None:
         """End of the step, before ``logger.log(metrics)``: add this step's metrics (``timing_raw["step"]``
-        is final)."""
+        is final). The base keeps the compute ledger here; an override adds its metrics, then calls this."""
+        self._budget_step(metrics, timing_raw)
+
+    # ------------------------------------------------------------------ the compute budget (every method)
+    def _budget_step(self, metrics: dict, timing_raw: dict) -> None:
+        """Add the step to the compute ledger (its FLOPs from :attr:`STEP_FLOPS_METRIC`, its seconds times the
+        run's GPUs), validate when the spend crossed a budget fraction or the run ends, and, when the next step
+        would reach the budget, make it verl's last step (``ibpo.compute_budget``: overshoot < one step)."""
+        ledger = self.compute_ledger
+        flops = float(metrics.get(self.STEP_FLOPS_METRIC, 0.0)) if self.STEP_FLOPS_METRIC else 0.0
+        ledger.add_step(flops, float(timing_raw.get("step", 0.0)) * self.resource_pool_manager.get_n_gpus())
+        budget = ledger.budget
+        is_last_step = self.global_steps >= self.total_training_steps
+        if budget.enabled and not is_last_step and ledger.next_step_is_last():
+            print(f"[compute_budget] step {self.global_steps}: {ledger.spent():.4g} of {budget.limit:.4g} {budget.unit} "
+                  f"spent, the last step cost {ledger.last_cost:.4g}: step {self.global_steps + 1} is the last", flush=True)
+            self.total_training_steps = self.global_steps + 1
+        if ledger.validation_due(is_last_step):
+            with marked_timer("testing", timing_raw, color="green"):
+                metrics.update(self._validate())
+            metrics["compute_budget/validated"] = 1.0
+        metrics.update(ledger.metrics())
+        if budget.enabled and is_last_step:
+            metrics["compute_budget/overshoot"] = ledger.spent() - budget.limit
+            if ledger.spent() + ledger.last_cost < budget.limit:
+                print(f"[compute_budget] trainer.total_training_steps={self.total_training_steps} ended the run at "
+                      f"{ledger.spent():.4g} of {budget.limit:.4g} {budget.unit}: raise it to spend the budget", flush=True)
+        if self._ledger_folder is not None:  # this step saved a checkpoint: store the ledger with the step in it
+            self._write_compute_ledger(self._ledger_folder)
+            self._ledger_folder = None
+
+    def _step_folder(self, loading: bool = False) -> str:
+        """The checkpoint folder of the current step; when loading, the one verl resumed from
+        (``trainer.resume_from_path`` in ``resume_mode=resume_path``), resolved as verl does."""
+        trainer_cfg = self.config.trainer
+        if loading and trainer_cfg.resume_mode == "resume_path":
+            folder = trainer_cfg.resume_from_path
+        else:
+            folder = os.path.join(trainer_cfg.default_local_dir, f"global_step_{self.global_steps}")
+        return folder if os.path.isabs(folder) else os.path.join(os.getcwd(), folder)
+
+    def _write_compute_ledger(self, folder: str) -> None:
+        path = os.path.join(folder, self.COMPUTE_LEDGER_FILE)
+        with open(path + ".tmp", "w") as f:
+            json.dump(self.compute_ledger.state_dict(), f)
+        os.replace(path + ".tmp", path)
+
+    def _save_checkpoint(self):
+        """verl's checkpoint plus the compute ledger. verl saves inside the step, before its cost is known: the
+        ledger is written now without this step and again, with it, at the end of the step."""
+        super()._save_checkpoint()
+        folder = self._step_folder()
+        self._write_compute_ledger(folder)
+        self._ledger_folder = folder
+
+    def _load_checkpoint(self):
+        result = super()._load_checkpoint()
+        if self.global_steps == 0:  # training from scratch
+            return result
+        path = os.path.join(self._step_folder(loading=True), self.COMPUTE_LEDGER_FILE)
+        if os.path.exists(path):
+            with open(path) as f:
+                self.compute_ledger.load_state_dict(json.load(f))
+        elif self.compute_ledger.budget.enabled:
+            raise FileNotFoundError(f"resuming at step {self.global_steps} with compute_budget.limit set but {path} is "
+                                    "missing: the budget would restart at 0. Resume from a checkpoint written by this "
+                                    "recipe's trainer, or run without compute_budget.limit")
+        return result
 
     # ------------------------------------------------------------------ shared helpers
     def _log_prob_batch_divisor(self) -> int:

@@ -92,6 +92,7 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
     """verl's PPO trainer with IBPO's counterfactual correction pass in every training step."""
 
     shapes_ibpo_rewards = True  # the `ibpo` estimator may run under this trainer (HookedRayPPOTrainer.init_workers)
+    STEP_FLOPS_METRIC = "ibpo/compute/step_flops"  # the compute budget's FLOPs (trainer_base)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -235,6 +236,7 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
         if self._saved_state_folder is not None:
             self._write_ibpo_state(self._saved_state_folder)
             self._saved_state_folder = None
+        super()._step_metrics(batch, metrics, timing_raw)  # the compute ledger and budget (trainer_base)
 
     # ------------------------------------------------------------------ IBPO steps B-C
     def _decode(self, ids: list[int]) -> str:
@@ -352,16 +354,6 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
 
     # ------------------------------------------------------------------ checkpoints
     IBPO_STATE_FILE = "ibpo_state.json"
-
-    def _step_folder(self, loading: bool = False) -> str:
-        """The checkpoint folder of the current step; when loading, the one verl resumed from
-        (``trainer.resume_from_path`` in ``resume_mode=resume_path``), resolved as verl does."""
-        trainer_cfg = self.config.trainer
-        if loading and trainer_cfg.resume_mode == "resume_path":
-            folder = trainer_cfg.resume_from_path
-        else:
-            folder = os.path.join(trainer_cfg.default_local_dir, f"global_step_{self.global_steps}")
-        return folder if os.path.isabs(folder) else os.path.join(os.getcwd(), folder)
 
     def _ibpo_state(self, step_seconds_so_far: float = 0.0) -> dict:
         return {"lambda_schedule": self.lambda_schedule.state_dict(), "compute_totals": dict(self.compute_totals),

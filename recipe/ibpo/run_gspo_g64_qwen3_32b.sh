@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Baseline: GSPO with G = 64 on Qwen3-32B, compute-matched to IBPO G = 8 (App. B, Table 2).
-# Same loop with the correction pass off (Δ = 0).
+# Table 1 baseline: GSPO with G = 64 on Qwen3-32B, at the same compute budget as IBPO G = 8 (App. B; Table 1:
+# total training FLOPs matched): COMPUTE_BUDGET / BUDGET_UNIT of run_ibpo_qwen3_32b.sh, which this runs with the
+# correction pass off (Δ = 0) and no joint training. 8,192 main rollouts per step against IBPO's 1,024 plus
+# corrections, so the budget stops it after ~72 steps (ARM_STEPS: the cosine schedule's length, ~1.2x that).
+# UPDATE_READING (minibatch | one_update): as in run_ibpo_qwen3_32b.sh.
 set -xeuo pipefail
-EXP_NAME=${EXP_NAME:-gspo_qwen3_32b_g64} N_RESP=${N_RESP:-64} \
+EXP_NAME=${EXP_NAME:-gspo_qwen3_32b_g64} N_RESP=${N_RESP:-64} ARM_STEPS=${ARM_STEPS:-90} \
     JOINT=False bash "$(dirname "$0")/run_ibpo_qwen3_32b.sh" ibpo.enable=False "$@"

@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
 # Baseline for run_ibpo_qwen3_1p7b_1gpu.sh: GSPO through the same loop with the correction pass off (Δ = 0)
-# and no joint training. Default G = 8 (same samples per prompt). The paper's compute-matched baseline
-# uses G = 64 (N_RESP=64), at about 8x the generation cost of this one.
+# and no joint training, at the SAME compute budget (COMPUTE_BUDGET / BUDGET_UNIT of that script), so the pair
+# is compared at equal compute, as the paper compares (App. B). Default G = 8: without corrections a step costs
+# about a third of IBPO's, so the budget stops it after ~550 steps (ARM_STEPS ~1.2x that: the cosine length).
+# N_RESP=64 is the paper's G = 64 baseline (~70 steps: set ARM_STEPS=85). What differs from the paper's
+# settings, and why, and its reading of "one update per iteration" (UPDATE_READING): the header of
+# run_ibpo_qwen3_1p7b_1gpu.sh.
 set -xeuo pipefail
-EXP_NAME=${EXP_NAME:-gspo_qwen3_1p7b_g${N_RESP:-8}_1gpu} \
+N_RESP=${N_RESP:-8}
+if [ "${N_RESP}" = "64" ]; then DEFAULT_ARM_STEPS=85; else DEFAULT_ARM_STEPS=660; fi
+EXP_NAME=${EXP_NAME:-gspo_qwen3_1p7b_g${N_RESP}_1gpu} N_RESP=${N_RESP} ARM_STEPS=${ARM_STEPS:-${DEFAULT_ARM_STEPS}} \
     JOINT=False bash "$(dirname "$0")/run_ibpo_qwen3_1p7b_1gpu.sh" ibpo.enable=False "$@"

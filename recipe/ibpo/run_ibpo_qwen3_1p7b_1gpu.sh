@@ -1,10 +1,23 @@
 #!/usr/bin/env bash
 # IBPO + GSPO on Qwen3-1.7B with ONE 80 GB GPU (H100/A100-80G): DAPO-Math-17k training, AIME 2025
-# validation. The paper's recipe (G = 8, shaping + joint training, GSPO carrier) at sizes one GPU holds:
-# 8k responses in a 16k context, 32 prompts per step, the optimizer state offloaded to CPU, vLLM taking
-# 45% of the GPU (it sleeps while the actor trains). Every path and size is an env var; extra Hydra
+# validation. The paper's method (G = 8, shaping + joint training, GSPO carrier, lr 5e-7 cosine to 0.1x, 3%
+# warmup, entropy 0) on a model and at sizes one GPU holds; the optimizer state is offloaded to CPU and vLLM
+# takes 45% of the GPU (it sleeps while the actor trains). Every path and size is an env var; extra Hydra
 # overrides are appended ("$@"); run_gspo_qwen3_1p7b_1gpu.sh is the baseline through the same loop.
 #   MODEL_PATH=~/models/Qwen3-1.7B DATA_DIR=~/data/ibpo bash recipe/ibpo/run_ibpo_qwen3_1p7b_1gpu.sh
+#
+# NOT the paper's experiment. What differs from the paper's settings (App. D, Table 1), and why:
+#   - the model: Qwen3-1.7B, not Qwen3-32B / Qwen3-Next-80B (one GPU);
+#   - context: 8k responses, not 30k (vLLM's KV cache and the actor share one GPU). Correction candidates are
+#     shown whole (CANDIDATES=whole: a 32,768-token vLLM context, inside the model's own 40,960, no rope
+#     scaling); CANDIDATES=cut keeps the former 16k context and cuts each candidate to 3,440 tokens
+#     (docs/correction_pass.md: cutting cost the toy all its successful corrections);
+#   - 32 prompts per step in mini-batches of 16: 2 optimizer updates per step (UPDATE_READING=minibatch);
+#     UPDATE_READING=one_update makes the mini-batch the whole step (32 = App. D's mini-batch): one update per
+#     iteration, as Alg. 1 reads;
+#   - validation: AIME 2025 only, 16 samples per problem (Table 1: AIME, HMMT, LiveCodeBench v6, avg@64).
+# The same as the paper: G, λ, β, α, the lr and its schedule, the GSPO clip range and aggregation. The GSPO
+# baseline gets the same compute budget (COMPUTE_BUDGET, BUDGET_UNIT), not the same steps.
 set -xeuo pipefail
 
 MODEL_PATH=${MODEL_PATH:-"${HOME}/models/Qwen3-1.7B"}
@@ -17,18 +30,37 @@ EXP_NAME=${EXP_NAME:-ibpo_gspo_qwen3_1p7b_g8_1gpu}
 
 N_RESP=${N_RESP:-8}                     # G
 TRAIN_BATCH=${TRAIN_BATCH:-32}          # prompts per step
-MINI_BATCH=${MINI_BATCH:-16}            # two updates per step
+UPDATE_READING=${UPDATE_READING:-minibatch}   # minibatch: 2 updates per step | one_update: 1 (header)
+case "${UPDATE_READING}" in
+    minibatch)  DEFAULT_MINI_BATCH=16 ;;
+    one_update) DEFAULT_MINI_BATCH=${TRAIN_BATCH} ;;
+    *) echo "UPDATE_READING=${UPDATE_READING} must be minibatch or one_update" >&2; exit 2 ;;
+esac
+MINI_BATCH=${MINI_BATCH:-${DEFAULT_MINI_BATCH}}
 MAX_PROMPT=${MAX_PROMPT:-1024}
 MAX_RESPONSE=${MAX_RESPONSE:-8192}
-MAX_MODEL_LEN=${MAX_MODEL_LEN:-16384}   # vLLM context (Qwen3-1.7B allows 40960)
-# Correction prompts show x and two candidates: each candidate is middle-truncated so that the prompt
-# plus a full response fits MAX_MODEL_LEN (the trainer checks this at start).
-MAX_CANDIDATE=${MAX_CANDIDATE:-$(( (MAX_MODEL_LEN - MAX_RESPONSE - MAX_PROMPT - 256) / 2 - 16 ))}
-LR=${LR:-1e-6}
+CANDIDATES=${CANDIDATES:-whole}        # whole | cut (header)
+case "${CANDIDATES}" in
+    whole) MAX_MODEL_LEN=${MAX_MODEL_LEN:-32768}    # x + 2 whole candidates + a full correction (Qwen3-1.7B: 40960)
+           MAX_CANDIDATE=${MAX_CANDIDATE:-${MAX_RESPONSE}} ;;
+    cut)   MAX_MODEL_LEN=${MAX_MODEL_LEN:-16384}
+           # each candidate middle-truncated so that x~ plus a full response fits (checked at start)
+           MAX_CANDIDATE=${MAX_CANDIDATE:-$(( (MAX_MODEL_LEN - MAX_RESPONSE - MAX_PROMPT - 256) / 2 - 16 ))} ;;
+    *) echo "CANDIDATES=${CANDIDATES} must be whole or cut" >&2; exit 2 ;;
+esac
+LR=${LR:-5e-7}                          # App. D (the scripts used 1e-6 before, with no stated reason)
 TEMPERATURE=${TEMPERATURE:-1.0}
 GPU_MEM=${GPU_MEM:-0.45}
 VAL_N=${VAL_N:-16}                      # AIME 2025: 30 problems x 16 samples
-TOTAL_STEPS=${TOTAL_STEPS:-200}
+# One compute budget for the pair (ibpo/compute_budget.py; COMPUTE_BUDGET=0: TOTAL_STEPS steps). Default: about
+# 200 IBPO steps by the FLOP formula of ibpo/compute.py (mean response 5k tokens, 60% wrong: 7.5e16 FLOPs per
+# step); the G = 8 baseline then gets ~550 steps. TOTAL_STEPS: the cap and the cosine schedule's length
+# (ARM_STEPS ~1.2x the expected steps to the budget).
+COMPUTE_BUDGET=${COMPUTE_BUDGET:-1.5e19}
+BUDGET_UNIT=${BUDGET_UNIT:-flops}
+ARM_STEPS=${ARM_STEPS:-240}
+TOTAL_STEPS=${TOTAL_STEPS:-${ARM_STEPS}}
+if [ "${COMPUTE_BUDGET}" = "0" ]; then TEST_FREQ=${TEST_FREQ:-10}; else TEST_FREQ=-1; fi
 LOGGER=${LOGGER:-"['console','file']"}
 
 python3 -m recipe.ibpo.main_ibpo \
@@ -71,6 +103,8 @@ python3 -m recipe.ibpo.main_ibpo \
     trainer.nnodes=1 \
     trainer.default_local_dir="${CKPTS_DIR}/${EXP_NAME}" \
     trainer.total_training_steps=${TOTAL_STEPS} \
-    trainer.test_freq=10 \
+    trainer.test_freq=${TEST_FREQ} \
+    compute_budget.limit=${COMPUTE_BUDGET} \
+    compute_budget.unit=${BUDGET_UNIT} \
     trainer.save_freq=50 \
     "$@"

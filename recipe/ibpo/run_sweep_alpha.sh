@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
 # Table 5: rewrite threshold α ∈ {0.5, 0.55, 0.6, 0.65, 0.7, 0.8} and the adaptive μ_d + 2σ_d threshold.
+# Built on run_ibpo_qwen3_32b.sh: the same compute budget (COMPUTE_BUDGET, BUDGET_UNIT), whole candidates
+# (CANDIDATES) and reading of Alg. 1's "one update per iteration" (UPDATE_READING: minibatch, 4 updates of
+# 32 prompts per step, by default; one_update for one update per iteration).
 set -xeuo pipefail
 for ALPHA in ${ALPHAS:-0.5 0.55 0.6 0.65 0.7 0.8}; do
     EXP_NAME=ibpo_alpha_${ALPHA} bash "$(dirname "$0")/run_ibpo_qwen3_32b.sh" ibpo.alpha=${ALPHA} "$@"

@@ -99,6 +99,22 @@ def check_trainer_config(config: DictConfig, ibpo: IBPOConfig, tokenizer,
     return ibpo.replace(max_candidate_tokens=budget.candidate_tokens)
 
 
+def candidate_share_line(ibpo: IBPOConfig, max_response_length: int) -> str:
+    """What the correction prompt shows of a candidate under the resolved budget (``ibpo`` from
+    :func:`check_trainer_config`): the share kept of an answer of the full response length (long wrong answers
+    run to it) and of half of it; docs/correction_pass.md measures what cutting costs."""
+    budget, full = int(ibpo.max_candidate_tokens), int(max_response_length)
+    view = "without its thinking block" if ibpo.candidate_view == "strip_thinking" else "whole text"
+    if budget <= 0 or budget >= full:
+        return (f"correction candidates ({view}): shown whole, up to the response length {full} tokens "
+                "(100% of any answer)")
+    share = lambda n: min(1.0, budget / n)  # noqa: E731
+    return (f"correction candidates ({view}): middle-truncated to {budget} tokens each: an answer of the full "
+            f"response length {full} keeps {share(full):.0%}, one of {full // 2} keeps {share(full // 2):.0%}, "
+            f"one of {full // 4} keeps {share(full // 4):.0%} (whole up to {budget} tokens; the cost of cutting: "
+            "docs/correction_pass.md)")
+
+
 def check_ibpo_run(config: DictConfig, context: int | None) -> None:
     """The pre-flight's IBPO check (the ``ibpo`` method's ``check``): :func:`check_trainer_config` with the
     run's tokenizer and the model's context (``context``: rope scaling applied; None when the model config
@@ -108,8 +124,9 @@ def check_ibpo_run(config: DictConfig, context: int | None) -> None:
     model = config.actor_rollout_ref.model
     tokenizer = hf_tokenizer(model.get("tokenizer_path") or str(model.path),
                              trust_remote_code=model.get("trust_remote_code", False))
-    ibpo = ibpo_config_from(config)
-    check_trainer_config(config, ibpo, tokenizer, context)
+    ibpo = check_trainer_config(config, ibpo_config_from(config), tokenizer, context)
+    if ibpo.enable:
+        print("[ibpo] " + candidate_share_line(ibpo, int(config.data.max_response_length)), flush=True)
     if reinforces_wrong_answers(ibpo.enable, ibpo.shaping, ibpo.lam):
         print(f"[ibpo] note: ibpo.shaping=reward with ibpo.lam={ibpo.lam} (the paper's rule) gives a shaped wrong answer "
               "a positive advantage wherever λΔ exceeds its group's mean reward, always in a group with no right "

@@ -87,3 +87,21 @@ def test_micro_batches_are_capped_without_touching_other_overrides():
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=32",
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=16", "actor_rollout_ref.actor.ppo_mini_batch_size=8"]
     assert module.cap_micro_batches(overrides, 0) == overrides
+
+
+def test_report_of_budget_matched_runs_says_they_are_matched_on_compute(tmp_path, monkeypatch):
+    monkeypatch.delenv("VERL_FILE_LOGGER_PATH", raising=False)
+    for slug, slope in (("gspo_g_n", 0.05), ("ibpo_g_n", 0.1)):
+        write_log(tmp_path / f"{slug}_s0_metrics.jsonl", slope, 0.5)
+        path = tmp_path / f"{slug}_s0_metrics.jsonl"
+        lines = [json.loads(line) for line in path.read_text().splitlines()]
+        for rec in lines:  # what the trainer's compute ledger adds under a budget
+            rec["data"].update({"compute_budget/flops": 100.0 * rec["step"], "compute_budget/limit_flops": 1000.0})
+        path.write_text("\n".join(json.dumps(rec) for rec in lines) + "\n")
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--assets", str(tmp_path / "none"), "--out", str(tmp_path),
+                           "--seeds", "0", "--report-only", "--engine", "verl", "--threshold", "0.3", "--smooth", "1",
+                           "--methods", "GSPO G=n", "IBPO G=n", "--budget-flops", "1000"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    table = (tmp_path / "table.md").read_text()
+    assert "**Equal compute**: every arm stopped at the trainer's budget of 1e+03 FLOPs" in table

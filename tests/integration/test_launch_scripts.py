@@ -22,7 +22,7 @@ SCRIPT_PATHS = {p.name: p for p in sorted(RECIPE_DIR.glob("*/run_*.sh"))}  # eac
 SCRIPTS = sorted(SCRIPT_PATHS)
 
 
-def recorded_invocations(script: str, tmp_path: Path) -> list[list[str]]:
+def recorded_invocations(script: str, tmp_path: Path, env_vars: dict | None = None) -> list[list[str]]:
     shim_dir = tmp_path / "bin"
     shim_dir.mkdir(parents=True)
     record = tmp_path / "calls.jsonl"
@@ -30,7 +30,7 @@ def recorded_invocations(script: str, tmp_path: Path) -> list[list[str]]:
     shim.write_text(f'#!/bin/sh\nexec "{os.sys.executable}" -c \'import json,sys; '
                     f'open("{record}","a").write(json.dumps(sys.argv[1:])+"\\n")\' "$@"\n')
     shim.chmod(shim.stat().st_mode | stat.S_IEXEC)
-    env = {**os.environ, "PATH": f"{shim_dir}:{os.environ['PATH']}", "HOME": str(tmp_path)}
+    env = {**os.environ, "PATH": f"{shim_dir}:{os.environ['PATH']}", "HOME": str(tmp_path), **(env_vars or {})}
     out = subprocess.run(["bash", str(SCRIPT_PATHS[script])], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr[-2000:]
     return [json.loads(line) for line in record.read_text().splitlines()]
@@ -41,7 +41,7 @@ def test_every_script_is_covered():
             "run_ibpo_mask_qwen3_32b.sh", "run_ibpo_qwen3_next_80b.sh", "run_ablation_k1_selfcorrect.sh",
             "run_ablation_shaping_only.sh", "run_sweep_lambda.sh", "run_sweep_alpha.sh",
             "run_counterfactual_gsm8k.sh", "run_counterfactual_math.sh", "run_ibpo_qwen3_1p7b_1gpu.sh",
-            "run_gspo_qwen3_1p7b_1gpu.sh"} <= set(SCRIPTS)
+            "run_gspo_qwen3_1p7b_1gpu.sh", "run_gspo_g8_qwen3_32b.sh"} <= set(SCRIPTS)
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -88,6 +88,11 @@ def test_sweeps_and_baseline_set_what_they_say(tmp_path):
     assert "ibpo.enable=False" in base and "actor_rollout_ref.rollout.n=64" in base
     (main,) = recorded_invocations("run_ibpo_qwen3_32b.sh", tmp_path / "m")
     assert "ibpo.joint_training=True" in main  # the paper's IBPO trains on its corrections too (App. E.2)
+    # the paper's rule is pinned, whatever the package defaults (docs/evidence.md, section 2)
+    assert {"ibpo.variant=binary", "ibpo.lam=0.6", "ibpo.shaping=reward", "ibpo.correct_groups=all"} <= set(main)
+    (ratio,) = recorded_invocations("run_ibpo_ratio_qwen3_32b.sh", tmp_path / "r")
+    (mask,) = recorded_invocations("run_ibpo_mask_qwen3_32b.sh", tmp_path / "k")
+    assert "ibpo.variant=ratio" in ratio and "ibpo.variant=mask" in mask and "ibpo.lam=0.6" in mask
     (shaping,) = recorded_invocations("run_ablation_shaping_only.sh", tmp_path / "s")
     assert "ibpo.joint_training=False" in shaping
 
@@ -107,3 +112,134 @@ def test_one_gpu_scripts_fit_one_gpu_and_save_a_hf_checkpoint(tmp_path):
         assert ibpo_config_from(cfg).enable is ibpo_on
         rollout = cfg.actor_rollout_ref.rollout
         assert rollout.prompt_length + rollout.response_length <= rollout.max_model_len
+
+
+def composed(argv: list[str]):
+    register_config_resolvers()
+    with initialize_config_module(config_module="recipe.ibpo.config", version_base=None):
+        cfg = compose(config_name="ibpo_trainer", overrides=argv[2:])
+    OmegaConf.resolve(cfg)
+    return cfg
+
+
+TABLE1_ARMS = {"run_ibpo_qwen3_32b.sh": (8, True), "run_gspo_g8_qwen3_32b.sh": (8, False),
+               "run_gspo_g64_qwen3_32b.sh": (64, False)}
+
+
+def test_table1_arms_share_one_compute_budget_and_validate_by_it(tmp_path):
+    from recipe.common.preflight.compute_budget import compute_budget_from
+
+    budgets = set()
+    for script, (group, ibpo_on) in TABLE1_ARMS.items():
+        (argv,) = recorded_invocations(script, tmp_path / script)
+        cfg = composed(argv)
+        budget = compute_budget_from(cfg)  # also refuses a step-count validation schedule beside it
+        assert budget.enabled and budget.unit == "flops" and cfg.trainer.test_freq == -1, script
+        budgets.add(budget.limit)
+        assert cfg.actor_rollout_ref.rollout.n == group and ibpo_config_from(cfg).enable is ibpo_on, script
+        assert [Path(f).name for f in cfg.data.val_files] == ["aime25.parquet", "hmmt_feb_2025.parquet",
+                                                              "lcb_v6.parquet"], script
+        # the cosine schedule's length is ~1.2x the arm's expected steps to the budget: the cheaper step, the more
+        assert cfg.trainer.total_training_steps == {8: 360 if ibpo_on else 700, 64: 90}[group], script
+    assert budgets == {3.3e21}
+    # one variable moves every arm; GPU time is the other unit
+    for script in TABLE1_ARMS:
+        (argv,) = recorded_invocations(script, tmp_path / f"{script}_s",
+                                       {"COMPUTE_BUDGET": "1.0e21", "BUDGET_UNIT": "gpu_seconds"})
+        budget = compute_budget_from(composed(argv))
+        assert (budget.limit, budget.unit) == (1.0e21, "gpu_seconds"), script
+    (argv,) = recorded_invocations("run_ibpo_qwen3_32b.sh", tmp_path / "steps", {"COMPUTE_BUDGET": "0"})
+    cfg = composed(argv)
+    assert not compute_budget_from(cfg).enabled and cfg.trainer.test_freq == 10
+
+
+@pytest.mark.parametrize("script", sorted(TABLE1_ARMS) + ["run_ibpo_qwen3_next_80b.sh"])
+def test_table_scripts_offer_both_readings_of_one_update_per_iteration(script, tmp_path):
+    updates = {}
+    for reading in ("minibatch", "one_update"):
+        (argv,) = recorded_invocations(script, tmp_path / reading, {"UPDATE_READING": reading})
+        cfg = composed(argv)
+        updates[reading] = cfg.data.train_batch_size // cfg.actor_rollout_ref.actor.ppo_mini_batch_size
+        assert cfg.actor_rollout_ref.actor.ppo_mini_batch_size == 32  # App. D
+    assert updates == {"minibatch": 4, "one_update": 1}
+    text = SCRIPT_PATHS[script].read_text()
+    assert "UPDATE_READING" in text  # the header says which reading it follows
+
+
+def test_one_gpu_pair_uses_the_paper_lr_and_one_budget(tmp_path):
+    from recipe.common.preflight.compute_budget import compute_budget_from
+
+    limits = set()
+    for script in ("run_ibpo_qwen3_1p7b_1gpu.sh", "run_gspo_qwen3_1p7b_1gpu.sh"):
+        (argv,) = recorded_invocations(script, tmp_path / script)
+        cfg = composed(argv)
+        assert cfg.actor_rollout_ref.actor.optim.lr == 5e-7  # App. D
+        limits.add(compute_budget_from(cfg).limit)
+        header = SCRIPT_PATHS[script].read_text().split("set -xeuo", 1)[0]
+        assert "differs from the paper" in header or "What differs from the paper" in header, script
+    assert limits == {1.5e19}
+
+
+def test_offline_evaluation_allows_the_response_length_of_training(tmp_path):
+    import importlib.util
+
+    import sys
+
+    # scripts/ is not a package (verl ships a top-level `scripts`): load the file by path
+    spec = importlib.util.spec_from_file_location("ibpo_evaluate_script", RECIPE_DIR.parent / "scripts" / "evaluate.py")
+    evaluate = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = evaluate
+    spec.loader.exec_module(evaluate)
+    for preset, script in (("qwen3-32b", "run_ibpo_qwen3_32b.sh"), ("qwen3-next-thinking", "run_ibpo_qwen3_next_80b.sh"),
+                           ("qwen3-next", "run_ibpo_qwen3_next_80b.sh")):
+        (argv,) = recorded_invocations(script, tmp_path / preset)
+        cfg = composed(argv)
+        assert evaluate.PRESETS[preset].max_new_tokens == cfg.data.max_response_length, preset
+        if preset != "qwen3-next":  # the launchers validate with the model's own settings, as the preset samples
+            kw = cfg.actor_rollout_ref.rollout.val_kwargs
+            p = evaluate.PRESETS[preset]
+            assert (kw.temperature, kw.top_p, kw.top_k) == (p.temperature, p.top_p, p.top_k), preset
+
+
+@pytest.mark.parametrize("script, context, native", [("run_ibpo_qwen3_32b.sh", 131072, 32768),
+                                                     ("run_ibpo_qwen3_next_80b.sh", 1048576, 262144)])
+def test_whole_candidates_compose_with_one_rope_scaling_for_rollout_and_actor(script, context, native, tmp_path):
+    from recipe.common.preflight.model import context_length
+
+    (argv,) = recorded_invocations(script, tmp_path / "whole", {"CANDIDATES": "whole"})
+    cfg = composed(argv)
+    rope = OmegaConf.to_container(cfg.actor_rollout_ref.model.override_config.rope_scaling)
+    assert rope == {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": native}
+    assert OmegaConf.to_container(cfg.actor_rollout_ref.rollout.engine_kwargs.vllm.hf_overrides) == {"rope_scaling": rope}
+    rollout = cfg.actor_rollout_ref.rollout
+    assert rollout.max_model_len == context == context_length({"max_position_embeddings": native}, {"rope_scaling": rope})
+    ibpo = ibpo_config_from(cfg)
+    assert ibpo.max_candidate_tokens == cfg.data.max_response_length  # nothing of an answer is cut
+    assert rollout.prompt_length + rollout.response_length <= rollout.max_model_len
+    (default,) = recorded_invocations(script, tmp_path / "default")
+    # whole candidates are the default (docs/correction_pass.md: the cost of cutting); HOME differs per call
+    assert [a.replace(str(tmp_path / "default"), "~") for a in default] == [
+        a.replace(str(tmp_path / "whole"), "~") for a in argv]
+    (cut,) = recorded_invocations(script, tmp_path / "cut", {"CANDIDATES": "cut"})
+    cut_cfg = composed(cut)
+    assert "rope_scaling" not in (cut_cfg.actor_rollout_ref.model.get("override_config") or {})
+    assert ibpo_config_from(cut_cfg).max_candidate_tokens == {"run_ibpo_qwen3_32b.sh": 3952,
+                                                              "run_ibpo_qwen3_next_80b.sh": 2928}[script]
+
+
+def test_one_gpu_pair_shows_whole_candidates_in_the_model_context(tmp_path):
+    (argv,) = recorded_invocations("run_ibpo_qwen3_1p7b_1gpu.sh", tmp_path / "w")
+    cfg = composed(argv)
+    assert ibpo_config_from(cfg).max_candidate_tokens == cfg.data.max_response_length == 8192
+    assert cfg.actor_rollout_ref.rollout.max_model_len == 32768  # inside Qwen3-1.7B's 40,960: no rope scaling
+    assert "rope_scaling" not in (cfg.actor_rollout_ref.model.get("override_config") or {})
+    (cut,) = recorded_invocations("run_ibpo_qwen3_1p7b_1gpu.sh", tmp_path / "c", {"CANDIDATES": "cut"})
+    assert ibpo_config_from(composed(cut)).max_candidate_tokens == 3440
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_table_script_names_its_reading_of_one_update_per_iteration(script):
+    header = SCRIPT_PATHS[script].read_text().split("set -xeuo", 1)[0]
+    if "counterfactual" in script:
+        return  # not a Table-1-5 launcher of the IBPO paper
+    assert "UPDATE_READING" in header, script

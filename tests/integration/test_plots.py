@@ -222,4 +222,27 @@ def test_every_option_shows_its_default_in_help(capsys):
     with pytest.raises(SystemExit):
         mod.main(["--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert "(default: 5)" in text and f"(default: {FLOPS})" in text and "(default: ibpo/raw_score_mean)" in text
+    assert "(default: 5)" in text and "(default: auto)" in text and "(default: ibpo/raw_score_mean)" in text
+
+
+def _records(mod, keys_per_step: dict) -> list:
+    return [mod.Record(step, dict(keys_per_step, **{"ibpo/raw_score_mean": 0.1 * step})) for step in range(1, 4)]
+
+
+def test_auto_x_is_the_axis_the_runs_were_matched_on():
+    mod = load_script()
+    flops_budget = {"compute_budget/flops": 1.0, "compute_budget/gpu_seconds": 2.0, "compute_budget/limit_flops": 9.0}
+    seconds_budget = {"compute_budget/flops": 1.0, "compute_budget/gpu_seconds": 2.0,
+                      "compute_budget/limit_gpu_seconds": 9.0}
+    unbudgeted = {"compute_budget/flops": 1.0, "compute_budget/gpu_seconds": 2.0, FLOPS: 1.0}
+    assert mod.matched_x_axis({"A": [_records(mod, flops_budget)], "B": [_records(mod, flops_budget)]}) == \
+        "compute_budget/flops"
+    assert mod.matched_x_axis({"A": [_records(mod, seconds_budget)]}) == "compute_budget/gpu_seconds"
+    # no budget: the FLOP counter every trainer logs; runs matched in steps can ask for their own axis
+    assert mod.matched_x_axis({"A": [_records(mod, unbudgeted)]}) == "compute_budget/flops"
+    assert mod.matched_x_axis({"A": [_records(mod, unbudgeted)]}, fallback="step") == "step"
+    assert mod.matched_x_axis({"A": [_records(mod, {FLOPS: 1.0})]}) == FLOPS  # logs from before the ledger
+    with pytest.raises(ValueError, match="not matched on one compute budget"):
+        mod.matched_x_axis({"A": [_records(mod, flops_budget)], "B": [_records(mod, seconds_budget)]})
+    with pytest.raises(ValueError, match="not matched on one compute budget"):
+        mod.matched_x_axis({"A": [_records(mod, flops_budget)], "B": [_records(mod, unbudgeted)]})

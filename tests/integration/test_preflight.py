@@ -333,3 +333,31 @@ def test_a_fraction_where_verl_takes_one_passes_the_type_check(override):
 
     check_verl_option_types(OmegaConf.merge(verl_default_config(), OmegaConf.from_dotlist([override])),
                             resolve=False)
+
+
+@pytest.mark.parametrize("extra, expected", [
+    (("compute_budget.limit=1.0e9", "trainer.test_freq=5"), "set trainer.test_freq=-1"),
+    (("compute_budget.limit=1.0e9", "compute_budget.unit=tokens"), "compute_budget.unit='tokens' must be one of"),
+    (("compute_budget.limit=abc",), "compute_budget.limit='abc' has type str; expected float"),
+])
+def test_a_bad_compute_budget_stops_the_preflight_naming_the_option(tiny_run, extra, expected):
+    register_config_resolvers()
+    with initialize_config_module(config_module="recipe.ibpo.config", version_base=None):
+        cfg = compose(config_name="ibpo_trainer", overrides=overrides_for(tiny_run, *extra))
+    with pytest.raises(ValueError) as info:  # SetupError is one too; the launcher prints either in one line
+        resolve_config(cfg)
+        preflight(cfg)
+    assert expected in str(info.value)
+
+
+def test_the_preflight_prints_the_candidate_share_and_the_sampling_check(tiny_run, capsys):
+    register_config_resolvers()
+    with initialize_config_module(config_module="recipe.ibpo.config", version_base=None):
+        cfg = compose(config_name="ibpo_trainer", overrides=overrides_for(
+            tiny_run, "actor_rollout_ref.rollout.val_kwargs.do_sample=True",
+            "actor_rollout_ref.rollout.val_kwargs.temperature=0.6"))
+    resolve_config(cfg)
+    preflight(cfg)
+    out = capsys.readouterr().out
+    assert "[ibpo] correction candidates (whole text):" in out
+    assert "[ibpo] validation sampling (rollout.val_kwargs): temperature 0.6" in out

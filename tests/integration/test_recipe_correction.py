@@ -107,10 +107,14 @@ def make_trainer(ibpo_options: dict, n: int = 4, mini_batch: int = 2) -> RayIBPO
         "algorithm": {"adv_estimator": "ibpo"}, "ibpo": ibpo_options,
         "data": {"max_prompt_length": 64, "max_response_length": RESP_LEN},
         "reward": {"reward_model": {"enable": False}},
+        "trainer": {"test_freq": -1},
     })
     trainer.tokenizer = FakeTokenizer()
     trainer._init_ibpo_state(model_context=None, model_shape=ModelShape(matmul_params=1000, num_layers=2,
                                                                        attention_dim=8))
+    trainer._init_compute_budget()  # the base trainer's ledger (no budget: counts only)
+    trainer.resource_pool_manager = SimpleNamespace(get_n_gpus=lambda: 2)
+    trainer.total_training_steps = 10
     trainer.actor_rollout_wg = SimpleNamespace(world_size=2)  # 2 DP ranks, as balanced below
     trainer.async_rollout_manager = FakeRolloutManager()
     trainer.use_reference_policy = False
@@ -207,6 +211,9 @@ def test_correction_pass_places_delta_on_the_right_rows_after_reordering():
     trainer._after_advantage(out, metrics, {})
     trainer._step_metrics(out, metrics, {"step": 1.0})
     assert metrics["ibpo/lambda"] == 0.6 and metrics["ibpo/num_joint_rows"] == 7
+    # the base trainer's ledger counted the step: IBPO's FLOPs, and 1 s on 2 GPUs
+    assert metrics["compute_budget/flops"] == metrics["ibpo/compute/step_flops"] == metrics["ibpo/compute/total_flops"]
+    assert metrics["compute_budget/gpu_seconds"] == 2.0 and "compute_budget/limit_flops" not in metrics
     assert metrics["ibpo/num_padding_rows"] == pad
     assert metrics["ibpo/cov_y_phi"] <= 1e-12  # Assumption A.1 on the main rows
     assert 0 < metrics["ibpo/batch_token_mask_mean"] < 1  # the mask reached the training batch

@@ -1,8 +1,9 @@
 """One source of options: each option dataclass (``ibpo.config.IBPOConfig``,
-``counterfactual.importance.CounterfactualConfig``) documents every field, its YAML block
-(``recipe/ibpo/config/ibpo_blocks.yaml``, ``recipe/counterfactual/config/counterfactual_block.yaml``) is exactly
-the text generated from it (``python -m recipe.common.config_blocks``, looping over the method registry), and the
-two agree key by key and value by value."""
+``counterfactual.importance.CounterfactualConfig``, ``ibpo.compute_budget.ComputeBudgetConfig``) documents every
+field, its YAML block (``recipe/ibpo/config/ibpo_blocks.yaml``, ``recipe/counterfactual/config/counterfactual_block.yaml``,
+``recipe/common/config/compute_budget_block.yaml``) is exactly the text generated from it
+(``python -m recipe.common.config_blocks``, looping over the method registry and the shared blocks), and the two
+agree key by key and value by value."""
 
 from __future__ import annotations
 
@@ -14,14 +15,17 @@ import pytest
 import yaml
 
 from counterfactual.importance import CounterfactualConfig
+from ibpo.compute_budget import ComputeBudgetConfig
 from ibpo.config import IBPOConfig
 from recipe.common import config_blocks as generated
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG_DIR = ROOT / "recipe" / "ibpo" / "config"
-BLOCKS = [("ibpo_blocks.yaml", "ibpo", IBPOConfig), ("counterfactual_block.yaml", "counterfactual", CounterfactualConfig)]
+BLOCKS = [("ibpo_blocks.yaml", "ibpo", IBPOConfig), ("counterfactual_block.yaml", "counterfactual", CounterfactualConfig),
+          ("compute_budget_block.yaml", "compute_budget", ComputeBudgetConfig)]
 BLOCK_PATHS = {"ibpo_blocks.yaml": CONFIG_DIR / "ibpo_blocks.yaml",
-               "counterfactual_block.yaml": ROOT / "recipe" / "counterfactual" / "config" / "counterfactual_block.yaml"}
+               "counterfactual_block.yaml": ROOT / "recipe" / "counterfactual" / "config" / "counterfactual_block.yaml",
+               "compute_budget_block.yaml": ROOT / "recipe" / "common" / "config" / "compute_budget_block.yaml"}
 KEY_LINE = re.compile(r"^  ([a-z_]+):")
 QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"' + r"|'[^']*'")
 
@@ -36,7 +40,7 @@ def test_committed_yaml_block_is_the_generated_text(block):
         f"the file")
 
 
-def test_blocks_cover_both_option_classes():
+def test_blocks_cover_every_option_class():
     assert sorted((b.file, b.name, b.options) for b in generated.blocks()) == sorted(BLOCKS, key=lambda b: b[:2])
 
 

@@ -21,7 +21,8 @@ from omegaconf import DictConfig, OmegaConf
 from recipe.common.preflight.data_files import check_data_rows, data_files
 from recipe.common.preflight.errors import SetupError
 from recipe.common.preflight.legacy_reward_keys import check_legacy_reward_keys
-from recipe.common.preflight.model import check_context_length, check_model_path, configured_context_length
+from recipe.common.preflight.compute_budget import compute_budget_from
+from recipe.common.preflight.model import check_context_length, check_model_path, configured_context_length, sampling_report
 from recipe.common.preflight.reward_function import check_reward_kwargs, load_reward_function, run_verifier_self_test
 from recipe.common.preflight.verl_validation import check_verl_option_types, run_verl_validation
 
@@ -56,12 +57,17 @@ def preflight(config: DictConfig) -> None:
     from recipe.common.methods import method_of, run_method_check  # the registry imports this package's checks
 
     method = method_of(config)  # validates the method's option block, rejects the other method's
+    compute_budget_from(config)  # the compute budget's options, and validation by budget, not by step count
     check_legacy_reward_keys(config)
     check_verl_option_types(config)
     train_files = data_files(config, "train_files")
     val_files = data_files(config, "val_files")
     model = config.actor_rollout_ref.model
     check_model_path(str(model.path))
+    val_kwargs = config.actor_rollout_ref.rollout.get("val_kwargs")
+    if val_kwargs is not None and val_kwargs.get("do_sample", False):
+        print("[ibpo] " + sampling_report(val_kwargs, str(model.path), "validation sampling (rollout.val_kwargs)"),
+              flush=True)
     reward_fn = load_reward_function(config)
     check_reward_kwargs(config, reward_fn)
     # Every row before the model's context and verl's validation: a bad row (file, row, field, what is allowed)

@@ -106,3 +106,39 @@ def check_context_length(config: DictConfig, context: int | None) -> None:
             f"{config.data.max_response_length} = {total} exceeds the context {served} "
             f"({'rollout.max_model_len' if max_model_len is not None else 'the model max_position_embeddings'}): "
             "long prompts would leave no room to answer; lower one of them")
+
+
+SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p")
+
+
+def model_sampling_defaults(model_path: str) -> tuple[str, dict[str, float]] | None:
+    """(source file, sampling settings) of the model's own ``generation_config.json`` (the model's recommended
+    temperature / top-p / top-k / min-p, as its authors ship them); None when the local model has none."""
+    import json
+
+    path = Path(str(model_path)).expanduser() / "generation_config.json"
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return str(path), {k: data[k] for k in SAMPLING_KEYS if k in data}
+
+
+def sampling_report(sampling: Mapping[str, Any], model_path: str, what: str) -> str:
+    """One line comparing ``sampling`` (e.g. ``rollout.val_kwargs``) with the model's generation config, the
+    source named; a differing value is flagged ``!=`` (a deliberate choice stays possible: this informs)."""
+    found = model_sampling_defaults(model_path)
+    used = {k: sampling[k] for k in SAMPLING_KEYS if sampling.get(k) is not None}
+    if found is None:
+        return (f"{what}: {used}; the model at {model_path} has no generation_config.json to check them against "
+                "(compare with its model card)")
+    source, recommended = found
+    parts, differ = [], []
+    for key, value in used.items():
+        if key in recommended:
+            same = abs(float(value) - float(recommended[key])) < 1e-9
+            parts.append(f"{key} {value}" + ("" if same else f" != {recommended[key]}"))
+            differ += [] if same else [key]
+        else:
+            parts.append(f"{key} {value} (not in the generation config)")
+    verdict = f"DIFFERS in {differ}" if differ else "matches"
+    return f"{what}: {', '.join(parts)}; {verdict} the model's own {source}"

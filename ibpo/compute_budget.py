@@ -1,0 +1,162 @@
+"""One compute budget for every arm (paper App. B: methods compared at matched GPU time; Table 1: FLOPs).
+
+The ``compute_budget:`` block (``recipe/common/config/compute_budget_block.yaml``, generated from
+:class:`ComputeBudgetConfig`) is read by every method's trainer (``recipe.common.trainer_base``): IBPO, the
+GSPO baseline through the IBPO loop, and counterfactual weighting. With ``limit > 0`` a run stops when its
+cumulative compute reaches ``limit`` (in ``unit``), whatever ``trainer.total_training_steps`` (then only a cap),
+and validates when it crosses each of ``val_fractions``.
+
+The ledger (:class:`ComputeLedger`) counts both units every step, budget or not:
+
+- ``flops``: the step's FLOPs from the project's counter (``ibpo.compute.step_flops``: both generations, the
+  old-log-prob / reference forwards, the actor update, the counterfactual forwards, the gradient probe);
+- ``gpu_seconds``: the step's wall seconds (verl's ``step`` timer: generation to weight sync, checkpoint
+  saving included, validation excluded) times the GPUs of the run's resource pool.
+
+**When a run stops.** verl's loop decides that a step is the last before the step runs (``is_last_step``), so
+the decision is a prediction: after step k the ledger asks whether the next step, costing what step k cost,
+would reach the limit (``spent_k + cost_k >= limit``); if so step k+1 is the last one (it validates and saves
+as verl's last step does). Hence, with ``K`` the last step: the run never starts a step once the budget is
+spent unless a single step outgrew the one before it by more than the budget that was left, and the final
+spend overshoots the limit by less than one step (``spent_K - limit < cost_K``); it falls short only when the
+last step cost less than the one before it, by at most the difference. The metric
+``compute_budget/overshoot`` records the final ``spent - limit`` in the unit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field, fields
+from typing import Any, Mapping
+
+UNITS = ("flops", "gpu_seconds")
+METRIC_PREFIX = "compute_budget/"
+# the cumulative counter of each unit, as logged: the axis curves of budget-matched runs are drawn on
+SPENT_METRIC = {"flops": "compute_budget/flops", "gpu_seconds": "compute_budget/gpu_seconds"}
+# the budget itself, logged every step of a budgeted run: its presence names the axis the runs were matched on
+LIMIT_METRIC = {"flops": "compute_budget/limit_flops", "gpu_seconds": "compute_budget/limit_gpu_seconds"}
+
+
+class ComputeBudgetError(ValueError):
+    """A ``compute_budget`` option is unknown or out of range."""
+
+
+@dataclass(frozen=True)
+class ComputeBudgetConfig:
+    """The ``compute_budget:`` options (module docstring), validated at construction."""
+
+    limit: float = field(default=0.0, metadata={
+        "doc": "stop the run when its cumulative compute reaches this many `unit`s (the last step is predicted from "
+               "the step before; overshoot < one step: ibpo/compute_budget.py). 0: no budget, the run stops at "
+               "trainer.total_training_steps (with a budget that is only a cap, and the length of verl's lr schedule)"})
+    unit: str = field(default="flops", metadata={
+        "doc": "flops: the project's FLOP counter (ibpo/compute.py; Table 1's caption) | gpu_seconds: the step's "
+               "wall seconds x the run's GPUs (App. B: GPU time; validation not counted)"})
+    val_fractions: tuple[float, ...] = field(default=(0.25, 0.5, 0.75, 1.0), metadata={
+        "doc": "with a budget, validate when the spend first reaches each fraction of `limit` (and at the last "
+               "step), logged against compute_budget/<unit>; replaces trainer.test_freq, which must be <= 0"})
+
+    def __post_init__(self) -> None:
+        if self.unit not in UNITS:
+            raise ComputeBudgetError(f"compute_budget.unit={self.unit!r} must be one of {list(UNITS)}")
+        if not (self.limit >= 0.0) or self.limit == float("inf"):
+            raise ComputeBudgetError(f"compute_budget.limit={self.limit!r} must be a finite number >= 0 (0: no budget)")
+        fracs = tuple(float(f) for f in self.val_fractions)
+        if any(not (0.0 < f <= 1.0) for f in fracs) or list(fracs) != sorted(set(fracs)):
+            raise ComputeBudgetError(f"compute_budget.val_fractions={list(self.val_fractions)!r} must be increasing, "
+                                     "distinct, each in (0, 1]")
+        object.__setattr__(self, "val_fractions", fracs)
+
+    @property
+    def enabled(self) -> bool:
+        return self.limit > 0.0
+
+    @classmethod
+    def from_mapping(cls, options: Mapping[str, Any] | None) -> "ComputeBudgetConfig":
+        """Build from a plain mapping (``OmegaConf.to_container(config.compute_budget)``); unknown keys fail."""
+        options = dict(options or {})
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise ComputeBudgetError(f"unknown compute_budget option(s) {unknown}; known options: {sorted(known)}")
+        if options.get("val_fractions") is not None:
+            options["val_fractions"] = tuple(options["val_fractions"])
+        return cls(**options)
+
+    def replace(self, **changes: Any) -> "ComputeBudgetConfig":
+        return dataclasses.replace(self, **changes)
+
+
+def check_validation_schedule(budget: ComputeBudgetConfig, test_freq: int) -> None:
+    """With a budget, validation follows its fractions; a step-count schedule beside it is refused."""
+    if budget.enabled and int(test_freq) > 0:
+        raise ComputeBudgetError(
+            f"trainer.test_freq={test_freq} validates every {test_freq} steps, but compute_budget.limit={budget.limit:g} "
+            f"validates at compute_budget.val_fractions={list(budget.val_fractions)} of the budget, the same points "
+            "for every arm: set trainer.test_freq=-1")
+
+
+@dataclass
+class ComputeLedger:
+    """Cumulative compute of a run in both units, and the budget decisions (module docstring)."""
+
+    budget: ComputeBudgetConfig
+    flops: float = 0.0
+    gpu_seconds: float = 0.0
+    steps: int = 0
+    last_cost: float = 0.0  # the last step's cost in the budget's unit
+    validated: int = 0  # how many of budget.val_fractions have been validated
+
+    def spent(self) -> float:
+        return self.flops if self.budget.unit == "flops" else self.gpu_seconds
+
+    def add_step(self, flops: float, gpu_seconds: float) -> None:
+        self.flops += float(flops)
+        self.gpu_seconds += float(gpu_seconds)
+        self.steps += 1
+        self.last_cost = float(flops) if self.budget.unit == "flops" else float(gpu_seconds)
+
+    def next_step_is_last(self) -> bool:
+        """After a step: would the next one, costing what this one did, reach the limit (or is it spent)?"""
+        return self.budget.enabled and self.spent() + self.last_cost >= self.budget.limit
+
+    def validation_due(self, is_last_step: bool) -> bool:
+        """Whether to validate now: the spend crossed the next fraction not yet validated, or this is the run's
+        last step and its final fraction is not validated yet. Marks the crossed fractions as done."""
+        if not self.budget.enabled:
+            return False
+        crossed = sum(1 for f in self.budget.val_fractions if self.spent() >= f * self.budget.limit)
+        due = crossed > self.validated or (is_last_step and self.validated < len(self.budget.val_fractions))
+        self.validated = len(self.budget.val_fractions) if is_last_step else max(self.validated, crossed)
+        return due
+
+    def metrics(self) -> dict[str, float]:
+        out = {SPENT_METRIC["flops"]: self.flops, SPENT_METRIC["gpu_seconds"]: self.gpu_seconds}
+        if self.budget.enabled:
+            out[LIMIT_METRIC[self.budget.unit]] = self.budget.limit
+            out[METRIC_PREFIX + "fraction"] = self.spent() / self.budget.limit
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"flops": self.flops, "gpu_seconds": self.gpu_seconds, "steps": self.steps,
+                "last_cost": self.last_cost, "validated": self.validated,
+                "budget": dataclasses.asdict(self.budget)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        saved = state.get("budget")
+        if saved is not None and (saved.get("unit"), float(saved.get("limit", 0.0))) != (self.budget.unit,
+                                                                                          self.budget.limit):
+            raise ComputeBudgetError(
+                f"resuming with compute_budget limit={self.budget.limit:g} unit={self.budget.unit} but the checkpoint "
+                f"was written under limit={saved.get('limit')} unit={saved.get('unit')}: a budget-matched comparison "
+                "needs one budget for the whole run; resume with the checkpoint's budget")
+        for key in ("flops", "gpu_seconds", "last_cost"):
+            setattr(self, key, float(state[key]))
+        self.steps, self.validated = int(state["steps"]), int(state["validated"])
+
+
+def matched_axis(records_keys: set[str]) -> str | None:
+    """The cumulative counter a budgeted run was matched on (``compute_budget/<unit>``), from the metric keys
+    its log holds (the ``compute_budget/limit_<unit>`` key names the unit); None for a run without a budget."""
+    found = [unit for unit in UNITS if LIMIT_METRIC[unit] in records_keys]
+    return SPENT_METRIC[found[0]] if len(found) == 1 else None
