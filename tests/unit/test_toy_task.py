@@ -105,3 +105,16 @@ def test_three_sum_orders_repairs_and_errors():
         "first 918 + 461", "d1: 8+1+0=9 write 9 carry 0", "d2: 1+6+0=7 write 7 carry 0",
         "d3: 9+4+0=13 write 3 carry 1", "sum 1379"]
     assert three_sum.render_solution(p, (1, 2, 0)).endswith("\\boxed{1731}")
+
+
+def test_synthetic_sibling_overlap_is_lower_with_several_orders():
+    """analysis.task_overlap on character ids: a wrong addition shares more of itself with the one right worked
+    solution than a wrong three_sum does with right solutions written in random orders; both are shares."""
+    from analysis.task_overlap import synthetic_overlap
+
+    chars = lambda text: [ord(c) for c in text]  # noqa: E731
+    addition = synthetic_overlap("addition", chars, problems=40)
+    three = synthetic_overlap("three_sum", chars, problems=40)
+    assert addition["wrong_in_mixed_groups"] == three["wrong_in_mixed_groups"] == 80
+    a, t = addition["wrong_tokens_shared_with_right_sibling"], three["wrong_tokens_shared_with_right_sibling"]
+    assert 0 < t < a < 1
