@@ -91,7 +91,7 @@ def correction_requests(tokenizer, workload: Workload, layout: dict, max_candida
                         num_references: int = 1, seed: int = 0) -> list[CorrectionRequest]:
     """The step's correction requests under ``layout`` (IBPO options), through ``plan_corrections`` with the
     tokenizer's decode/encode, so candidates are cut to ``max_candidate_tokens`` re-tokenised tokens."""
-    config = IBPOConfig(num_references=num_references,
+    config = IBPOConfig(num_references=num_references, correct_groups="all",  # every wrong response's request
                         max_candidate_tokens=max_candidate_tokens, seed=seed, **layout)
 
     def decode(ids):

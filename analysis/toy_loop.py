@@ -74,7 +74,8 @@ def default_arms() -> dict[str, Arm]:
     λ, the mask signs, joint training, corrections only in mixed groups, shaping at the advantage level or
     capped at 0, and the oracle mask (no correction, zero correction cost: each wrong response trained only on
     the tokens a minimal edit into the task's right solution changes, ``negative_only``)."""
-    paper = IBPOConfig(variant="binary", lam=0.6, beta=0.5, alpha=0.6, num_references=1)
+    paper = IBPOConfig(variant="binary", lam=0.6, beta=0.5, alpha=0.6, num_references=1, shaping="reward",
+                       correct_groups="all")  # every option that differs from the package default is pinned
     arms = [Arm("GSPO G=n", 1), Arm("IBPO G=n", 1, paper),
             Arm("IBPO G=n copy filter", 1, paper.replace(rewrite_condition="closer_to_reference")),
             Arm("GSPO G=4n", 4),

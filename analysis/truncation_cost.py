@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     toy = Toy(model_dir, train_size=args.batches * args.batch_size, test_size=1, train_seed=args.seed, task=args.task)
     generator = HFGenerator.from_pretrained(model_dir)
     generator.model.eval()
-    cfg = IBPOConfig(variant=args.variant, seed=args.seed)
+    cfg = IBPOConfig(variant=args.variant, seed=args.seed, correct_groups="all")  # every wrong response corrected
     batches, t0 = [], time.perf_counter()
     for b in range(args.batches):
         problems = toy.train[b * args.batch_size:(b + 1) * args.batch_size]

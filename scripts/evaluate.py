@@ -391,7 +391,7 @@ def compare_and_correct(problems: list[Problem], prompts: list[list[int]], compl
     of the problem (the verifier is not consulted: every sample counts as unverified). Returns (P, k) acc."""
     k = len(completions[0])
     config = IBPOConfig(num_references=1 if k > 1 else 0, seed=seed, candidate_view=args.candidate_view,
-                        max_candidate_tokens=args.max_candidate_tokens)
+                        max_candidate_tokens=args.max_candidate_tokens, correct_groups="all")  # every sample
     group_ids = [p for p in range(len(problems)) for _ in range(k)]
     response_ids = [c.token_ids for row in completions for c in row]
     messages = [problems[p].messages for p in group_ids]

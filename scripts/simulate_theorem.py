@@ -193,7 +193,8 @@ def verdicts(results: list[RegimeResult], runs: list[TrainingResult], labels: li
 def run(args: argparse.Namespace) -> dict:
     world = World(num_steps=args.steps, num_choices=args.choices, repair_correct_ref=args.repair_correct_ref,
                   repair_wrong_ref=args.repair_wrong_ref, rewrite_prob=args.rewrite_prob)
-    config = IBPOConfig(lam=args.lam, beta=args.beta, seed=args.seed)
+    config = IBPOConfig(variant="binary", lam=args.lam, beta=args.beta, seed=args.seed, shaping="reward",
+                        correct_groups="all")  # Theorem A.2's setting: the paper's rule
     grid_max = (1.0 / args.beta) - 1e-9
     lam_grid = np.round(np.arange(0.0, grid_max, args.lam_step), 6)
     if not np.isclose(lam_grid, args.lam).any():
