@@ -90,7 +90,7 @@ class IBPOConfig:
 
     enable: bool = field(default=True, metadata={
         "doc": "false: plain GSPO through the same loop (Δ = 0, no correction pass)"})
-    variant: str = field(default="binary", metadata={
+    variant: str = field(default="mask", metadata={
         "doc": "a registered shaping variant (ibpo/variants.py): binary: Δ = β (Eq. 14/19) | ratio: Δ = |U|/T "
                "(Eq. 16) | mask: Δ = β and the gradient only on tokens the correction changed (Eq. 7/17)"})
     mask_sign: str = field(default="negative_only", metadata={
@@ -102,8 +102,10 @@ class IBPOConfig:
                "Â >= 0 | complement_when_positive: m_t where Â < 0, 1 - m_t where Â > 0 (only the kept tokens "
                "are reinforced) | literal: m_t whatever the sign (Eq. 17 as written)\n"
                "The default is a decision, not Eq. 17: docs/method_ibpo.md (Step B)"})
-    lam: float = field(default=0.6, metadata={
-        "doc": "λ in r' = r + λΔ (Eq. 15/27); Table 4 optimum. Checked: λ·max Δ < 1 (Eq. 8)"})
+    lam: float = field(default=0.0, metadata={
+        "doc": "λ in r' = r + λΔ (Eq. 15/27); the paper's Table 4 optimum is 0.6. Checked: λ·max Δ < 1 (Eq. 8)\n"
+               "Default 0 with variant=mask and correct_groups=mixed: the corrections localise credit and do not "
+               "change the reward (docs/evidence.md section 2: the paper's rule unlearns on a weak warm start)"})
     beta: float = field(default=0.5, metadata={"doc": "β in Δ = β·1[...] (Eq. 14/26)"})
     shaping: str = field(default="reward", metadata={
         "doc": "where λΔ enters: reward: r' = r + λΔ before the group normalisation (Eq. 15/23, the paper) | "
@@ -125,7 +127,7 @@ class IBPOConfig:
         "doc": "adaptive α falls back to `alpha` with fewer successful corrections than this"})
     num_references: int = field(default=1, metadata={
         "doc": "K - 1 references per wrong response (Eq. 4); 0 = self-correction (Table 3, k = 1)"})
-    correct_groups: str = field(default="all", metadata={
+    correct_groups: str = field(default="mixed", metadata={
         "doc": "which wrong responses get a correction: all (Alg. 1: every wrong response, a wrong reference "
                "when the group has no right one) | mixed: only those with a right sibling (no correction pass "
                "for all-wrong groups: cheaper, and their shaping cannot reinforce a wrong answer)\n"

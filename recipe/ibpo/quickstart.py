@@ -27,6 +27,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from ibpo.config import IBPOConfig
 from ibpo.variants import variant_names
 from verl_cpu.launch import cpu_env, cpu_overrides, process_env, read_metrics_jsonl, run_with_timeout
 
@@ -249,7 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="outputs/quickstart", help="work directory (assets are cached here)")
     parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--variant", choices=variant_names(), default="binary")
+    parser.add_argument("--variant", choices=variant_names(), default=IBPOConfig().variant,
+                        help="ibpo.variant (default: the package's, with its λ and correct_groups)")
     parser.add_argument("--no-joint-training", action="store_true", help="shaping only (Table 3 ablation)")
     parser.add_argument("--baseline", action="store_true", help="GSPO without IBPO (ibpo.enable=False)")
     parser.add_argument("--gpu", action="store_true", help="one CUDA GPU with the vLLM rollout (needs verl's vllm)")

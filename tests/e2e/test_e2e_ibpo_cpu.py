@@ -21,6 +21,9 @@ from recipe.ibpo.quickstart import ibpo_overrides, run_cpu_training
 pytestmark = pytest.mark.e2e
 
 RUN_TIMEOUT_S = 600
+# The paper's rule (λ = 0.6, every wrong response corrected): what these runs check; the defaults differ
+# (docs/evidence.md, section 2).
+PAPER_RULE = ["ibpo.lam=0.6", "ibpo.correct_groups=all"]
 SYNC_LINE = re.compile(
     re.escape(DEBUG_PREFIX) + r" adapter replica=0 sent (\d+) tensors global_steps=(\d+) "
     r"actor_param_norm=([\d.]+) server_param_norm=([\d.]+)"
@@ -40,13 +43,14 @@ def _run(assets, tmp_path_factory, name, overrides, steps, extra_env=None, confi
 
 @pytest.fixture(scope="module")
 def ibpo_joint(cpu_demo_assets, tmp_path_factory):
-    overrides = ibpo_overrides("binary", joint_training=True, baseline=False) + ["ibpo.grad_probe_interval=2"]
+    overrides = ibpo_overrides("binary", joint_training=True, baseline=False) + PAPER_RULE + [
+        "ibpo.grad_probe_interval=2"]
     return _run(cpu_demo_assets, tmp_path_factory, "ibpo_binary_joint", overrides, 3, {DEBUG_ENV: "1"})
 
 
 @pytest.fixture(scope="module")
 def ibpo_mask(cpu_demo_assets, tmp_path_factory):
-    overrides = ibpo_overrides("mask", joint_training=False, baseline=False)
+    overrides = ibpo_overrides("mask", joint_training=False, baseline=False) + PAPER_RULE
     return _run(cpu_demo_assets, tmp_path_factory, "ibpo_mask", overrides, 3)
 
 
@@ -168,7 +172,7 @@ def test_resume_continues_the_compute_counter_and_lambda_schedule(cpu_demo_asset
     totals *after* step 2 (not step 1's: the state is written after the step's compute is counted), and the
     resumed step 3 reports saved totals + step 3's own work, and the λ that the schedule gives after step 2."""
     out = tmp_path_factory.mktemp("resume")
-    overrides = ibpo_overrides("binary", joint_training=False, baseline=False) + [
+    overrides = ibpo_overrides("binary", joint_training=False, baseline=False) + PAPER_RULE + [
         "ibpo.lambda_schedule=theorem", "trainer.save_freq=2", "trainer.resume_mode=auto"]
     first, m1 = run_cpu_training(cpu_demo_assets, out, "first", overrides, 2, RUN_TIMEOUT_S)
     assert first.returncode == 0, first.log_tail()

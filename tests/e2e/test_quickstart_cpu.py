@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from ibpo.config import IBPOConfig
 from recipe.ibpo.quickstart import latest_hf_checkpoint, main
 
 pytestmark = pytest.mark.e2e
@@ -23,7 +24,7 @@ def test_quickstart_with_tensorboard_logger_trains_saves_and_prints_the_loop(cpu
     assert "[quickstart] step 1/2" in out and "[quickstart] step 2/2" in out
     assert "peak RSS summed over the run's processes" in out
     assert list((tmp_path / "tensorboard_log").rglob("events.out.tfevents.*")), "tensorboard wrote nothing"
-    checkpoint = latest_hf_checkpoint(tmp_path / "checkpoints" / "ibpo_binary")
+    checkpoint = latest_hf_checkpoint(tmp_path / "checkpoints" / f"ibpo_{IBPOConfig().variant}")
     assert checkpoint is not None and checkpoint.parent.parent.name == "global_step_2"
     AutoModelForCausalLM.from_pretrained(checkpoint)
     assert f"scripts/evaluate.py run --model {checkpoint}" in out or "scripts/evaluate.py run --model" in out

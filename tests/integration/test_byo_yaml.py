@@ -57,9 +57,9 @@ def test_the_readme_yaml_composes_against_verl_and_runs_the_ibpo_trainer(tmp_pat
     assert cfg.actor_rollout_ref.actor.policy_loss.loss_mode == "gspo"
     assert cfg.reward.custom_reward_function.path == "pkg://reward_fns"
     assert cfg.data.max_prompt_length == 1024 and cfg.ibpo.lam == 0.6
-    assert IBPOConfig.from_mapping(OmegaConf.to_container(cfg.ibpo)) == IBPOConfig()
+    assert IBPOConfig.from_mapping(OmegaConf.to_container(cfg.ibpo)) == IBPOConfig(lam=0.6)  # the YAML's own λ
     # the correction prompt budget resolves exactly as in the recipe's own config
-    ours = recipe_config(["data.max_prompt_length=1024", "data.max_response_length=4096"])
+    ours = recipe_config(["data.max_prompt_length=1024", "data.max_response_length=4096", "ibpo.lam=0.6"])
     assert cfg.actor_rollout_ref.rollout.prompt_length == ours.actor_rollout_ref.rollout.prompt_length > 1024
     for key in ("algorithm", "actor_rollout_ref.actor.policy_loss", "reward.custom_reward_function", "ibpo"):
         assert OmegaConf.select(cfg, key) == OmegaConf.select(ours, key), key

@@ -96,7 +96,13 @@ class FakeRolloutManager:
         return out
 
 
+# The paper's rule (Alg. 1: every wrong response corrected, λ = 0.6): what these tests exercise unless they say
+# otherwise; the package defaults differ (docs/evidence.md, section 2).
+PAPER_RULE = {"lam": 0.6, "correct_groups": "all", "shaping": "reward"}
+
+
 def make_trainer(ibpo_options: dict, n: int = 4, mini_batch: int = 2) -> RayIBPOTrainer:
+    ibpo_options = {**PAPER_RULE, **ibpo_options}
     trainer = RayIBPOTrainer.__new__(RayIBPOTrainer)  # no Ray: only what the IBPO step touches
     trainer.config = OmegaConf.create({
         "actor_rollout_ref": {"rollout": {"n": n, "agent": {"num_workers": 2}, "prompt_length": 4096,
@@ -345,7 +351,7 @@ def test_config_yaml_composes_against_verl(tmp_path):
     with initialize_config_module(config_module="recipe.ibpo.config", version_base=None):
         off = compose(config_name="ibpo_trainer", overrides=["data.max_prompt_length=100", "ibpo.enable=False"])
     assert off.actor_rollout_ref.rollout.prompt_length == 100  # no correction prompts, no widening
-    assert IBPOConfig.from_mapping(OmegaConf.to_container(cfg.ibpo)).variant == "binary"
+    assert IBPOConfig.from_mapping(OmegaConf.to_container(cfg.ibpo)).variant == "mask"  # the default
     assert ibpo_config_from(cfg) == IBPOConfig()  # the generated block composes to the dataclass defaults
     with initialize_config_module(config_module="recipe.ibpo.config", version_base=None):
         per_group = compose(config_name="ibpo_trainer", overrides=["ibpo.reference_rule=per_group"])

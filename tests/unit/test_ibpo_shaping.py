@@ -142,7 +142,7 @@ def test_corrections_per_target_aggregation():
 
 
 def test_no_wrong_responses_and_all_failed():
-    cfg = IBPOConfig()
+    cfg = IBPOConfig(correct_groups="all")  # the all-wrong group is corrected too (Alg. 1)
     y = [[1, 2], [3, 4]]
     assert plan_corrections(["a", "a"], [True, True], [[{"role": "user", "content": "P"}]] * 2, y, str, cfg, 0) == []
     out = shape_batch([], [], [], y, [True, True], cfg)
@@ -174,7 +174,7 @@ def batches(draw):
 @given(batches())
 def test_invariants(batch):
     n_groups, group_size, variant, lam, is_correct, responses, rnd = batch
-    cfg = IBPOConfig(variant=variant, lam=lam)
+    cfg = IBPOConfig(variant=variant, lam=lam, correct_groups="all")
     gids = [g for g in range(n_groups) for _ in range(group_size)]
     req = plan_corrections(gids, is_correct, [[{"role": "user", "content": "P"}]] * len(gids), responses, str, cfg, 0)
     assert sorted(r.target_row for r in req) == [i for i, ok in enumerate(is_correct) if not ok]

@@ -85,7 +85,9 @@ def test_shaping_factor_matches_a_slow_reference(seed):
 
 
 def test_new_options_validate():
-    assert IBPOConfig().shaping == "reward" and IBPOConfig().correct_groups == "all"  # the paper's defaults
+    # the defaults (docs/evidence.md section 2): corrections in mixed groups, used to localise (mask, λ = 0)
+    assert (IBPOConfig().variant, IBPOConfig().lam, IBPOConfig().correct_groups, IBPOConfig().shaping) == (
+        "mask", 0.0, "mixed", "reward")
     with pytest.raises(IBPOConfigError, match=r"ibpo.shaping='clip'.*one of \('reward', 'reward_capped', 'advantage'\)"):
         IBPOConfig(shaping="clip")
     with pytest.raises(IBPOConfigError, match=r"ibpo.correct_groups='some'.*one of \('all', 'mixed'\)"):
@@ -158,7 +160,7 @@ def test_correct_groups_mixed_skips_all_wrong_groups_and_keeps_references():
     responses = [[1], [2], [3], [4], [5], [6]]
     messages = [[{"role": "user", "content": f"q{g}"}] for g in groups]
     decode = lambda ids: " ".join(map(str, ids))  # noqa: E731
-    every = plan_corrections(groups, correct, messages, responses, decode, IBPOConfig(), step=1)
+    every = plan_corrections(groups, correct, messages, responses, decode, IBPOConfig(correct_groups="all"), step=1)
     mixed = plan_corrections(groups, correct, messages, responses, decode, IBPOConfig(correct_groups="mixed"), step=1)
     assert [r.target_row for r in every] == [1, 2, 3, 4, 5]
     assert [r.target_row for r in mixed] == [1, 2]

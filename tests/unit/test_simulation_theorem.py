@@ -86,7 +86,7 @@ def test_variances_equal_dense_references():
 
 def test_pipeline_batch_and_advantages():
     world = World()
-    config = IBPOConfig(lam=0.6)
+    config = IBPOConfig(variant="binary", lam=0.6, correct_groups="all")  # the paper's rule
     rng = np.random.default_rng(4)
     logits = logits_for_step_accuracy([0.75] * 4, world)
     batch = sample_and_shape(logits, np.arange(4).repeat(6), 8, world, config, rng, step=0)
@@ -108,7 +108,8 @@ def test_crossing():
 def test_advantage_variance_crossing_is_lambda_max():
     """Eq. 12 with pooled within-group moments is exact: the measured crossing is 2C/V_φ."""
     grid = np.round(np.arange(0.0, 1.99, 0.02), 6)
-    result = measure_regime(0.7, World(), IBPOConfig(lam=0.6), 6, 12, grid, seed=5)
+    result = measure_regime(0.7, World(), IBPOConfig(variant="binary", lam=0.6, correct_groups="all"), 6, 12, grid,
+                            seed=5)
     assert result.stats.cov_y_phi < 0
     assert result.cross_adv == pytest.approx(result.lam_max, abs=0.02)
 
