@@ -90,7 +90,7 @@ class IBPOConfig:
 
     enable: bool = field(default=True, metadata={
         "doc": "false: plain GSPO through the same loop (Δ = 0, no correction pass)"})
-    variant: str = field(default="mask", metadata={
+    variant: str = field(default="binary", metadata={
         "doc": "a registered shaping variant (ibpo/variants.py): binary: Δ = β (Eq. 14/19) | ratio: Δ = |U|/T "
                "(Eq. 16) | mask: Δ = β and the gradient only on tokens the correction changed (Eq. 7/17)"})
     mask_sign: str = field(default="negative_only", metadata={
@@ -102,17 +102,17 @@ class IBPOConfig:
                "Â >= 0 | complement_when_positive: m_t where Â < 0, 1 - m_t where Â > 0 (only the kept tokens "
                "are reinforced) | literal: m_t whatever the sign (Eq. 17 as written)\n"
                "The default is a decision, not Eq. 17: docs/method_ibpo.md (Step B)"})
-    lam: float = field(default=0.0, metadata={
-        "doc": "λ in r' = r + λΔ (Eq. 15/27); the paper's Table 4 optimum is 0.6. Checked: λ·max Δ < 1 (Eq. 8)\n"
-               "Default 0 with variant=mask and correct_groups=mixed: the corrections localise credit and do not "
-               "change the reward (docs/evidence.md section 2: the paper's rule unlearns on a weak warm start)"})
+    lam: float = field(default=0.6, metadata={
+        "doc": "λ in r' = r + λΔ (Eq. 15/27); Table 4 optimum. Checked: λ·max Δ < 1 (Eq. 8)"})
     beta: float = field(default=0.5, metadata={"doc": "β in Δ = β·1[...] (Eq. 14/26)"})
-    shaping: str = field(default="reward", metadata={
+    shaping: str = field(default="advantage", metadata={
         "doc": "where λΔ enters: reward: r' = r + λΔ before the group normalisation (Eq. 15/23, the paper) | "
                "reward_capped: the same, then a wrong response's advantage is capped at 0 | advantage: "
                "normalise r, then scale a shaped wrong response's negative advantage by (1 - λΔ)\n"
                "Beyond the paper: with reward shaping a shaped wrong answer in a group with no right one gets a "
-               "full positive advantage ({0.3, 0, 0, 0} -> +1.73); docs/method_ibpo.md, \"The mechanism\""})
+               "full positive advantage ({0.3, 0, 0, 0} -> +1.73); docs/method_ibpo.md, \"The mechanism\". The "
+               "default (advantage, with correct_groups=mixed) is the rule docs/evidence.md section 2 chose: the "
+               "paper's (reward, all) unlearned on a weak warm start; the paper's scripts set it explicitly"})
     alpha: float = field(default=0.6, metadata={
         "doc": "rewrite threshold α on d(y, ŷ) (Eq. 18); Table 5 plateau 0.55-0.70"})
     alpha_mode: str = field(default="fixed", metadata={

@@ -251,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="outputs/quickstart", help="work directory (assets are cached here)")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--variant", choices=variant_names(), default=IBPOConfig().variant,
-                        help="ibpo.variant (default: the package's, with its λ and correct_groups)")
+                        help="ibpo.variant (default: the package's; λ, shaping and correct_groups are the package's too)")
     parser.add_argument("--no-joint-training", action="store_true", help="shaping only (Table 3 ablation)")
     parser.add_argument("--baseline", action="store_true", help="GSPO without IBPO (ibpo.enable=False)")
     parser.add_argument("--gpu", action="store_true", help="one CUDA GPU with the vLLM rollout (needs verl's vllm)")

@@ -41,7 +41,7 @@ def _run(assets, tmp_path_factory, name, overrides, config_name=None):
 @pytest.fixture(scope="module")
 def budgeted_runs(cpu_demo_assets, tmp_path_factory):
     ibpo = _run(cpu_demo_assets, tmp_path_factory, "ibpo_budget", ibpo_overrides("binary", True, baseline=False)
-                + ["ibpo.lam=0.6", "ibpo.correct_groups=all"])
+                + ["ibpo.lam=0.6", "ibpo.correct_groups=all", "ibpo.shaping=reward"])
     cf = _run(cpu_demo_assets, tmp_path_factory, "counterfactual_budget",
               ["actor_rollout_ref.actor.optim.lr=1e-4", "counterfactual.min_sentence_tokens=2"],
               config_name="counterfactual_trainer")

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.e2e
 RUN_TIMEOUT_S = 600
 # The paper's rule (λ = 0.6, every wrong response corrected): what these runs check; the defaults differ
 # (docs/evidence.md, section 2).
-PAPER_RULE = ["ibpo.lam=0.6", "ibpo.correct_groups=all"]
+PAPER_RULE = ["ibpo.lam=0.6", "ibpo.correct_groups=all", "ibpo.shaping=reward"]
 SYNC_LINE = re.compile(
     re.escape(DEBUG_PREFIX) + r" adapter replica=0 sent (\d+) tensors global_steps=(\d+) "
     r"actor_param_norm=([\d.]+) server_param_norm=([\d.]+)"

@@ -165,7 +165,7 @@ def refused(tiny_run, *extra: str) -> str:
     ("+reward.reward_kwargs.math_timeout_s=5",
      "reward.reward_kwargs.math_timeout_s: verl's reward manager 'naive' does not read it"),
     # typed option errors, before the interpolations that read them
-    ("ibpo.lam=abc", "ibpo.lam='abc' has type str; expected float (default 0.0)"),
+    ("ibpo.lam=abc", "ibpo.lam='abc' has type str; expected float (default 0.6)"),
     ("ibpo.num_references=abc", "ibpo.num_references='abc' has type str; expected int (default 1)"),
     ("ibpo.enable=maybe", "ibpo.enable='maybe' has type str; expected bool (default True)"),
     ("ibpo.num_references=1.5", "ibpo.num_references=1.5 has type float; expected int"),

@@ -351,7 +351,7 @@ def test_config_yaml_composes_against_verl(tmp_path):
     with initialize_config_module(config_module="recipe.ibpo.config", version_base=None):
         off = compose(config_name="ibpo_trainer", overrides=["data.max_prompt_length=100", "ibpo.enable=False"])
     assert off.actor_rollout_ref.rollout.prompt_length == 100  # no correction prompts, no widening
-    assert IBPOConfig.from_mapping(OmegaConf.to_container(cfg.ibpo)).variant == "mask"  # the default
+    assert IBPOConfig.from_mapping(OmegaConf.to_container(cfg.ibpo)).variant == "binary"
     assert ibpo_config_from(cfg) == IBPOConfig()  # the generated block composes to the dataclass defaults
     with initialize_config_module(config_module="recipe.ibpo.config", version_base=None):
         per_group = compose(config_name="ibpo_trainer", overrides=["ibpo.reference_rule=per_group"])

@@ -62,7 +62,7 @@ def test_the_generator_refuses_an_undocumented_field_and_flags_a_stale_file(tmp_
         (tmp_path / b.file).write_text(generated.render_block(b), encoding="utf-8")
     assert generated.stale_blocks(tmp_path) == []
     ibpo_file = tmp_path / "ibpo_blocks.yaml"
-    ibpo_file.write_text(ibpo_file.read_text(encoding="utf-8").replace("lam: 0.0", "lam: 0.5"), encoding="utf-8")
+    ibpo_file.write_text(ibpo_file.read_text(encoding="utf-8").replace("lam: 0.6", "lam: 0.5"), encoding="utf-8")
     assert generated.stale_blocks(tmp_path) == ["ibpo_blocks.yaml"]
     assert generated.write_blocks(tmp_path) == ["ibpo_blocks.yaml"] and generated.stale_blocks(tmp_path) == []
 

@@ -12,7 +12,8 @@ import torch
 
 from ibpo.advantages import SHAPING_LEVELS, ibpo_sequence_advantages, shaping_advantage_factor, shapes_reward
 from ibpo.config import IBPOConfig, IBPOConfigError
-from ibpo.mechanism import RewardDropAlarm, advantage_mechanism, alarm_steps, group_kinds, sibling_overlap
+from ibpo.mechanism import (RewardDropAlarm, advantage_mechanism, alarm_steps, group_kinds, reinforces_wrong_answers,
+                            sibling_overlap)
 from ibpo.pipeline import plan_corrections
 
 SQRT3 = math.sqrt(3.0)
@@ -85,9 +86,11 @@ def test_shaping_factor_matches_a_slow_reference(seed):
 
 
 def test_new_options_validate():
-    # the defaults (docs/evidence.md section 2): corrections in mixed groups, used to localise (mask, λ = 0)
+    # the defaults (docs/evidence.md section 2): the paper's binary Δ and λ, corrections only in mixed groups,
+    # shaping at the advantage level (never reinforces a wrong answer)
     assert (IBPOConfig().variant, IBPOConfig().lam, IBPOConfig().correct_groups, IBPOConfig().shaping) == (
-        "mask", 0.0, "mixed", "reward")
+        "binary", 0.6, "mixed", "advantage")
+    assert not reinforces_wrong_answers(True, IBPOConfig().shaping, IBPOConfig().lam)
     with pytest.raises(IBPOConfigError, match=r"ibpo.shaping='clip'.*one of \('reward', 'reward_capped', 'advantage'\)"):
         IBPOConfig(shaping="clip")
     with pytest.raises(IBPOConfigError, match=r"ibpo.correct_groups='some'.*one of \('all', 'mixed'\)"):
