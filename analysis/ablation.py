@@ -87,6 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget-steps", type=float, default=12.0)
     p.add_argument("--test-size", type=int, default=512)
     p.add_argument("--task", default="addition", help="a task of toy_task.tasks; every warm start must be one of it")
+    p.add_argument("--max-steps", type=int, default=None,
+                   help="the second axis: every run makes exactly this many optimizer updates (equal updates, not "
+                        "equal compute) and is evaluated after the last; use its own --out")
     p.add_argument("--report-only", action="store_true")
     args = p.parse_args(argv)
     warm = parse_warm_starts(args.warm_start)
@@ -101,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
             for name, model in warm.items():
                 toy_loop.main(["--model", model, "--task", args.task, "--out", str(Path(args.out) / f"ws_{name}"), "--arms", *args.arms,
                                "--seeds", *chunk, "--budget-steps", str(args.budget_steps),
-                               "--test-size", str(args.test_size), "--jobs", str(args.jobs), "--milestones", "1.0"])
+                               "--test-size", str(args.test_size), "--jobs", str(args.jobs), "--milestones", "1.0",
+                               *(["--max-steps", str(args.max_steps)] if args.max_steps else [])])
     from analysis.ablation_report import write_report
 
     print(write_report(Path(args.out), list(warm), args.arms[0], argv if argv is not None else sys.argv[1:]))

@@ -20,9 +20,11 @@ MECHANISM_KEYS = ("positive_adv_mass_on_wrong", "shaped_all_wrong_groups", "shap
                   "wrong_tokens_shared_with_right_sibling")
 
 
-def final_eval(result: dict) -> dict:
-    """The evaluation at the full budget (milestone 1.0)."""
-    return next(e for e in result["evals"] if e["milestone"] is not None and abs(e["milestone"] - 1.0) < 1e-9)
+def final_eval(result: dict) -> dict | None:
+    """The run's final evaluation: at the full compute budget (milestone 1.0), or, for a run at equal optimizer
+    updates (``--max-steps``), the one after its last step (milestone ``None``); ``None`` while it has neither."""
+    return next((e for e in result["evals"] if e["milestone"] is not None and abs(e["milestone"] - 1.0) < 1e-9),
+                next((e for e in result["evals"] if e["milestone"] is None), None))
 
 
 def alarm_fired(result: dict) -> bool:
@@ -43,8 +45,7 @@ def warm_start_rows(meta: dict, results: dict[str, dict[int, dict]], baseline: s
     base = results.get(baseline, {})
     rows = []
     for arm, runs in results.items():
-        seeds = sorted(s for s in runs if s in base and any(e["milestone"] == 1.0 for e in runs[s]["evals"])
-                       and any(e["milestone"] == 1.0 for e in base[s]["evals"]))
+        seeds = sorted(s for s in runs if s in base and final_eval(runs[s]) and final_eval(base[s]))
         if not seeds:
             continue
         acc = [final_eval(runs[s])["accuracy"] for s in seeds]
@@ -94,7 +95,7 @@ def write_report(out: Path, warm_starts: list[str], baseline: str, argv: list[st
                                  "steps": len(r["steps"]), "updates": sum(s["updates"] for s in r["steps"]),
                                  "flops": r["steps"][-1]["flops"] if r["steps"] else 0.0,
                                  "accuracy_at_0.5": ev.get(0.5, {}).get("accuracy"),
-                                 "accuracy_at_1": ev.get(1.0, {}).get("accuracy"),
+                                 "accuracy_at_1": (final_eval(r) or {}).get("accuracy"),
                                  "collapse_alarm": int(alarm_fired(r)),
                                  **{k: _num(run_mean(r, f"mechanism/{k}"), "{:.4f}") for k in MECHANISM_KEYS}})
     if csv_rows:
