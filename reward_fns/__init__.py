@@ -28,6 +28,7 @@ KNOWN_DATA_SOURCES: dict[str, str] = {
     "ibpo/synthetic_arith": "math",
     "ibpo/toy_addition": "math",
     "ibpo/toy_three_sum": "math",
+    "ibpo/toy_three_sum_named": "math",
     "livecodebench_v6": "code",
     "livecodebench_train": "code",
 }

@@ -5,6 +5,8 @@ warm start and the loop need of a task, and nothing else.
   with the right one.
 - ``three_sum`` (``toy_task.three_sum``): six valid orders per problem, so right and wrong siblings share few
   tokens; the regime the paper targets.
+- ``three_sum_named`` (``toy_task.three_sum``): the same problems with the operands labelled in the prompt and
+  named in the solution (no whole-number copying, which the tiny policy could not learn).
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ TASKS = {
                         lambda p, rng: (addition.wrong_solution(p, rng), p.solution), lambda p: (p.solution,), 96),
     "three_sum": ToyTask("three_sum", three_sum.DATA_SOURCE, three_sum.sample_problems, three_sum.sft_solution,
                          three_sum.wrong_and_repair, lambda p: p.right_solutions, 192),
+    "three_sum_named": ToyTask("three_sum_named", three_sum.NAMED_DATA_SOURCE,
+                               lambda n, seed: three_sum.sample_problems(n, seed, named=True), three_sum.sft_solution,
+                               three_sum.wrong_and_repair, lambda p: p.right_solutions, 192),
 }
 
 

@@ -26,6 +26,22 @@ Why this task (the properties the issue asks for, decided before any run):
   token edit distance), so the oracle mask trains exactly the wrong tokens of the path the policy took.
 
 About 140 tokens per solution (digits are single tokens), 1.7x the toy addition.
+
+**The named variant** (``three_sum_named``; added after the first design's warm starts, before any RL run on
+either): the 0.2M-parameter policy learned the first design's arithmetic but not to copy whole 3-digit numbers
+(it writes ``first 700 + 195`` for 900, 795, 181: copying by "the token after the last one copied" is ambiguous
+when digits repeat). The named variant labels the operands in the prompt (``a=900 b=795 c=181``) and the
+solution names the pair it adds (``first a + c`` ... ``then sum + b``), so every digit is fetched by its
+position, as in the toy addition; the six orders, the four error kinds and the oracle are the same::
+
+    first a + c
+    d1: 0+1+0=1 write 1 carry 0
+    ...
+    sum 1081
+    then sum + b
+    d1: 1+5+0=6 write 6 carry 0
+    ...
+    \\boxed{1876}
 """
 
 from __future__ import annotations
@@ -37,6 +53,8 @@ from dataclasses import dataclass
 from toy_task.addition import digit_lines
 
 DATA_SOURCE = "ibpo/toy_three_sum"
+NAMED_DATA_SOURCE = "ibpo/toy_three_sum_named"
+NAMES = "abc"
 NUM_DIGITS = 3
 INSTRUCTION = ("Add two of the numbers digit by digit, then add the third to their sum, and put the final answer "
                "within \\boxed{}.")
@@ -74,20 +92,32 @@ class ThreeSumProblem:
         return tuple(dict.fromkeys(render_solution(self, order) for order in ORDERS))
 
 
+@dataclass(frozen=True)
+class NamedThreeSumProblem(ThreeSumProblem):
+    """The named variant: operands labelled in the prompt and named, not copied, in the solution."""
+
+    @property
+    def prompt_text(self) -> str:
+        return f"a={self.a} b={self.b} c={self.c}. What is a + b + c? {INSTRUCTION}"
+
+
 def render_solution(problem: ThreeSumProblem, order: tuple[int, int, int], first_errors: dict[int, int] | None = None,
                     second_errors: dict[int, int] | None = None, copied_sum_offset: int = 0,
                     stop_after_first: bool = False) -> str:
     """The worked solution in ``order``; the error arguments make a wrong one (``digit_lines``' ``sum_errors``
-    in either addition, a miscopied partial sum, or the third number forgotten)."""
+    in either addition, a miscopied partial sum, or the third number forgotten). A ``NamedThreeSumProblem``'s
+    solution names the operands (``first a + c``, ``sum 1081`` as it is carried on, ``then sum + b``)."""
     x, y, z = (problem.operands[i] for i in order)
+    named = isinstance(problem, NamedThreeSumProblem)
     first, partial = digit_lines(x, y, first_errors)
-    lines = [f"first {x} + {y}", *first]
+    lines = [f"first {NAMES[order[0]]} + {NAMES[order[1]]}" if named else f"first {x} + {y}", *first]
     if stop_after_first:
         return "\n".join(lines) + f"\n\\boxed{{{partial}}}"
     carried = max(int(partial) + copied_sum_offset, 0)
     second, total = digit_lines(carried, z, second_errors)
-    lines += [f"sum {partial}", f"then {carried} + {z}", *second]
-    return "\n".join(lines) + f"\n\\boxed{{{total}}}"
+    lines += ([f"sum {carried}", f"then sum + {NAMES[order[2]]}"] if named
+              else [f"sum {partial}", f"then {carried} + {z}"])
+    return "\n".join(lines + second) + f"\n\\boxed{{{total}}}"
 
 
 def wrong_and_repair(problem: ThreeSumProblem, rng: random.Random) -> tuple[str, str]:
@@ -113,10 +143,12 @@ def sft_solution(problem: ThreeSumProblem, rng: random.Random) -> str:
     return render_solution(problem, rng.choice(ORDERS))
 
 
-def sample_problems(n: int, seed: int, num_digits: int = NUM_DIGITS) -> list[ThreeSumProblem]:
-    """``n`` problems with ``num_digits``-digit operands, drawn with a seeded RNG."""
+def sample_problems(n: int, seed: int, num_digits: int = NUM_DIGITS, named: bool = False) -> list[ThreeSumProblem]:
+    """``n`` problems with ``num_digits``-digit operands, drawn with a seeded RNG (the same operands for both
+    variants; ``named`` gives ``NamedThreeSumProblem``)."""
     if num_digits < 1:
         raise ValueError(f"num_digits={num_digits} must be >= 1")
     rng = random.Random(seed)
     lo, hi = 10 ** (num_digits - 1), 10**num_digits - 1
-    return [ThreeSumProblem(rng.randint(lo, hi), rng.randint(lo, hi), rng.randint(lo, hi)) for _ in range(n)]
+    kind = NamedThreeSumProblem if named else ThreeSumProblem
+    return [kind(rng.randint(lo, hi), rng.randint(lo, hi), rng.randint(lo, hi)) for _ in range(n)]

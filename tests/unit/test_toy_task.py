@@ -79,7 +79,7 @@ def test_three_sum_orders_repairs_and_errors():
     from toy_task import three_sum
     from toy_task.tasks import TASKS, get_task
 
-    assert sorted(TASKS) == ["addition", "three_sum"]
+    assert sorted(TASKS) == ["addition", "three_sum", "three_sum_named"]
     with pytest.raises(ValueError, match="unknown toy task 'sum3'"):
         get_task("sum3")
     rng = random.Random(0)
@@ -105,6 +105,36 @@ def test_three_sum_orders_repairs_and_errors():
         "first 918 + 461", "d1: 8+1+0=9 write 9 carry 0", "d2: 1+6+0=7 write 7 carry 0",
         "d3: 9+4+0=13 write 3 carry 1", "sum 1379"]
     assert three_sum.render_solution(p, (1, 2, 0)).endswith("\\boxed{1731}")
+
+
+def test_three_sum_named_fetches_operands_by_name():
+    """The named variant: the same operands as three_sum's for a seed, labelled in the prompt; its solutions name
+    the operands (no 3-digit operand is written in the response before the answer) and keep the six orders, the
+    error kinds (a wrong one scores 0, its repair is the right solution in its order) and the scoring."""
+    from reward_fns import compute_score
+    from toy_task import three_sum
+    from toy_task.tasks import get_task
+
+    task = get_task("three_sum_named")
+    named, plain = task.sample_problems(30, 4), three_sum.sample_problems(30, 4)
+    assert [p.operands for p in named] == [p.operands for p in plain]
+    p = three_sum.NamedThreeSumProblem(352, 918, 461)
+    assert p.prompt_text.startswith("a=352 b=918 c=461. What is a + b + c? ")
+    assert three_sum.render_solution(p, (1, 2, 0)).splitlines() == [
+        "first b + c", "d1: 8+1+0=9 write 9 carry 0", "d2: 1+6+0=7 write 7 carry 0",
+        "d3: 9+4+0=13 write 3 carry 1", "sum 1379", "then sum + a", "d1: 9+2+0=11 write 1 carry 1",
+        "d2: 7+5+1=13 write 3 carry 1", "d3: 3+3+1=7 write 7 carry 0", "d4: 1+0+0=1 write 1 carry 0", "\\boxed{1731}"]
+    # a miscopied partial sum is written on the sum line and carried on from there
+    wrong = three_sum.render_solution(p, (1, 2, 0), copied_sum_offset=10).splitlines()
+    assert wrong[4] == "sum 1389" and wrong[-1] == "\\boxed{1741}"
+    rng = random.Random(2)
+    for q in named:
+        rights = task.right_solutions(q)
+        assert all(str(x) not in text.rsplit("\\boxed", 1)[0] for text in rights for x in q.operands)
+        assert all(compute_score(three_sum.NAMED_DATA_SOURCE, t, str(q.answer))["score"] == 1.0 for t in rights)
+        wrong, repair = task.wrong_and_repair(q, rng)
+        assert compute_score(three_sum.NAMED_DATA_SOURCE, wrong, str(q.answer))["score"] == 0.0
+        assert repair in rights and wrong.splitlines()[0] == repair.splitlines()[0]
 
 
 def test_synthetic_sibling_overlap_is_lower_with_several_orders():

@@ -1,0 +1,88 @@
+"""analysis.ablation / analysis.ablation_report on hand-made runs: the stratified pooled difference against a
+direct computation, the per-warm-start rows, and the equal-updates axis (runs evaluated after their last step)."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import numpy as np
+import pytest
+
+from analysis.ablation import parse_seeds, stratified_difference
+from analysis.ablation_report import final_eval, warm_start_rows, write_report
+from analysis.evaluation_stats import student_t_quantile
+
+
+def test_parse_seeds_ranges_and_singles():
+    assert parse_seeds(["0-2", "5", "7-8"]) == [0, 1, 2, 5, 7, 8]
+
+
+def test_stratified_difference_matches_a_direct_computation():
+    """Mean of the stratum means; variance Σ s²/n / W²; Welch-Satterthwaite df rounded down: recomputed here
+    term by term on random strata."""
+    rng = np.random.default_rng(3)
+    strata = [(float(rng.normal()), float(rng.uniform(0.05, 0.3)), int(n)) for n in (30, 30, 12)]
+    got = stratified_difference(strata)
+    w = 3
+    terms = [sd ** 2 / n / w ** 2 for _, sd, n in strata]
+    var = sum(terms)
+    df = math.floor(var ** 2 / sum(t ** 2 / (n - 1) for t, (_, _, n) in zip(terms, strata)))
+    centre = sum(d for d, _, _ in strata) / w
+    half = student_t_quantile(0.975, df) * math.sqrt(var)
+    assert got["diff"] == pytest.approx(centre, rel=1e-12)
+    assert got["df"] == df and got["strata"] == 3
+    assert got["low"] == pytest.approx(centre - half, rel=1e-12) and got["high"] == pytest.approx(centre + half, rel=1e-12)
+    # a stratum with one seed has no SD: it is left out, not counted as certain
+    assert stratified_difference([(0.1, float("nan"), 1)])["strata"] == 0
+
+
+def _run(arm: str, seed: int, accuracy: float, milestone: float | None, updates: int, rewards: list[float]) -> dict:
+    steps = [{"step": i, "flops": float(i + 1), "reward": r, "updates": 1} for i, r in enumerate(rewards[:updates])]
+    return {"arm": arm, "seed": seed, "steps": steps, "budget": 1.0,
+            "evals": [{"milestone": milestone, "step": updates, "flops": float(updates), "accuracy": accuracy}]}
+
+
+def _write_folder(folder, meta: dict, runs: list[dict]) -> None:
+    folder.mkdir(parents=True)
+    (folder / "meta.json").write_text(json.dumps(meta))
+    for r in runs:
+        slug = r["arm"].lower().replace(" ", "_").replace("=", "_")
+        (folder / f"{slug}_s{r['seed']}.json").write_text(json.dumps(r))
+
+
+@pytest.mark.parametrize("milestone", [1.0, None], ids=["equal_compute", "equal_updates"])
+def test_report_rows_per_warm_start_and_pooled(tmp_path, milestone):
+    """Two warm starts, four seeds, baseline and one arm: the paired Δ, the change from the warm start and the
+    updates are the hand-computed ones, whether the runs end at the compute budget or after --max-steps."""
+    rng = random.Random(0)
+    accs = {"weak": ([0.50, 0.55, 0.52, 0.58], [0.40, 0.41, 0.45, 0.44]),
+            "strong": ([0.90, 0.91, 0.89, 0.92], [0.91, 0.93, 0.90, 0.92])}
+    for ws, (base, arm) in accs.items():
+        runs = [_run("GSPO G=n", s, a, milestone, 12, [rng.random() for _ in range(12)]) for s, a in enumerate(base)]
+        runs += [_run("IBPO G=n", s, a, milestone, 8, [0.5] * 8) for s, a in enumerate(arm)]
+        _write_folder(tmp_path / f"ws_{ws}", {"warm_start_test_accuracy": 0.45 if ws == "weak" else 0.88,
+                                            "warm_start_sha256": ws * 8}, runs)
+    text = write_report(tmp_path, ["weak", "strong"], "GSPO G=n", ["--arms", "GSPO G=n", "IBPO G=n"])
+    from analysis.equal_compute_report import load_results
+
+    meta, results = load_results(tmp_path / "ws_weak")
+    rows = {r["arm"]: r for r in warm_start_rows(meta, results, "GSPO G=n")}
+    ibpo = rows["IBPO G=n"]
+    assert ibpo["seeds"] == 4 and ibpo["updates"] == 8.0 and rows["GSPO G=n"]["updates"] == 12.0
+    assert ibpo["diff"]["diff"] == pytest.approx(np.mean(accs["weak"][1]) - np.mean(accs["weak"][0]))
+    assert ibpo["change"]["mean"] == pytest.approx(np.mean(accs["weak"][1]) - 0.45)
+    pooled_line = next(line for line in text.splitlines() if line.startswith("| IBPO G=n | 2 |"))
+    pooled = (np.mean(accs["weak"][1]) - np.mean(accs["weak"][0]) + np.mean(accs["strong"][1])
+              - np.mean(accs["strong"][0])) / 2
+    assert pooled_line.split("|")[3].strip().startswith(f"{pooled:+.3f}")
+    assert pooled_line.rstrip().endswith("| 0/2 | 1/2 |")  # no significant win; weak ends below its start
+    csv_text = (tmp_path / "runs.csv").read_text().splitlines()
+    assert len(csv_text) == 1 + 16 and csv_text[0].startswith("task,warm_start,")
+
+
+def test_final_eval_prefers_the_budget_and_is_none_before_any():
+    both = {"evals": [{"milestone": None, "accuracy": 0.1}, {"milestone": 1.0, "accuracy": 0.2}]}
+    assert final_eval(both)["accuracy"] == 0.2
+    assert final_eval({"evals": [{"milestone": 0.5, "accuracy": 0.3}]}) is None
