@@ -1,6 +1,6 @@
 """IBPO: Implicit Behavior Policy Optimization as pure functions (no Ray, no trainer, no verl).
 
-Modules: ``config`` (validated options), ``references`` (Alg. 1 l.14-19), ``prompts`` (Eq. 13/28),
+Modules: ``options`` (the validated ``ibpo:`` options), ``references`` (Alg. 1 l.14-19), ``prompts`` (Eq. 13/28),
 ``alignment`` (App. C.2), ``shaping`` (Eq. 14-19), ``variants`` (the shaping variants' registry),
 ``advantages`` (Eq. 8-9, 23), ``pipeline`` (a batch's steps B-C), ``diagnostics`` (Theorem A.2 statistics),
 ``lambda_schedule`` (λ per step), ``mechanism`` (what group normalisation does to the shaping), ``budget``
@@ -10,6 +10,6 @@ under joint training), ``compute`` (FLOPs and seconds per phase), ``grad_probe``
 variance). ``verl_plugin`` is only the old path of ``recipe.verl_plugin`` (the verl registrations).
 """
 
-from ibpo.config import IBPOConfig, IBPOConfigError
+from ibpo.options import IBPOConfig, IBPOConfigError
 
 __all__ = ["IBPOConfig", "IBPOConfigError"]

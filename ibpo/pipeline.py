@@ -11,7 +11,7 @@ from typing import Callable, Hashable, Sequence
 import numpy as np
 
 from ibpo.alignment import Alignment, align
-from ibpo.config import IBPOConfig
+from ibpo.options import IBPOConfig
 from ibpo.diagnostics import correction_stats
 from ibpo.prompts import Message, build_correction_messages, render_candidate
 from ibpo.references import get_reference_rule, select_references

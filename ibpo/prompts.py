@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ibpo.config import IBPOConfig
+from ibpo.options import IBPOConfig
 
 THINK_END = "</think>"
 TRUNCATION_MARKER = "\n[... {n} tokens omitted ...]\n"

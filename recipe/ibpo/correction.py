@@ -25,7 +25,7 @@ from verl.utils.model import compute_position_id_with_mask
 
 from ibpo.advantages import (MaskSignPolicy, place_sequence_reward, shaped_rewards, shaping_advantage_factor,
                              signed_token_mask)
-from ibpo.config import IBPOConfig
+from ibpo.options import IBPOConfig
 from ibpo.correction_bound import AGENT_LOOP_NAME, MAX_TOKENS_KEY, bounded_lengths
 from ibpo.lookup_decoding import NgramParams, batch_decode_steps, simulate_lookup
 from ibpo.pipeline import CorrectionRequest, ShapingOutcome, plan_corrections

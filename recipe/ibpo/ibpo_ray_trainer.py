@@ -35,7 +35,7 @@ from verl.workers.utils.padding import left_right_2_no_padding
 
 from ibpo.advantages import get_mask_sign, shapes_reward
 from ibpo.compute import StepWork, phase_seconds, step_flops
-from ibpo.config import IBPOConfig, option_changes, saved_options
+from ibpo.options import IBPOConfig, option_changes, saved_options
 from ibpo.diagnostics import theorem_stats, trained_advantage_variance
 from ibpo.lambda_schedule import LambdaSchedule
 from ibpo.mechanism import RewardDropAlarm, advantage_mechanism, sibling_overlap

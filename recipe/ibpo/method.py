@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ibpo.config import IBPOConfig
+from ibpo.options import IBPOConfig
 from recipe.common.methods import Method, method_options, register_method
 from recipe.ibpo.config import register_config_resolvers
 
@@ -39,5 +39,5 @@ METHOD = register_method(Method(
     config_name="ibpo_trainer", trainer=_trainer, check=_check, owned_estimators=("ibpo",),
     block_file="ibpo_blocks.yaml",
     block_header="The `ibpo:` option block of ibpo_trainer.yaml. Every option is validated at start "
-                 "(ibpo/config.py): a typo or out-of-range value fails.",
+                 "(ibpo/options.py): a typo or out-of-range value fails.",
     register_resolvers=register_config_resolvers, actor_worker=_actor_worker, module=__name__))

@@ -13,7 +13,7 @@ from omegaconf import DictConfig
 
 from ibpo.budget import (MIN_DERIVED_CANDIDATE_TOKENS, TRUNCATION_MARKER_TOKENS, CorrectionBudgetError,
                          correction_budget)
-from ibpo.config import IBPOConfig
+from ibpo.options import IBPOConfig
 from ibpo.mechanism import reinforces_wrong_answers
 from ibpo.prompts import build_correction_messages
 from recipe.common.preflight.errors import SetupError

@@ -19,7 +19,7 @@ from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 from verl import DataProto
 
-from ibpo.config import IBPOConfig, IBPOConfigError
+from ibpo.options import IBPOConfig, IBPOConfigError
 from ibpo.correction_bound import AGENT_LOOP_NAME, MAX_TOKENS_KEY
 from ibpo.pipeline import CorrectionRequest
 from recipe.ibpo import correction as corr

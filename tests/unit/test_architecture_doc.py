@@ -44,7 +44,7 @@ def resolve(name: str):
 
 def option_names() -> set[str]:
     from counterfactual.importance import CounterfactualConfig
-    from ibpo.config import IBPOConfig
+    from ibpo.options import IBPOConfig
 
     return ({f"ibpo.{f.name}" for f in dataclasses.fields(IBPOConfig)}
             | {f"counterfactual.{f.name}" for f in dataclasses.fields(CounterfactualConfig)})

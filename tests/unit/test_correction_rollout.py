@@ -1,5 +1,5 @@
 """Start checks of the correction pass's rollout (recipe/ibpo/correction_rollout.py), the length-bound
-options (ibpo/config.py) and the per-request max_tokens path (ibpo/correction_agent_loop.py)."""
+options (ibpo/options.py) and the per-request max_tokens path (ibpo/correction_agent_loop.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from ibpo.config import IBPOConfig, IBPOConfigError
+from ibpo.options import IBPOConfig, IBPOConfigError
 from recipe.ibpo.correction_rollout import (
     DEFAULT_PROXY_PARAMS,
     SPEC_OPTION,

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from ibpo.advantages import SHAPING_LEVELS, ibpo_sequence_advantages, shaping_advantage_factor, shapes_reward
-from ibpo.config import IBPOConfig, IBPOConfigError
+from ibpo.options import IBPOConfig, IBPOConfigError
 from ibpo.mechanism import (RewardDropAlarm, advantage_mechanism, alarm_steps, group_kinds, reinforces_wrong_answers,
                             sibling_overlap)
 from ibpo.pipeline import plan_corrections
