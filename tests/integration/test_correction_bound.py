@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 from verl import DataProto
 
 from ibpo.options import IBPOConfig, IBPOConfigError
-from ibpo.correction_bound import AGENT_LOOP_NAME, MAX_TOKENS_KEY
+from ibpo.correction_lengths import AGENT_LOOP_NAME, MAX_TOKENS_KEY
 from ibpo.pipeline import CorrectionRequest
 from recipe.ibpo import correction as corr
 from recipe.ibpo.config import register_config_resolvers

@@ -167,7 +167,7 @@ def test_correction_pass_places_delta_on_the_right_rows_after_reordering():
     # one generate call for all corrections, padded to the agent workers, chat messages as raw_prompt
     call = trainer.async_rollout_manager.calls[0]
     assert len(call) % 2 == 0 and len(call) >= len(result.requests)
-    # the main generation's keys, plus the length bound's loop name and max_tokens (ibpo.correction_bound)
+    # the main generation's keys, plus the length bound's loop name and max_tokens (ibpo.correction_lengths)
     assert set(call.non_tensor_batch.keys()) == set(gen_batch.non_tensor_batch.keys()) | {"agent_name",
                                                                                          "ibpo_max_tokens"}
     assert set(call.non_tensor_batch["agent_name"][: len(result.requests)]) == {"ibpo_correction"}

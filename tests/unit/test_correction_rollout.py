@@ -104,7 +104,7 @@ def test_the_correction_loop_puts_the_rows_bound_into_the_request(monkeypatch):
     from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 
     from recipe.ibpo.correction_agent_loop import IBPOCorrectionAgentLoop
-    from ibpo.correction_bound import MAX_TOKENS_KEY
+    from ibpo.correction_lengths import MAX_TOKENS_KEY
 
     seen = []
 
@@ -126,7 +126,7 @@ def test_the_loop_is_registered_with_verl():
     import recipe.verl_plugin  # noqa: F401  (the verl.plugins entry point)
     from verl.experimental.agent_loop import agent_loop
 
-    from ibpo.correction_bound import AGENT_LOOP_NAME
+    from ibpo.correction_lengths import AGENT_LOOP_NAME
 
     target = agent_loop._agent_loop_registry[AGENT_LOOP_NAME]["_target_"]
     module, name = target.rsplit(".", 1)
