@@ -274,7 +274,7 @@ def sample_step(toy: Toy, generator, order: np.ndarray, step: int, seed: int, ba
 def correction_pass(toy: Toy, generator, cfg: IBPOConfig, samples: StepSamples, seed: int, step: int,
                     newline_tokens: dict[int, str]) -> CorrectionResult:
     """IBPO steps B-C (``ibpo.pipeline``) on the step's samples, the joint-training rows (App. E.2 (C), as
-    ``recipe.ibpo.correction.build_joint_rows``: reward r(ŷ) − rewrite_penalty·1[rewrite], grouped per
+    ``recipe.ibpo.correction.batch.build_joint_rows``: reward r(ŷ) − rewrite_penalty·1[rewrite], grouped per
     original prompt or per x~) and the credit-localisation record of every right correction."""
     from verl_cpu.hf_rollout import request_seed
 

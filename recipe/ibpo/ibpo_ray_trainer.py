@@ -42,8 +42,8 @@ from ibpo.mechanism import RewardDropAlarm, advantage_mechanism, sibling_overlap
 from ibpo.minibatch import ActorMiniBatchPlan, actor_minibatch_plan, optimizer_updates_reported, row_multiple
 from ibpo.pipeline import shape_batch
 from ibpo.variants import get_variant
-from recipe.ibpo import correction as corr
-from recipe.ibpo.correction_rollout import proxy_params, spec_decode_step_metrics, speculative_config_of
+from recipe.ibpo.correction import batch as corr
+from recipe.ibpo.correction.rollout import proxy_params, spec_decode_step_metrics, speculative_config_of
 from recipe.ibpo.method import ibpo_config_from
 from recipe.common.preflight.model import configured_context_length, model_flop_shape
 from recipe.ibpo.start_checks import check_trainer_config

@@ -18,7 +18,7 @@ from ibpo.mechanism import reinforces_wrong_answers
 from ibpo.prompts import build_correction_messages
 from recipe.common.preflight.errors import SetupError
 from recipe.ibpo.method import ibpo_config_from
-from recipe.ibpo.correction_rollout import check_correction_rollout
+from recipe.ibpo.correction.rollout import check_correction_rollout
 
 # Chat-template scaffolding around the correction prompt (role headers, generation prompt) plus slack.
 CHAT_TEMPLATE_SLACK_TOKENS = 32
@@ -62,7 +62,7 @@ def check_ibpo_settings(config: DictConfig, ibpo: IBPOConfig) -> None:
     if config.get("skip", {}).get("rollout", {}).get("enable", False):
         raise SetupError("skip.rollout.enable=True would serve the correction generation from the main "
                              "generation's cache; turn it off")
-    check_correction_rollout(config, ibpo)  # lookup speculation and the length bound (recipe/ibpo/correction_rollout.py)
+    check_correction_rollout(config, ibpo)  # lookup speculation and the length bound (recipe/ibpo/correction/rollout.py)
     if ibpo.enable and int(config.actor_rollout_ref.rollout.n) < 2 and ibpo.num_references > 0:
         raise SetupError("actor_rollout_ref.rollout.n must be >= 2 for reference-based correction "
                              "(or set ibpo.num_references=0 for self-correction)")

@@ -28,7 +28,7 @@ from ibpo.advantages import get_mask_sign
 from ibpo.options import IBPOConfig
 from ibpo.references import register_reference_rule, unregister_reference_rule
 from ibpo.compute import ModelShape
-from recipe.ibpo import correction as corr
+from recipe.ibpo.correction import batch as corr
 from recipe.ibpo.ibpo_ray_trainer import RayIBPOTrainer
 from recipe.common.preflight import SetupError
 from recipe.ibpo.method import ibpo_config_from
