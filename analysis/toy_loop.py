@@ -40,8 +40,8 @@ import torch
 from analysis.credit_localisation import line_index, localise, wrong_mask
 from ibpo.advantages import get_mask_sign, group_normalized_advantages, ibpo_sequence_advantages, signed_token_mask
 from ibpo.compute import ModelShape, StepWork, step_flops
-from ibpo.options import IBPOConfig
 from ibpo.mechanism import RewardDropAlarm, advantage_mechanism, group_kinds, sibling_overlap
+from ibpo.options import IBPOConfig
 from ibpo.pipeline import plan_corrections, shape_batch
 from ibpo.variants import get_variant
 from toy_task.tasks import ToyTask, get_task

@@ -34,11 +34,11 @@ from verl.workers.utils.padding import left_right_2_no_padding
 
 from ibpo.advantages import get_mask_sign, shapes_reward
 from ibpo.compute import StepWork, phase_seconds, step_flops
-from ibpo.options import IBPOConfig, option_changes, saved_options
 from ibpo.diagnostics import theorem_stats, trained_advantage_variance
 from ibpo.lambda_schedule import LambdaSchedule
 from ibpo.mechanism import RewardDropAlarm, advantage_mechanism, sibling_overlap
 from ibpo.minibatch import ActorMiniBatchPlan, actor_minibatch_plan, optimizer_updates_reported, row_multiple
+from ibpo.options import IBPOConfig, option_changes, saved_options
 from ibpo.pipeline import shape_batch
 from ibpo.variants import get_variant
 from recipe.ibpo.correction import batch as corr

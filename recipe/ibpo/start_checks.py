@@ -13,8 +13,8 @@ from omegaconf import DictConfig
 
 from ibpo.correction_lengths import (MIN_DERIVED_CANDIDATE_TOKENS, CorrectionBudgetError, correction_budget,
                                      correction_prompt_tokens)
-from ibpo.options import IBPOConfig
 from ibpo.mechanism import reinforces_wrong_answers
+from ibpo.options import IBPOConfig
 from ibpo.prompts import build_correction_messages
 from recipe.common.preflight.errors import SetupError
 from recipe.ibpo.method import ibpo_config_from
