@@ -19,7 +19,7 @@ from typing import Iterable, Sequence
 import numpy as np
 from rapidfuzz.distance import Levenshtein
 
-from ibpo.correction_bound import bounded_lengths
+from ibpo.correction_lengths import bounded_lengths
 from ibpo.lookup_decoding import LookupStats, NgramParams, batch_decode_steps, simulate_lookup
 
 

@@ -17,7 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ibpo.config import IBPOConfig
+from ibpo.options import IBPOConfig
 from ibpo.pipeline import CorrectionRequest, plan_corrections
 
 # Layouts compared by the benchmarks: name -> IBPO options.

@@ -26,8 +26,8 @@ import numpy as np
 import torch
 
 from ibpo.advantages import group_normalized_advantages, shaped_rewards
-from ibpo.config import IBPOConfig
 from ibpo.diagnostics import TheoremStats, theorem_stats
+from ibpo.options import IBPOConfig
 from ibpo.pipeline import plan_corrections, shape_batch
 
 

@@ -40,8 +40,8 @@ import torch
 from analysis.credit_localisation import line_index, localise, wrong_mask
 from ibpo.advantages import get_mask_sign, group_normalized_advantages, ibpo_sequence_advantages, signed_token_mask
 from ibpo.compute import ModelShape, StepWork, step_flops
-from ibpo.config import IBPOConfig
 from ibpo.mechanism import RewardDropAlarm, advantage_mechanism, group_kinds, sibling_overlap
+from ibpo.options import IBPOConfig
 from ibpo.pipeline import plan_corrections, shape_batch
 from ibpo.variants import get_variant
 from toy_task.tasks import ToyTask, get_task
@@ -274,7 +274,7 @@ def sample_step(toy: Toy, generator, order: np.ndarray, step: int, seed: int, ba
 def correction_pass(toy: Toy, generator, cfg: IBPOConfig, samples: StepSamples, seed: int, step: int,
                     newline_tokens: dict[int, str]) -> CorrectionResult:
     """IBPO steps B-C (``ibpo.pipeline``) on the step's samples, the joint-training rows (App. E.2 (C), as
-    ``recipe.ibpo.correction.build_joint_rows``: reward r(ŷ) − rewrite_penalty·1[rewrite], grouped per
+    ``recipe.ibpo.correction.batch.build_joint_rows``: reward r(ŷ) − rewrite_penalty·1[rewrite], grouped per
     original prompt or per x~) and the credit-localisation record of every right correction."""
     from verl_cpu.hf_rollout import request_seed
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from analysis.evaluation_stats import paired_difference, t_interval
 from analysis.toy_loop import Toy, generate, sha256_of_dir
-from ibpo.config import IBPOConfig
+from ibpo.options import IBPOConfig
 from ibpo.pipeline import plan_corrections, shape_batch
 
 FRACTIONS = (1.0, 0.5, 0.25)

@@ -128,7 +128,7 @@ MaskSignFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], 
 @dataclass(frozen=True)
 class MaskSignPolicy:
     """One registered mask-sign policy (the value of ``ibpo.mask_sign``; what each built-in one does and why
-    the default is ``negative_only``: that option's doc in ``ibpo.config.IBPOConfig``)."""
+    the default is ``negative_only``: that option's doc in ``ibpo.options.IBPOConfig``)."""
 
     name: str
     mask: MaskSignFn
@@ -198,7 +198,7 @@ def signed_token_mask(
     ``token_mask`` holds m_t = 1[t ∉ U] (1 on the tokens the correction changed) on the ``shaped`` rows and
     ones elsewhere. ``policy`` is the registered entry ``ibpo.mask_sign`` names (:func:`get_mask_sign`,
     resolved by the caller); why the sign matters and what each built-in policy does: the doc of the option
-    ``mask_sign`` (``ibpo.config.IBPOConfig``, also in ``ibpo_blocks.yaml``) and docs/method_ibpo.md.
+    ``mask_sign`` (``ibpo.options.IBPOConfig``, also in ``ibpo_blocks.yaml``) and docs/method_ibpo.md.
 
     Rows that are not shaped always get ones. Returns a (bs, T) float mask in ``token_mask``'s dtype.
     """

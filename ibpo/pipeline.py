@@ -11,8 +11,8 @@ from typing import Callable, Hashable, Sequence
 import numpy as np
 
 from ibpo.alignment import Alignment, align
-from ibpo.config import IBPOConfig
 from ibpo.diagnostics import correction_stats
+from ibpo.options import IBPOConfig
 from ibpo.prompts import Message, build_correction_messages, render_candidate
 from ibpo.references import get_reference_rule, select_references
 from ibpo.shaping import TargetShaping, aggregate_corrections, shape_targets

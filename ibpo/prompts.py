@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ibpo.config import IBPOConfig
+from ibpo.options import IBPOConfig
 
 THINK_END = "</think>"
 TRUNCATION_MARKER = "\n[... {n} tokens omitted ...]\n"
@@ -76,7 +76,7 @@ def render_candidate(token_ids: Sequence[int], decode: Callable[[list[int]], str
     made on those ids, so the candidate takes at most ``max_candidate_tokens`` tokens of the correction
     prompt however differently its text re-tokenises. Without it the cut is made on the generated ids (for
     callers with no tokenizer, e.g. the simulation). ``max_candidate_tokens = 0`` keeps everything: the
-    trainer replaces 0 by the budget it derives at start (``ibpo/budget.py: correction_budget``).
+    trainer replaces 0 by the budget it derives at start (``ibpo/correction_lengths.py: correction_budget``).
     """
     ids = list(token_ids)
     if config.candidate_view == "strip_thinking":

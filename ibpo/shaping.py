@@ -12,7 +12,7 @@ from typing import Sequence
 import numpy as np
 
 from ibpo.alignment import Alignment, closest_reference_below
-from ibpo.config import IBPOConfig
+from ibpo.options import IBPOConfig
 from ibpo.variants import ShapingVariant, get_variant
 
 

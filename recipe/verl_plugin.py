@@ -21,9 +21,9 @@ from types import ModuleType
 from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY, register_adv_est
 
 from ibpo.advantages import compute_ibpo_outcome_advantage
-from ibpo.correction_bound import AGENT_LOOP_NAME
+from ibpo.correction_lengths import AGENT_LOOP_NAME
 
-AGENT_LOOP_TARGET = "recipe.ibpo.correction_agent_loop.IBPOCorrectionAgentLoop"
+AGENT_LOOP_TARGET = "recipe.ibpo.correction.agent_loop.IBPOCorrectionAgentLoop"
 AGENT_LOOP_MODULE = "verl.experimental.agent_loop.agent_loop"
 
 ADV_ESTIMATOR_NAME = "ibpo"
@@ -61,8 +61,8 @@ def ibpo_estimator(token_level_rewards, response_mask, index, config=None, **kwa
 
 
 def register_agent_loop(module: ModuleType) -> None:
-    """Add the ``ibpo_correction`` loop (:mod:`recipe.ibpo.correction_agent_loop`, the per-correction length
-    bound of :mod:`ibpo.correction_bound`) to verl's agent-loop registry (``module``: verl's agent_loop)."""
+    """Add the ``ibpo_correction`` loop (:mod:`recipe.ibpo.correction.agent_loop`, the per-correction length
+    bound of :mod:`ibpo.correction_lengths`) to verl's agent-loop registry (``module``: verl's agent_loop)."""
     module._agent_loop_registry.setdefault(AGENT_LOOP_NAME, {"_target_": AGENT_LOOP_TARGET})
 
 

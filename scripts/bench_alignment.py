@@ -28,7 +28,7 @@ import time
 import numpy as np
 
 from ibpo.alignment import align, normalized_edit_distance
-from ibpo.config import IBPOConfig
+from ibpo.options import IBPOConfig
 from ibpo.pipeline import CorrectionRequest, shape_batch
 from ibpo.shaping import is_full_rewrite
 

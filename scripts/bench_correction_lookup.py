@@ -9,7 +9,7 @@ docs/correction_pass.md.
 Real corrections: ``--toy-run`` trains IBPO on the CPU toy (``toy_task``: warm-started tiny model, four-digit
 addition; ``python -m toy_task.warm_start`` builds the assets once, under ``<out>/assets``) through verl's real
 trainer with ``trainer.rollout_data_dir`` set, so every step's corrections are dumped
-(``recipe/ibpo/correction.dump_corrections``). Synthetic corrections at L tokens: the toy's measured edit
+(``recipe/ibpo/correction/batch.dump_corrections``). Synthetic corrections at L tokens: the toy's measured edit
 profile applied to Zipf-text targets in real correction prompts (``analysis/correction_lookup.py``).
 Every replay is vLLM's ngram rule token by token on the realised corrections (``ibpo/lookup_decoding.py``).
 """

@@ -45,7 +45,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
-from ibpo.config import IBPOConfig
+from ibpo.options import IBPOConfig
 from analysis.evaluation_stats import (
     avg_at_k_per_problem,
     best_of_n_per_problem,

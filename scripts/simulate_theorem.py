@@ -31,7 +31,7 @@ from dataclasses import asdict
 
 import numpy as np
 
-from ibpo.config import IBPOConfig
+from ibpo.options import IBPOConfig
 from analysis.simulation import RegimeResult, TrainingResult, World, measure_regime, train
 
 

@@ -121,7 +121,7 @@ def correction_example_messages(problem: ArithProblem, rng: random.Random) -> li
     """An IBPO correction prompt (the trainer's own template, ``ibpo.prompts``) for this problem: a wrong
     target and, 3 times in 4, the right solution as reference (else another wrong one)."""
     from data_prep.templates import render_math_prompt
-    from ibpo.config import IBPOConfig
+    from ibpo.options import IBPOConfig
     from ibpo.prompts import build_correction_messages
 
     reference = problem.solution if rng.random() < 0.75 else wrong_solution(problem, rng)

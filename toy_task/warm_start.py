@@ -35,7 +35,7 @@ def correction_example(problem, rng: random.Random, task: ToyTask = TASKS["addit
     """The trainer's correction prompt (``ibpo.prompts``, default template) for a wrong target with one local
     mistake and, 3 times in 4, a right solution as reference (else another wrong one), and its target: the
     target's local repair (the right solution in the target's own order)."""
-    from ibpo.config import IBPOConfig
+    from ibpo.options import IBPOConfig
     from ibpo.prompts import build_correction_messages
 
     # this draw order keeps the addition warm starts byte-identical to the ones built before tasks existed

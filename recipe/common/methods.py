@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import os
 import pkgutil
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -51,6 +52,10 @@ class Method:
     actor_worker: Callable[[], type] | None = None
     module: str = field(default="", compare=False)  # the module that registered it
 
+    def options_of(self, config: DictConfig) -> Any:
+        """This method's validated option block of ``config`` (:func:`method_options`)."""
+        return method_options(config, self.name)
+
 
 _REGISTRY: dict[str, Method] = {}
 
@@ -63,6 +68,17 @@ def register_method(method: Method) -> Method:
         raise SetupError(f"method {method.name!r} is registered twice ({existing.module} and {method.module})")
     _REGISTRY[method.name] = method
     return method
+
+
+def register_folder_method(module: str, **fields: Any) -> Method:
+    """Register the method that a folder's ``method`` module describes (``module``: that module's ``__name__``),
+    so the module holds only what is its own. The folder's layout fills the rest: its Hydra config is
+    ``config/<name>_trainer.yaml`` beside the module and its generated option block ``config/<name>_block.yaml``,
+    unless ``fields`` names ``config_dir``, ``config_name`` or ``block_file``."""
+    name = fields["name"]
+    folder = Path(sys.modules[module].__file__).resolve().parent
+    layout = {"config_dir": folder / "config", "config_name": f"{name}_trainer", "block_file": f"{name}_block.yaml"}
+    return register_method(Method(module=module, **{**layout, **fields}))
 
 
 def method_modules() -> list[str]:

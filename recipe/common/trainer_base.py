@@ -64,6 +64,14 @@ class NonFiniteRewardError(RuntimeError):
     into nan (verl trains on whatever the reward manager stored)."""
 
 
+def write_json_atomically(path: str, data) -> None:
+    """Write ``data`` as JSON through a temporary file: a crash mid-write leaves the previous file, never half of
+    one (every checkpointed state file: the compute ledger, a method's own state)."""
+    with open(path + ".tmp", "w") as f:
+        json.dump(data, f)
+    os.replace(path + ".tmp", path)
+
+
 def require_finite_scores(scores: torch.Tensor, data_sources, what: str) -> None:
     """Stop the run when a sequence score is not finite, naming the rows and their ``data_source``
     (``scores``: one per row; ``data_sources``: the batch's ``non_tensor_batch["data_source"]`` or None)."""
@@ -103,7 +111,9 @@ class HookedRayPPOTrainer(RayPPOTrainer):
             raise ComputeBudgetError(f"compute_budget.unit=flops but {type(self).__name__} counts no FLOPs; "
                                      "use compute_budget.unit=gpu_seconds")
         self.compute_ledger = ComputeLedger(budget)
-        self._ledger_folder: str | None = None  # this step's checkpoint folder, if it wrote one
+        # this step's checkpoint folder, if it wrote one: every state file saved there is written again at the end
+        # of the step, when the step's cost is known (the ledger here, a subclass's own state in its _step_metrics)
+        self._saved_step_folder: str | None = None
 
     # ------------------------------------------------------------------ hooks (no-ops: verl's behaviour)
     def _before_generation(self, gen_batch: DataProto, metrics: dict, timing_raw: dict) -> None:
@@ -160,9 +170,9 @@ class HookedRayPPOTrainer(RayPPOTrainer):
             if ledger.spent() + ledger.last_cost < budget.limit:
                 print(f"[compute_budget] trainer.total_training_steps={self.total_training_steps} ended the run at "
                       f"{ledger.spent():.4g} of {budget.limit:.4g} {budget.unit}: raise it to spend the budget", flush=True)
-        if self._ledger_folder is not None:  # this step saved a checkpoint: store the ledger with the step in it
-            self._write_compute_ledger(self._ledger_folder)
-            self._ledger_folder = None
+        if self._saved_step_folder is not None:  # this step saved a checkpoint: store the ledger with the step in it
+            self._write_compute_ledger(self._saved_step_folder)
+            self._saved_step_folder = None
 
     def _step_folder(self, loading: bool = False) -> str:
         """The checkpoint folder of the current step; when loading, the one verl resumed from
@@ -174,28 +184,32 @@ class HookedRayPPOTrainer(RayPPOTrainer):
             folder = os.path.join(trainer_cfg.default_local_dir, f"global_step_{self.global_steps}")
         return folder if os.path.isabs(folder) else os.path.join(os.getcwd(), folder)
 
+    def _resumed_state(self, file_name: str) -> tuple[str, dict | None]:
+        """The path of the state file ``file_name`` in the checkpoint folder verl resumed from, and what it holds
+        (None: there is no such file)."""
+        path = os.path.join(self._step_folder(loading=True), file_name)
+        if not os.path.exists(path):
+            return path, None
+        with open(path) as f:
+            return path, json.load(f)
+
     def _write_compute_ledger(self, folder: str) -> None:
-        path = os.path.join(folder, self.COMPUTE_LEDGER_FILE)
-        with open(path + ".tmp", "w") as f:
-            json.dump(self.compute_ledger.state_dict(), f)
-        os.replace(path + ".tmp", path)
+        write_json_atomically(os.path.join(folder, self.COMPUTE_LEDGER_FILE), self.compute_ledger.state_dict())
 
     def _save_checkpoint(self):
         """verl's checkpoint plus the compute ledger. verl saves inside the step, before its cost is known: the
         ledger is written now without this step and again, with it, at the end of the step."""
         super()._save_checkpoint()
-        folder = self._step_folder()
-        self._write_compute_ledger(folder)
-        self._ledger_folder = folder
+        self._saved_step_folder = self._step_folder()
+        self._write_compute_ledger(self._saved_step_folder)
 
     def _load_checkpoint(self):
         result = super()._load_checkpoint()
         if self.global_steps == 0:  # training from scratch
             return result
-        path = os.path.join(self._step_folder(loading=True), self.COMPUTE_LEDGER_FILE)
-        if os.path.exists(path):
-            with open(path) as f:
-                self.compute_ledger.load_state_dict(json.load(f))
+        path, ledger = self._resumed_state(self.COMPUTE_LEDGER_FILE)
+        if ledger is not None:
+            self.compute_ledger.load_state_dict(ledger)
         elif self.compute_ledger.budget.enabled:
             raise FileNotFoundError(f"resuming at step {self.global_steps} with compute_budget.limit set but {path} is "
                                     "missing: the budget would restart at 0. Resume from a checkpoint written by this "

@@ -3,10 +3,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from counterfactual.importance import CounterfactualConfig
-from recipe.common.methods import Method, method_options, register_method
+from recipe.common.methods import register_folder_method
 
 
 def _trainer() -> type:
@@ -15,16 +13,13 @@ def _trainer() -> type:
     return RayCounterfactualTrainer
 
 
-def counterfactual_config_from(config) -> CounterfactualConfig:
-    """The validated ``counterfactual:`` block of a ``method: counterfactual`` config."""
-    return method_options(config, METHOD.name)
-
-
-METHOD = register_method(Method(
-    name="counterfactual", options=CounterfactualConfig, config_dir=Path(__file__).resolve().parent / "config",
-    config_name="counterfactual_trainer", trainer=_trainer,
-    block_file="counterfactual_block.yaml",
+METHOD = register_folder_method(
+    __name__, name="counterfactual", options=CounterfactualConfig, trainer=_trainer,
     block_header="The `counterfactual:` option block of counterfactual_trainer.yaml (docs/method_counterfactual.md). "
                  "Every option is validated at start (counterfactual/importance.py, CounterfactualConfig): a typo "
-                 "or out-of-range value fails.",
-    module=__name__))
+                 "or out-of-range value fails.")
+
+
+def counterfactual_config_from(config) -> CounterfactualConfig:
+    """The validated ``counterfactual:`` block of a ``method: counterfactual`` config."""
+    return METHOD.options_of(config)

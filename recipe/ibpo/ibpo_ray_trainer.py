@@ -19,7 +19,6 @@ correction pass (``_validate`` is verl's own).
 
 from __future__ import annotations
 
-import json
 import os
 import time
 
@@ -35,19 +34,19 @@ from verl.workers.utils.padding import left_right_2_no_padding
 
 from ibpo.advantages import get_mask_sign, shapes_reward
 from ibpo.compute import StepWork, phase_seconds, step_flops
-from ibpo.config import IBPOConfig, option_changes, saved_options
 from ibpo.diagnostics import theorem_stats, trained_advantage_variance
 from ibpo.lambda_schedule import LambdaSchedule
 from ibpo.mechanism import RewardDropAlarm, advantage_mechanism, sibling_overlap
 from ibpo.minibatch import ActorMiniBatchPlan, actor_minibatch_plan, optimizer_updates_reported, row_multiple
+from ibpo.options import IBPOConfig, option_changes, saved_options
 from ibpo.pipeline import shape_batch
 from ibpo.variants import get_variant
-from recipe.ibpo import correction as corr
-from recipe.ibpo.correction_rollout import proxy_params, spec_decode_step_metrics, speculative_config_of
+from recipe.ibpo.correction import batch as corr
+from recipe.ibpo.correction.rollout import proxy_params, spec_decode_step_metrics, speculative_config_of
 from recipe.ibpo.method import ibpo_config_from
 from recipe.common.preflight.model import configured_context_length, model_flop_shape
 from recipe.ibpo.start_checks import check_trainer_config
-from recipe.common.trainer_base import HookedRayPPOTrainer
+from recipe.common.trainer_base import HookedRayPPOTrainer, write_json_atomically
 
 # verl's rollout-common names of vLLM's request_spec_decode_stats (vllm_async_server.py generate)
 SPEC_STAT_KEYS = ("spec_num_draft_tokens", "spec_num_accepted_tokens", "spec_num_verify_steps")
@@ -116,7 +115,6 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
         self._step_correction: corr.CorrectionPass | None = None  # this step's correction pass
         self._step_lambda = self.ibpo.lam  # the λ this step shapes with
         self._main_gen_started = 0.0
-        self._saved_state_folder: str | None = None  # this step's checkpoint folder, if it wrote one
         self._reward_alarm = RewardDropAlarm()  # unlearning alarm (ibpo.mechanism); not checkpointed
         self._reward_alarm_reported = False
 
@@ -233,9 +231,8 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
         self.time_totals["cumulative_step_s"] += timing_raw.get("step", 0.0)
         metrics["ibpo/time/cumulative_step_s"] = self.time_totals["cumulative_step_s"]
         metrics["ibpo/time/host_share"] = metrics["ibpo/time/host_s"] / max(timing_raw.get("step", 0.0), 1e-9)
-        if self._saved_state_folder is not None:
-            self._write_ibpo_state(self._saved_state_folder)
-            self._saved_state_folder = None
+        if self._saved_step_folder is not None:  # the base clears it once the ledger is written again too
+            self._write_ibpo_state(self._saved_step_folder)
         super()._step_metrics(batch, metrics, timing_raw)  # the compute ledger and budget (trainer_base)
 
     # ------------------------------------------------------------------ IBPO steps B-C
@@ -383,10 +380,7 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
 
     def _write_ibpo_state(self, folder: str, step_seconds_so_far: float = 0.0) -> None:
         """Write ``ibpo_state.json`` atomically (a crash mid-write leaves the previous file, never half)."""
-        path = os.path.join(folder, self.IBPO_STATE_FILE)
-        with open(path + ".tmp", "w") as f:
-            json.dump(self._ibpo_state(step_seconds_so_far), f)
-        os.replace(path + ".tmp", path)
+        write_json_atomically(os.path.join(folder, self.IBPO_STATE_FILE), self._ibpo_state(step_seconds_so_far))
 
     def _save_checkpoint(self):
         """verl's checkpoint plus the IBPO state a resumed run needs: the running λ_max of the ``theorem``
@@ -394,23 +388,20 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
         restart). verl saves after the actor update, inside the step: λ and the compute totals already
         include this step (``_after_advantage``); the time total gets the step's seconds so far, and the
         exact figure is written again at the end of the step (``_step_metrics``)."""
-        super()._save_checkpoint()
-        folder = self._step_folder()
-        self._write_ibpo_state(folder, time.perf_counter() - self._main_gen_started)
-        self._saved_state_folder = folder
+        super()._save_checkpoint()  # sets _saved_step_folder
+        self._write_ibpo_state(self._saved_step_folder, time.perf_counter() - self._main_gen_started)
 
     def _load_checkpoint(self):
         result = super()._load_checkpoint()
         if self.global_steps == 0:  # training from scratch
             return result
-        path = os.path.join(self._step_folder(loading=True), self.IBPO_STATE_FILE)
-        if not os.path.exists(path):
+        path, state = self._resumed_state(self.IBPO_STATE_FILE)
+        if state is None:
             raise FileNotFoundError(
                 f"resuming at step {self.global_steps} but {path} is missing: without it the compute counter "
                 f"would restart at 0 and the theorem λ schedule would forget its running λ_max. Resume from a "
                 f"checkpoint written by the IBPO trainer.")
-        with open(path) as f:
-            self._restore_ibpo_state(json.load(f), path)
+        self._restore_ibpo_state(state, path)
         return result
 
     def _plan_actor_minibatches(self, main_rows: int, joint_rows: int) -> ActorMiniBatchPlan:

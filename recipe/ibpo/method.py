@@ -4,10 +4,8 @@ registry; the trainer, the check and the worker are imported only when a run nee
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from ibpo.config import IBPOConfig
-from recipe.common.methods import Method, method_options, register_method
+from ibpo.options import IBPOConfig
+from recipe.common.methods import register_folder_method
 from recipe.ibpo.config import register_config_resolvers
 
 
@@ -29,15 +27,14 @@ def _actor_worker() -> type:
     return IBPOActorRolloutRefWorker
 
 
-def ibpo_config_from(config) -> IBPOConfig:
-    """The validated ``ibpo:`` block (G is ``actor_rollout_ref.rollout.n``, not an ``ibpo`` option)."""
-    return method_options(config, METHOD.name)
-
-
-METHOD = register_method(Method(
-    name="ibpo", options=IBPOConfig, config_dir=Path(__file__).resolve().parent / "config",
-    config_name="ibpo_trainer", trainer=_trainer, check=_check, owned_estimators=("ibpo",),
+METHOD = register_folder_method(
+    __name__, name="ibpo", options=IBPOConfig, trainer=_trainer, check=_check, owned_estimators=("ibpo",),
     block_file="ibpo_blocks.yaml",
     block_header="The `ibpo:` option block of ibpo_trainer.yaml. Every option is validated at start "
-                 "(ibpo/config.py): a typo or out-of-range value fails.",
-    register_resolvers=register_config_resolvers, actor_worker=_actor_worker, module=__name__))
+                 "(ibpo/options.py): a typo or out-of-range value fails.",
+    register_resolvers=register_config_resolvers, actor_worker=_actor_worker)
+
+
+def ibpo_config_from(config) -> IBPOConfig:
+    """The validated ``ibpo:`` block (G is ``actor_rollout_ref.rollout.n``, not an ``ibpo`` option)."""
+    return METHOD.options_of(config)

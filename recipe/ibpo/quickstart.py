@@ -27,7 +27,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from ibpo.config import IBPOConfig
+from ibpo.options import IBPOConfig
 from ibpo.variants import variant_names
 from verl_cpu.launch import cpu_env, cpu_overrides, process_env, read_metrics_jsonl, run_with_timeout
 

@@ -1,6 +1,6 @@
 """IBPO's own start checks: the trainer config against what IBPO needs (its advantage estimator, the
 rule-based streaming reward, the correction pass's rollout) and the correction prompts against the context
-(the budget arithmetic is the pure :mod:`ibpo.budget`).
+(the budget arithmetic is the pure :mod:`ibpo.correction_lengths`).
 
 Run twice: in the driver before Ray, by the shared pre-flight (:func:`recipe.common.preflight.preflight`,
 through the ``check`` of the method ``recipe/ibpo/method.py`` registers), and by
@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from ibpo.budget import (MIN_DERIVED_CANDIDATE_TOKENS, TRUNCATION_MARKER_TOKENS, CorrectionBudgetError,
-                         correction_budget)
-from ibpo.config import IBPOConfig
+from ibpo.correction_lengths import (MIN_DERIVED_CANDIDATE_TOKENS, CorrectionBudgetError, correction_budget,
+                                     correction_prompt_tokens)
 from ibpo.mechanism import reinforces_wrong_answers
+from ibpo.options import IBPOConfig
 from ibpo.prompts import build_correction_messages
 from recipe.common.preflight.errors import SetupError
 from recipe.ibpo.method import ibpo_config_from
-from recipe.ibpo.correction_rollout import check_correction_rollout
+from recipe.ibpo.correction.rollout import check_correction_rollout
 
 # Chat-template scaffolding around the correction prompt (role headers, generation prompt) plus slack.
 CHAT_TEMPLATE_SLACK_TOKENS = 32
@@ -36,7 +36,17 @@ def check_trainer_config(config: DictConfig, ibpo: IBPOConfig, tokenizer,
     """Fail early on settings that would make IBPO silently wrong; return ``ibpo`` with the candidate budget
     resolved (``max_candidate_tokens = 0`` replaced by the budget derived from the context and
     ``rollout.prompt_length``, :func:`correction_budget`). ``model_context`` is the model's context length
-    (:func:`recipe.common.preflight.model.context_length`, rope scaling included), used when ``rollout.max_model_len`` is unset, as verl's vLLM server does."""
+    (:func:`recipe.common.preflight.model.context_length`, rope scaling included), used when
+    ``rollout.max_model_len`` is unset, as verl's vLLM server does."""
+    check_ibpo_settings(config, ibpo)
+    if not ibpo.enable:
+        return ibpo
+    return resolve_prompt_budget(config, ibpo, correction_template_tokens(ibpo, tokenizer), model_context)
+
+
+def check_ibpo_settings(config: DictConfig, ibpo: IBPOConfig) -> None:
+    """The trainer settings IBPO needs: its estimator, the rule-based reward, a fresh correction generation,
+    the correction rollout and groups that hold references."""
     algo = config.algorithm
     if algo.adv_estimator in ("remax",):
         raise SetupError("algorithm.adv_estimator=remax is not supported by the IBPO trainer")
@@ -52,22 +62,31 @@ def check_trainer_config(config: DictConfig, ibpo: IBPOConfig, tokenizer,
     if config.get("skip", {}).get("rollout", {}).get("enable", False):
         raise SetupError("skip.rollout.enable=True would serve the correction generation from the main "
                              "generation's cache; turn it off")
-    check_correction_rollout(config, ibpo)  # lookup speculation and the length bound (recipe/ibpo/correction_rollout.py)
+    check_correction_rollout(config, ibpo)  # lookup speculation and the length bound (recipe/ibpo/correction/rollout.py)
     if ibpo.enable and int(config.actor_rollout_ref.rollout.n) < 2 and ibpo.num_references > 0:
         raise SetupError("actor_rollout_ref.rollout.n must be >= 2 for reference-based correction "
                              "(or set ibpo.num_references=0 for self-correction)")
-    if not ibpo.enable:
-        return ibpo
+
+
+def budget_or_setup_error(config: DictConfig, ibpo: IBPOConfig, template: int, context: int | None,
+                          prompt_length: int | None = None):
+    """:func:`correction_budget` of the run's lengths; a budget that cannot fit is a :class:`SetupError`."""
+    try:
+        return correction_budget(config.data.max_prompt_length, config.data.max_response_length,
+                                 ibpo.num_references, ibpo.max_candidate_tokens, template, context, prompt_length)
+    except CorrectionBudgetError as exc:
+        raise SetupError(str(exc)) from None
+
+
+def resolve_prompt_budget(config: DictConfig, ibpo: IBPOConfig, template: int,
+                          model_context: int | None) -> IBPOConfig:
+    """The correction prompts against the context and ``rollout.prompt_length``; ``ibpo`` with the candidate
+    budget resolved (``template``: tokens of the correction template's own text)."""
     rollout = config.actor_rollout_ref.rollout
     have = int(rollout.prompt_length)
     context = rollout.get("max_model_len") or model_context
-    template = correction_template_tokens(ibpo, tokenizer)
     # first what the context allows (a derived budget that cannot fit names ibpo.max_candidate_tokens)
-    try:
-        correction_budget(config.data.max_prompt_length, config.data.max_response_length, ibpo.num_references,
-                          ibpo.max_candidate_tokens, template, context)
-    except CorrectionBudgetError as exc:
-        raise SetupError(str(exc)) from None
+    budget_or_setup_error(config, ibpo, template, context)
     response_length = int(rollout.get("response_length") or config.data.max_response_length)
     total = have + response_length
     if context is not None and total > int(context):
@@ -82,7 +101,7 @@ def check_trainer_config(config: DictConfig, ibpo: IBPOConfig, tokenizer,
     k = 1 + ibpo.num_references
     shown = (ibpo.max_candidate_tokens if ibpo.max_candidate_tokens > 0
              else min(MIN_DERIVED_CANDIDATE_TOKENS, int(config.data.max_response_length)))
-    need = int(config.data.max_prompt_length) + template + k * (shown + TRUNCATION_MARKER_TOKENS)
+    need = correction_prompt_tokens(config.data.max_prompt_length, template, k, shown)
     if have < need:
         raise SetupError(
             f"actor_rollout_ref.rollout.prompt_length={have} is too small for correction prompts: they need "
@@ -91,11 +110,7 @@ def check_trainer_config(config: DictConfig, ibpo: IBPOConfig, tokenizer,
             f"+ template {template}). verl would left-truncate them with only a warning. Raise rollout.prompt_length "
             f"or lower ibpo.max_candidate_tokens."
         )
-    try:
-        budget = correction_budget(config.data.max_prompt_length, config.data.max_response_length,
-                                   ibpo.num_references, ibpo.max_candidate_tokens, template, context, have)
-    except CorrectionBudgetError as exc:
-        raise SetupError(str(exc)) from None
+    budget = budget_or_setup_error(config, ibpo, template, context, have)
     return ibpo.replace(max_candidate_tokens=budget.candidate_tokens)
 
 

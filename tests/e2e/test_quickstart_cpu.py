@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from ibpo.config import IBPOConfig
+from ibpo.options import IBPOConfig
 from recipe.ibpo.quickstart import latest_hf_checkpoint, main
 
 pytestmark = pytest.mark.e2e

@@ -22,7 +22,7 @@ from verl.utils import tensordict_utils as tu
 from verl.workers.engine_workers import TrainingWorker
 
 from ibpo.minibatch import actor_minibatch_plan, optimizer_updates_reported, row_multiple
-from recipe.ibpo import correction as corr
+from recipe.ibpo.correction import batch as corr
 from recipe.ibpo.ibpo_ray_trainer import RayIBPOTrainer
 from recipe.ibpo.method import ibpo_config_from
 

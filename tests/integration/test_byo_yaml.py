@@ -11,7 +11,7 @@ import pytest
 from hydra import compose, initialize_config_dir, initialize_config_module
 from omegaconf import OmegaConf
 
-from ibpo.config import IBPOConfig
+from ibpo.options import IBPOConfig
 from recipe.ibpo.config import register_config_resolvers
 from recipe.common.preflight import SetupError
 from recipe.common.methods import method_of, trainer_class_for

@@ -19,12 +19,12 @@ from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 from verl import DataProto
 
-from ibpo.config import IBPOConfig, IBPOConfigError
-from ibpo.correction_bound import AGENT_LOOP_NAME, MAX_TOKENS_KEY
+from ibpo.options import IBPOConfig, IBPOConfigError
+from ibpo.correction_lengths import AGENT_LOOP_NAME, MAX_TOKENS_KEY
 from ibpo.pipeline import CorrectionRequest
-from recipe.ibpo import correction as corr
+from recipe.ibpo.correction import batch as corr
 from recipe.ibpo.config import register_config_resolvers
-from recipe.ibpo.correction_rollout import SPEC_OPTION, check_correction_rollout, speculative_config_of
+from recipe.ibpo.correction.rollout import SPEC_OPTION, check_correction_rollout, speculative_config_of
 from recipe.ibpo.method import ibpo_config_from
 from verl_cpu.launch import cpu_overrides
 
@@ -84,7 +84,7 @@ def test_the_bound_reaches_the_hf_servers_request(tiny_run, monkeypatch):
     from transformers import AutoTokenizer
     from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 
-    from recipe.ibpo.correction_agent_loop import IBPOCorrectionAgentLoop
+    from recipe.ibpo.correction.agent_loop import IBPOCorrectionAgentLoop
     from verl_cpu.hf_rollout import HFServer
 
     with initialize_config_module("verl.trainer.config", version_base=None):

@@ -25,10 +25,10 @@ from verl.trainer.ppo.ray_trainer import compute_advantage
 
 import recipe.verl_plugin  # noqa: F401  (registration; the entry point does this under `import verl` too)
 from ibpo.advantages import get_mask_sign
-from ibpo.config import IBPOConfig
-from ibpo.references import register_reference_rule, unregister_reference_rule
 from ibpo.compute import ModelShape
-from recipe.ibpo import correction as corr
+from ibpo.options import IBPOConfig
+from ibpo.references import register_reference_rule, unregister_reference_rule
+from recipe.ibpo.correction import batch as corr
 from recipe.ibpo.ibpo_ray_trainer import RayIBPOTrainer
 from recipe.common.preflight import SetupError
 from recipe.ibpo.method import ibpo_config_from
@@ -167,7 +167,7 @@ def test_correction_pass_places_delta_on_the_right_rows_after_reordering():
     # one generate call for all corrections, padded to the agent workers, chat messages as raw_prompt
     call = trainer.async_rollout_manager.calls[0]
     assert len(call) % 2 == 0 and len(call) >= len(result.requests)
-    # the main generation's keys, plus the length bound's loop name and max_tokens (ibpo.correction_bound)
+    # the main generation's keys, plus the length bound's loop name and max_tokens (ibpo.correction_lengths)
     assert set(call.non_tensor_batch.keys()) == set(gen_batch.non_tensor_batch.keys()) | {"agent_name",
                                                                                          "ibpo_max_tokens"}
     assert set(call.non_tensor_batch["agent_name"][: len(result.requests)]) == {"ibpo_correction"}

@@ -44,7 +44,7 @@ def resolve(name: str):
 
 def option_names() -> set[str]:
     from counterfactual.importance import CounterfactualConfig
-    from ibpo.config import IBPOConfig
+    from ibpo.options import IBPOConfig
 
     return ({f"ibpo.{f.name}" for f in dataclasses.fields(IBPOConfig)}
             | {f"counterfactual.{f.name}" for f in dataclasses.fields(CounterfactualConfig)})
@@ -114,3 +114,24 @@ def test_readme_documentation_lists_every_doc():
     docs = sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))
     readmes = ["verl_cpu/README.md", "reward_fns/README.md", "data_prep/README.md"]
     assert [d for d in docs + readmes if f"`{d}`" not in section] == []
+
+
+def test_one_correction_place_per_layer():
+    """The Names section: one ``correction*`` module or package in the pure layer and one in the recipe layer,
+    each the one the doc names."""
+    places = {ROOT / "ibpo": "ibpo/correction_lengths.py", ROOT / "recipe" / "ibpo": "recipe/ibpo/correction/"}
+    for layer, place in places.items():
+        entries = sorted(p.relative_to(ROOT).as_posix() + ("/" if p.is_dir() else "")
+                         for p in layer.iterdir() if p.name.startswith("correction") and p.name != "__pycache__")
+        assert entries == [place] and f"`{place}`" in doc_text()
+
+
+def test_the_pure_package_lists_its_modules():
+    """"ibpo/__init__.py lists the modules" (Folders by layer), and so does README's ``ibpo/`` line."""
+    import ibpo
+
+    modules = sorted(p.stem for p in (ROOT / "ibpo").glob("*.py") if p.stem != "__init__")
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    readme_line = readme[readme.index("ibpo/            IBPO"):readme.index("\ncounterfactual/ ")]
+    assert [m for m in modules if f"``{m}``" not in ibpo.__doc__] == []
+    assert [m for m in modules if m != "verl_plugin" and not re.search(rf"\b{m}\b", readme_line)] == []

@@ -117,8 +117,8 @@ def test_cpu_proxy_script_table():
 
 
 def test_speculation_settings_are_lossless_by_the_projects_start_check():
-    from ibpo.config import IBPOConfigError
-    from recipe.ibpo.correction_rollout import check_speculative_config
+    from ibpo.options import IBPOConfigError
+    from recipe.ibpo.correction.rollout import check_speculative_config
 
     assert bench.speculative_config("off") is None
     ngram = bench.speculative_config("ngram", "2:5:8")

@@ -1,4 +1,4 @@
-"""One source of options: each option dataclass (``ibpo.config.IBPOConfig``,
+"""One source of options: each option dataclass (``ibpo.options.IBPOConfig``,
 ``counterfactual.importance.CounterfactualConfig``, ``ibpo.compute_budget.ComputeBudgetConfig``) documents every
 field, its YAML block (``recipe/ibpo/config/ibpo_blocks.yaml``, ``recipe/counterfactual/config/counterfactual_block.yaml``,
 ``recipe/common/config/compute_budget_block.yaml``) is exactly the text generated from it
@@ -16,7 +16,7 @@ import yaml
 
 from counterfactual.importance import CounterfactualConfig
 from ibpo.compute_budget import ComputeBudgetConfig
-from ibpo.config import IBPOConfig
+from ibpo.options import IBPOConfig
 from recipe.common import config_blocks as generated
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,12 +12,12 @@ import pytest
 from omegaconf import OmegaConf
 
 from analysis.correction_workload import build_workload, chat_prompt_ids, correction_requests, zipf_text_ids
-from ibpo.config import IBPOConfig, IBPOConfigError
+from ibpo.options import IBPOConfig, IBPOConfigError
 from ibpo.pipeline import plan_corrections
 from ibpo.prefix_sharing import common_prefix_length, shared_prefix_fraction, shared_prefix_lengths
 from ibpo.prompts import TRUNCATION_MARKER, render_candidate
 from ibpo.references import get_reference_rule, select_references_in_group
-from ibpo.budget import TRUNCATION_MARKER_TOKENS, CorrectionBudgetError, correction_budget
+from ibpo.correction_lengths import TRUNCATION_MARKER_TOKENS, CorrectionBudgetError, correction_budget
 from recipe.common.preflight import SetupError
 from recipe.ibpo.start_checks import check_trainer_config
 from verl_cpu.tiny_assets import build_tiny_tokenizer

@@ -1,4 +1,4 @@
-"""The CPU proxy's data path: the trainer's correction dump and lookup metrics (recipe/ibpo/correction.py),
+"""The CPU proxy's data path: the trainer's correction dump and lookup metrics (recipe/ibpo/correction/batch.py),
 the edit profile, synthetic corrections and the bound's cut table (analysis/correction_lookup.py)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from verl import DataProto
 from analysis.correction_lookup import EditProfile, bound_cuts, edit_like, edit_profile, load_dump
 from ibpo.lookup_decoding import NgramParams, simulate_lookup
 from ibpo.pipeline import CorrectionRequest
-from recipe.ibpo import correction as corr
+from recipe.ibpo.correction import batch as corr
 
 
 def generation_output(prompts: list[list[int]], responses: list[list[int]]) -> DataProto:

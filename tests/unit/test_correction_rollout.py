@@ -1,5 +1,5 @@
-"""Start checks of the correction pass's rollout (recipe/ibpo/correction_rollout.py), the length-bound
-options (ibpo/config.py) and the per-request max_tokens path (ibpo/correction_agent_loop.py)."""
+"""Start checks of the correction pass's rollout (recipe/ibpo/correction/rollout.py), the length-bound
+options (ibpo/options.py) and the per-request max_tokens path (recipe/ibpo/correction/agent_loop.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from ibpo.config import IBPOConfig, IBPOConfigError
-from recipe.ibpo.correction_rollout import (
+from ibpo.options import IBPOConfig, IBPOConfigError
+from recipe.ibpo.correction.rollout import (
     DEFAULT_PROXY_PARAMS,
     SPEC_OPTION,
     check_correction_rollout,
@@ -103,8 +103,8 @@ def test_the_correction_loop_puts_the_rows_bound_into_the_request(monkeypatch):
     server) a max_tokens equal to the row's ibpo_max_tokens, and leave the shared dict alone."""
     from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 
-    from recipe.ibpo.correction_agent_loop import IBPOCorrectionAgentLoop
-    from ibpo.correction_bound import MAX_TOKENS_KEY
+    from recipe.ibpo.correction.agent_loop import IBPOCorrectionAgentLoop
+    from ibpo.correction_lengths import MAX_TOKENS_KEY
 
     seen = []
 
@@ -126,7 +126,7 @@ def test_the_loop_is_registered_with_verl():
     import recipe.verl_plugin  # noqa: F401  (the verl.plugins entry point)
     from verl.experimental.agent_loop import agent_loop
 
-    from ibpo.correction_bound import AGENT_LOOP_NAME
+    from ibpo.correction_lengths import AGENT_LOOP_NAME
 
     target = agent_loop._agent_loop_registry[AGENT_LOOP_NAME]["_target_"]
     module, name = target.rsplit(".", 1)
@@ -156,7 +156,7 @@ def spec_config(spec, batch=8, n=4, **rollout):
     ({"logprobs": 0}, None, []),                           # the pinned vLLM (0.24.0)
 ])
 def test_the_options_that_switch_speculation_off_per_vllm_version(sampling, version, off):
-    from recipe.ibpo.correction_rollout import speculation_disabled_by
+    from recipe.ibpo.correction.rollout import speculation_disabled_by
 
     assert sorted(speculation_disabled_by(sampling, version)) == sorted(off)
 
@@ -178,7 +178,7 @@ def test_the_default_sampling_keeps_speculation_on():
 
 
 def test_old_vllm_with_log_probs_would_switch_it_off():
-    from recipe.ibpo.correction_rollout import check_speculation_stays_on
+    from recipe.ibpo.correction.rollout import check_speculation_stays_on
 
     with pytest.raises(IBPOConfigError, match=r"calculate_log_probs \(vLLM logprobs=True\).*0\.12\.0"):
         check_speculation_stays_on(spec_config(NGRAM), NGRAM, "0.12.0")
@@ -194,7 +194,7 @@ def test_disable_by_batch_size_below_the_step_is_refused():
 def test_spec_step_metrics_tell_off_from_no_speed_up():
     import numpy as np
 
-    from recipe.ibpo.correction_rollout import spec_decode_step_metrics
+    from recipe.ibpo.correction.rollout import spec_decode_step_metrics
 
     assert spec_decode_step_metrics(False, None, None, None) == {}
     assert spec_decode_step_metrics(True, None, None, None) == {"rollout/spec_stats_reported": 0.0}

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from counterfactual.importance import CounterfactualConfig
-from ibpo.config import DEFAULT_INSTRUCTION, IBPOConfig, IBPOConfigError
+from ibpo.options import DEFAULT_INSTRUCTION, IBPOConfig, IBPOConfigError
 from ibpo.prompts import (
     TRUNCATION_MARKER,
     build_correction_messages,
@@ -201,7 +201,7 @@ def test_every_float_option_refuses_a_non_finite_value(cls, prefix, value):
 
 
 def test_option_changes_between_a_checkpoint_and_a_resumed_run():
-    from ibpo.config import option_changes, saved_options
+    from ibpo.options import option_changes, saved_options
 
     saved = saved_options(IBPOConfig(lam=0.6, candidate_labels=("A", "B")))
     assert option_changes(saved, IBPOConfig(lam=0.6, candidate_labels=("A", "B"))) == []

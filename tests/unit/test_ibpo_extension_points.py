@@ -10,7 +10,7 @@ import torch
 from ibpo.advantages import (MaskSignPolicy, get_mask_sign, mask_sign_names, register_mask_sign, signed_token_mask,
                              unregister_mask_sign)
 from ibpo.alignment import align
-from ibpo.config import IBPOConfig, IBPOConfigError
+from ibpo.options import IBPOConfig, IBPOConfigError
 from ibpo.pipeline import plan_corrections
 from ibpo.references import (GroupView, ReferenceRule, get_reference_rule, reference_rule_names,
                              register_reference_rule, select_references, select_references_in_group,

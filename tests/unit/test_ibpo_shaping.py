@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from ibpo.advantages import broadcast_advantages, group_normalized_advantages, shaped_rewards
 from ibpo.alignment import align
-from ibpo.config import IBPOConfig
+from ibpo.options import IBPOConfig
 from ibpo.pipeline import plan_corrections, shape_batch
 from ibpo.shaping import adaptive_alpha, aggregate_corrections, is_full_rewrite, shape_targets, shaping_delta
 from ibpo.variants import get_variant

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ibpo.config import IBPOConfig, IBPOConfigError
+from ibpo.options import IBPOConfig, IBPOConfigError
 from ibpo.pipeline import plan_corrections, shape_batch
 from ibpo.variants import get_variant, register_variant, unregister_variant, variant_names
 

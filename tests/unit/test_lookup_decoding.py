@@ -8,7 +8,7 @@ import itertools
 import numpy as np
 import pytest
 
-from ibpo.correction_bound import bounded_lengths, correction_max_tokens
+from ibpo.correction_lengths import bounded_lengths, correction_max_tokens
 from ibpo.lookup_decoding import (
     LookupStats,
     NgramParams,

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from ibpo.advantages import SHAPING_LEVELS, ibpo_sequence_advantages, shaping_advantage_factor, shapes_reward
-from ibpo.config import IBPOConfig, IBPOConfigError
 from ibpo.mechanism import (RewardDropAlarm, advantage_mechanism, alarm_steps, group_kinds, reinforces_wrong_answers,
                             sibling_overlap)
+from ibpo.options import IBPOConfig, IBPOConfigError
 from ibpo.pipeline import plan_corrections
 
 SQRT3 = math.sqrt(3.0)

@@ -1,6 +1,6 @@
 """Fast checks of two recipe-path computations whose mutations the slow tier alone used to catch.
 
-- ``recipe.ibpo.correction.apply_token_mask`` (the trainer's ``_after_advantage``: advantages ·= m_t by the
+- ``recipe.ibpo.correction.batch.apply_token_mask`` (the trainer's ``_after_advantage``: advantages ·= m_t by the
   sign of Â, Eq. 7/17, ``ibpo.mask_sign``) against a row-by-row reference on random batches, every mask
   sign, with unshaped rows of positive advantage (what ``complement_when_positive`` must leave alone);
 - ``recipe.ibpo.ibpo_ray_trainer.step_work`` (the rows the FLOP count charges: main, joint, padding,
@@ -16,7 +16,7 @@ from verl import DataProto
 
 from ibpo.compute import ModelShape, StepWork, forward_flops, step_flops
 from ibpo.advantages import get_mask_sign
-from recipe.ibpo import correction as corr
+from recipe.ibpo.correction import batch as corr
 from recipe.ibpo.ibpo_ray_trainer import step_work
 
 

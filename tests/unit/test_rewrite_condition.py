@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from ibpo.alignment import align
-from ibpo.config import IBPOConfig, IBPOConfigError
+from ibpo.options import IBPOConfig, IBPOConfigError
 from ibpo.shaping import shape_targets
 from toy_task.addition import AdditionProblem, render_solution
 

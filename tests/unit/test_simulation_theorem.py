@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from ibpo.advantages import group_normalized_advantages
-from ibpo.config import IBPOConfig
+from ibpo.options import IBPOConfig
 from analysis.simulation import (
     World,
     correct,

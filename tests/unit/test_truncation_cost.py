@@ -8,7 +8,7 @@ import math
 import pytest
 
 from analysis.truncation_cost import keep_share, rates, summarise
-from ibpo.config import IBPOConfig
+from ibpo.options import IBPOConfig
 from ibpo.pipeline import plan_corrections
 from ibpo.prompts import TRUNCATION_MARKER
 

@@ -28,8 +28,8 @@ def ibpo_prompt_length(enable: bool, max_prompt: int, max_response: int, num_ref
                        model_path: str | None = None) -> int:
     """Default ``rollout.prompt_length``: sized for correction prompts when IBPO is on, else the data's.
     The context (``rollout.max_model_len``, else a local model's context) bounds the
-    candidate budget when ``ibpo.max_candidate_tokens = 0`` (``ibpo.budget.correction_budget``)."""
-    from ibpo.budget import correction_prompt_length
+    candidate budget when ``ibpo.max_candidate_tokens = 0`` (``ibpo.correction_lengths.correction_budget``)."""
+    from ibpo.correction_lengths import correction_prompt_length
 
     if not enable:
         return int(max_prompt)

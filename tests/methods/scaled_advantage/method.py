@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from recipe.common.methods import Method, register_method
+from recipe.common.methods import register_folder_method
 from recipe.common.preflight.errors import SetupError
 from scaled_advantage.options import ScaledAdvantageConfig
 
@@ -22,9 +20,6 @@ def check(config, context) -> None:
                          "needs groups of at least 2 responses")
 
 
-METHOD = register_method(Method(
-    name="scaled_advantage", options=ScaledAdvantageConfig, config_dir=Path(__file__).resolve().parent / "config",
-    config_name="scaled_advantage_trainer", trainer=_trainer, check=check,
-    block_file="scaled_advantage_block.yaml",
-    block_header="The `scaled_advantage:` option block of scaled_advantage_trainer.yaml (a test-tree method).",
-    module=__name__))
+METHOD = register_folder_method(
+    __name__, name="scaled_advantage", options=ScaledAdvantageConfig, trainer=_trainer, check=check,
+    block_header="The `scaled_advantage:` option block of scaled_advantage_trainer.yaml (a test-tree method).")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
-from ibpo.config import IBPOConfig, IBPOConfigError
+from ibpo.options import IBPOConfig, IBPOConfigError
 from ibpo.lookup_decoding import LOOKUP_METHODS, NgramParams, ngram_params_from_speculative_config
 
 SPEC_OPTION = "actor_rollout_ref.rollout.engine_kwargs.vllm.speculative_config"

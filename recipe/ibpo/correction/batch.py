@@ -25,8 +25,8 @@ from verl.utils.model import compute_position_id_with_mask
 
 from ibpo.advantages import (MaskSignPolicy, place_sequence_reward, shaped_rewards, shaping_advantage_factor,
                              signed_token_mask)
-from ibpo.config import IBPOConfig
-from ibpo.correction_bound import AGENT_LOOP_NAME, MAX_TOKENS_KEY, bounded_lengths
+from ibpo.options import IBPOConfig
+from ibpo.correction_lengths import AGENT_LOOP_NAME, MAX_TOKENS_KEY, bounded_lengths
 from ibpo.lookup_decoding import NgramParams, batch_decode_steps, simulate_lookup
 from ibpo.pipeline import CorrectionRequest, ShapingOutcome, plan_corrections
 from ibpo.prefix_sharing import shared_prefix_lengths
@@ -91,7 +91,7 @@ def build_correction_gen_batch(
 
 def attach_length_bound(corr_batch: DataProto, requests: list[CorrectionRequest], response_ids: list[list[int]],
                         config: IBPOConfig, response_length: int) -> np.ndarray | None:
-    """The per-correction length bound (``ibpo.correction_bound``), in place: each correction row names the
+    """The per-correction length bound (``ibpo.correction_lengths``), in place: each correction row names the
     ``ibpo_correction`` agent loop and carries max_tokens = ⌈c·|y|⌉ + closing tokens of its target y in
     the ``ibpo_max_tokens`` column. Returns the bounds (None when ``correction_max_tokens_factor = 0``)."""
     if config.correction_max_tokens_factor <= 0 or not requests:

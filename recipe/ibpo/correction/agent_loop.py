@@ -14,7 +14,7 @@ from typing import Any
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 
-from ibpo.correction_bound import MAX_TOKENS_KEY
+from ibpo.correction_lengths import MAX_TOKENS_KEY
 
 
 def with_max_tokens(sampling_params: dict[str, Any], max_tokens: Any) -> dict[str, Any]:
