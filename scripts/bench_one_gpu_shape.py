@@ -118,6 +118,10 @@ def step_rows(metrics: dict[int, dict[str, float]]) -> list[dict]:
         row["correction_vs_main"] = row["correction_gen"] / row["main_gen"] if row["main_gen"] else 0.0
         row["correction_share_gen"] = row["correction_gen"] / gen if gen else 0.0
         row["lookup_steps_saved"] = m.get("ibpo/correction/lookup_decode_step_reduction")
+        # the rollout's own vLLM counters (recipe/ibpo/correction/rollout.py spec_counter_metrics): None without
+        # speculation; drafted-step share 0 = speculation was off
+        for key in ("spec_accepted_per_decode_step", "spec_drafted_step_share", "spec_stats_reported"):
+            row[key] = m.get(f"rollout/{key}")
         rows.append(row)
     return rows
 
@@ -160,6 +164,7 @@ def main(argv=None) -> int:
         spec = ("{method:ngram,prompt_lookup_min:%d,prompt_lookup_max:%d,num_speculative_tokens:%d}" % (lo, hi, k)
                 if args.speculation == "ngram" else "{method:suffix}")
         extra.append(f"+actor_rollout_ref.rollout.engine_kwargs.vllm.speculative_config={spec}")
+        extra.append("actor_rollout_ref.rollout.disable_log_stats=False")  # the per-step speculation counters
     if args.bound_factor > 0:
         extra.append(f"ibpo.correction_max_tokens_factor={args.bound_factor}")
     cmd, env = launch_command(model, data, out, args.steps, extra)

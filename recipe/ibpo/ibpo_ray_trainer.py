@@ -42,14 +42,11 @@ from ibpo.options import IBPOConfig, option_changes, saved_options
 from ibpo.pipeline import shape_batch
 from ibpo.variants import get_variant
 from recipe.ibpo.correction import batch as corr
-from recipe.ibpo.correction.rollout import proxy_params, spec_decode_step_metrics, speculative_config_of
+from recipe.ibpo.correction.rollout import SpecCounterReader, proxy_params, spec_counter_metrics, speculation_on
 from recipe.ibpo.method import ibpo_config_from
 from recipe.common.preflight.model import configured_context_length, model_flop_shape
 from recipe.ibpo.start_checks import check_trainer_config
 from recipe.common.trainer_base import HookedRayPPOTrainer, write_json_atomically
-
-# verl's rollout-common names of vLLM's request_spec_decode_stats (vllm_async_server.py generate)
-SPEC_STAT_KEYS = ("spec_num_draft_tokens", "spec_num_accepted_tokens", "spec_num_verify_steps")
 
 
 def generation_tokens(output: DataProto | None) -> tuple[float, float]:
@@ -117,6 +114,25 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
         self._main_gen_started = 0.0
         self._reward_alarm = RewardDropAlarm()  # unlearning alarm (ibpo.mechanism); not checkpointed
         self._reward_alarm_reported = False
+        self._spec_method = speculation_on(self.config)  # the rollout's speculative method, None: no speculation
+        self._spec_reader: SpecCounterReader | None = None  # the rollout servers' vLLM counters, made at first use
+        self._spec_read_error: str | None = None
+
+    def _spec_counter_step(self):
+        """What the rollout's vLLM engines counted since the last step (``SpecCounters``), None when unreadable
+        (reported once per new reason). Servers are those of verl's ``LLMServerManager``."""
+        if self._spec_method is None:
+            return None
+        if self._spec_reader is None:
+            manager = getattr(self, "llm_server_manager", None)
+            self._spec_reader = SpecCounterReader(list(getattr(manager, "server_addresses", None) or []))
+        step = self._spec_reader.step()
+        error = self._spec_reader.last_error
+        if error is not None and error != self._spec_read_error:
+            print(f"[ibpo] WARNING step {self.global_steps}: speculation ({self._spec_method!r}) counters unreadable "
+                  f"({error}): rollout/spec_stats_reported=0, speculation on/off unknown for this step")
+        self._spec_read_error = error
+        return step
 
     # ------------------------------------------------------------------ hooks of HookedRayPPOTrainer.fit
     def _before_generation(self, gen_batch: DataProto, metrics: dict, timing_raw: dict) -> None:
@@ -224,10 +240,9 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
         counted in ``_after_advantage``). If this step wrote a checkpoint, its IBPO state is written again
         now that the step's time is known."""
         metrics.update(phase_seconds(timing_raw))
-        # accepted draft tokens per decode step, from the rollout's own per-request statistics; with a
-        # speculative_config and none reported, rollout/spec_stats_reported=0 says "unknown", never "no speed-up"
-        spec_stats = [batch.non_tensor_batch.get(k) for k in SPEC_STAT_KEYS]
-        metrics.update(spec_decode_step_metrics(speculative_config_of(self.config) is not None, *spec_stats))
+        # accepted draft tokens per decode step, read from the rollout servers' own vLLM counters; when they
+        # cannot be read, rollout/spec_stats_reported=0 says "unknown", never "no speed-up"
+        metrics.update(spec_counter_metrics(self._spec_method is not None, self._spec_counter_step()))
         self.time_totals["cumulative_step_s"] += timing_raw.get("step", 0.0)
         metrics["ibpo/time/cumulative_step_s"] = self.time_totals["cumulative_step_s"]
         metrics["ibpo/time/host_share"] = metrics["ibpo/time/host_s"] / max(timing_raw.get("step", 0.0), 1e-9)

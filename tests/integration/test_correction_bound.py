@@ -69,6 +69,10 @@ def test_new_keys_compose_with_verls_config(tiny_run):
     with pytest.raises(IBPOConfigError, match="rollout.name='hf'"):
         check_correction_rollout(cfg, ibpo)
     cfg.actor_rollout_ref.rollout.name = "vllm"
+    # verl's default disable_log_stats=True would leave the per-step speculation metrics unknown: named
+    with pytest.raises(IBPOConfigError, match="disable_log_stats=False"):
+        check_correction_rollout(cfg, ibpo)
+    cfg.actor_rollout_ref.rollout.disable_log_stats = False
     check_correction_rollout(cfg, ibpo)
 
 

@@ -43,6 +43,10 @@ def test_table_shares():
     table = shape.format_table(rows, 40960)
     assert "| 1 | 100.0 | 20.0 | 30.0 | 0.0 | 0.0 | 40.0 | 0.0 | 1.50 | 30% | 50.0% |" in table
     assert "40.0 GiB" in table
+    assert rows[0]["spec_accepted_per_decode_step"] is None  # no speculation: nothing claimed
+    spec = shape.step_rows({1: {"rollout/spec_accepted_per_decode_step": 0.7, "rollout/spec_drafted_step_share": 0.4,
+                                "rollout/spec_stats_reported": 1.0}})[0]
+    assert (spec["spec_accepted_per_decode_step"], spec["spec_drafted_step_share"]) == (0.7, 0.4)
 
 
 def test_skips_without_cuda(capsys, monkeypatch):

@@ -4,6 +4,7 @@ options (ibpo/options.py) and the per-request max_tokens path (recipe/ibpo/corre
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import numpy as np
 import pytest
@@ -25,7 +26,8 @@ def trainer_config(spec=None, name="vllm", mtp_rollout=False, multi_turn=False, 
     vllm = {} if spec is None else {"speculative_config": spec}
     correction = {"rollout_is": None, "rollout_rs": None, "bypass_mode": False, **(rollout_correction or {})}
     return OmegaConf.create({"actor_rollout_ref": {
-        "rollout": {"name": name, "engine_kwargs": {"vllm": vllm, "sglang": {}}, "multi_turn": {"enable": multi_turn}},
+        "rollout": {"name": name, "engine_kwargs": {"vllm": vllm, "sglang": {}}, "multi_turn": {"enable": multi_turn},
+                    "disable_log_stats": False},
         "model": {"mtp": {"enable": mtp_rollout, "enable_rollout": mtp_rollout}},
     }, "algorithm": {"rollout_correction": correction}})
 
@@ -138,6 +140,32 @@ def test_the_loop_is_registered_with_verl():
 
 
 # ------------------------------------------------------------------ speculation that switches itself off
+# The rule table is the pinned vLLM's (recipe/ibpo/correction/rollout.py SPEC_SAMPLING_RULES, read in the
+# released vllm-0.24.0 sources): min_p > 1e-5 and a non-empty logit_bias are refused for every request when
+# speculation is on (vllm/sampling_params.py:848-860); penalties, bad words and log-probs are verified with drafts.
+from recipe.ibpo.correction.rollout import (  # noqa: E402
+    PINNED_VLLM,
+    SPEC_METHODS,
+    SPEC_SAMPLING_RULES,
+    SpecCounterReader,
+    SpecCounters,
+    check_speculation_stays_on,
+    spec_counter_metrics,
+    spec_counters_from_prometheus,
+    speculation_kept_with,
+    speculation_refused_by,
+)
+
+REFUSED_SAMPLING = [({"min_p": 0.05}, ["min_p=0.05"]),
+                    ({"logit_bias": {"42": 2.0}}, ["logit_bias={'42': 2.0}"]),
+                    ({"min_p": 0.1, "logit_bias": {"7": -1.0}, "repetition_penalty": 1.2},
+                     ["min_p=0.1", "logit_bias={'7': -1.0}"])]
+KEPT_SAMPLING = [{}, {"logprobs": 0}, {"logprobs": None}, {"repetition_penalty": 1.05},
+                 {"presence_penalty": 0.5, "frequency_penalty": -0.1}, {"bad_words": ["foo"]},
+                 {"min_p": 1e-6},  # at or under vLLM's _SAMPLING_EPS: not used
+                 {"min_p": 0.0, "logit_bias": {}, "logprobs": 0, "repetition_penalty": 1.0}]
+
+
 def spec_config(spec, batch=8, n=4, **rollout):
     cfg = trainer_config(spec)
     cfg.actor_rollout_ref.rollout.update({"calculate_log_probs": True, "n": n, **rollout})
@@ -145,62 +173,286 @@ def spec_config(spec, batch=8, n=4, **rollout):
     return cfg
 
 
-@pytest.mark.parametrize("sampling, version, off", [
-    ({"repetition_penalty": 1.0, "logprobs": 0}, "0.24.0", []),
-    ({"repetition_penalty": 1.05}, "0.24.0", ["repetition_penalty=1.05"]),
-    ({"presence_penalty": 0.5, "frequency_penalty": -0.1}, "0.24.0", ["frequency_penalty=-0.1", "presence_penalty=0.5"]),
-    ({"min_p": 0.05}, "0.24.0", ["min_p=0.05"]),
-    ({"min_p": 1e-6}, "0.24.0", []),                      # vLLM's own epsilon
-    ({"logprobs": 0}, "0.12.0", ["logprobs=0"]),           # older vLLM: logprobs also turned it off
-    ({"logprobs": None}, "0.12.0", []),
-    ({"logprobs": 0}, None, []),                           # the pinned vLLM (0.24.0)
-])
-def test_the_options_that_switch_speculation_off_per_vllm_version(sampling, version, off):
-    from recipe.ibpo.correction.rollout import speculation_disabled_by
-
-    assert sorted(speculation_disabled_by(sampling, version)) == sorted(off)
+def test_the_table_has_every_method_and_cites_the_pinned_source():
+    assert set(SPEC_SAMPLING_RULES) == set(SPEC_METHODS) == {"ngram", "suffix", "eagle", "eagle3", "mtp", "draft_model"}
+    for rules in SPEC_SAMPLING_RULES.values():
+        assert {r.option for r in rules if r.effect == "refused"} == {"min_p", "logit_bias"}
+        assert {r.option for r in rules if r.effect == "kept"} == {"repetition_penalty", "frequency_penalty",
+                                                                   "presence_penalty", "bad_words", "logprobs"}
+        assert all(r.source.startswith("vllm/") for r in rules)
+    assert PINNED_VLLM == "0.24.0"
 
 
-@pytest.mark.parametrize("rollout, named", [
-    ({"repetition_penalty": 1.1}, "actor_rollout_ref.rollout.repetition_penalty=1.1"),
-    ({"min_p": 0.1}, "actor_rollout_ref.rollout.min_p=0.1"),
-    ({"presence_penalty": 0.3}, "actor_rollout_ref.rollout.presence_penalty=0.3"),
-])
-def test_a_speculative_config_the_sampling_would_switch_off_is_refused(rollout, named):
-    with pytest.raises(IBPOConfigError, match="WITHOUT speculation") as info:
-        check_correction_rollout(spec_config(NGRAM, **rollout), IBPOConfig())
-    assert named in str(info.value) and "is_spec_decode_unsupported" in str(info.value)
-    check_correction_rollout(spec_config(None, **rollout), IBPOConfig())  # no speculation: nothing to lose
+@pytest.mark.parametrize("method", SPEC_METHODS)
+@pytest.mark.parametrize("sampling, refused", REFUSED_SAMPLING)
+def test_each_method_refuses_the_options_the_pinned_vllm_refuses(method, sampling, refused):
+    assert speculation_refused_by(sampling, method) == refused
+
+
+@pytest.mark.parametrize("method", SPEC_METHODS)
+@pytest.mark.parametrize("sampling", KEPT_SAMPLING)
+def test_each_method_keeps_speculation_with_the_options_vllm_verifies_with_drafts(method, sampling):
+    assert speculation_refused_by(sampling, method) == []
+
+
+def test_the_kept_options_are_named():
+    assert speculation_kept_with({"repetition_penalty": 1.05, "logprobs": 0, "min_p": 0.0}, "ngram") == \
+        ["repetition_penalty=1.05", "logprobs=0"]
+
+
+def method_config(method, **rollout):
+    """A trainer config speculating with ``method`` (ngram/suffix through speculative_config; mtp through verl's
+    MTP rollout; the rest are given to check_speculation_stays_on directly: the project refuses them earlier)."""
+    spec = {"ngram": NGRAM, "suffix": {"method": "suffix"}}.get(method, {"method": method, "num_speculative_tokens": 3})
+    return spec_config(spec, **rollout), spec
+
+
+@pytest.mark.parametrize("method", SPEC_METHODS)
+@pytest.mark.parametrize("rollout, named", [({"min_p": 0.1}, "actor_rollout_ref.rollout.min_p=0.1"),
+                                            ({"logit_bias": {"5": 1.5}}, "actor_rollout_ref.rollout.logit_bias=")])
+def test_the_start_check_refuses_per_method(method, rollout, named):
+    cfg, spec = method_config(method, **rollout)
+    with pytest.raises(IBPOConfigError, match="refuses every such request") as info:
+        check_speculation_stays_on(cfg, spec, method)
+    assert named in str(info.value) and "vllm/sampling_params.py:848-860" in str(info.value)
+    assert f"method {method!r}" in str(info.value)
+    check_speculation_stays_on(spec_config(None, **rollout), None, None)  # no speculation: nothing refused
+
+
+@pytest.mark.parametrize("method", SPEC_METHODS)
+@pytest.mark.parametrize("rollout", [{}, {"repetition_penalty": 1.1}, {"presence_penalty": 0.3},
+                                     {"frequency_penalty": 0.2}, {"calculate_log_probs": True},
+                                     {"min_p": 0.0}])
+def test_the_start_check_passes_what_the_pinned_vllm_verifies_with_drafts(method, rollout, monkeypatch):
+    import recipe.ibpo.correction.rollout as cr
+
+    monkeypatch.setattr(cr, "installed_vllm_version", lambda: None)
+    cfg, spec = method_config(method, **rollout)
+    check_speculation_stays_on(cfg, spec, method)
+
+
+@pytest.mark.parametrize("rollout", [{"min_p": 0.1}, {"logit_bias": {"5": 1.5}}])
+def test_the_trainer_check_refuses_ngram_suffix_and_the_mtp_rollout(rollout):
+    for spec in (NGRAM, {"method": "suffix"}):
+        with pytest.raises(IBPOConfigError, match="refuses every such request"):
+            check_correction_rollout(spec_config(spec, **rollout), IBPOConfig())
+    cfg = spec_config(None, **rollout)
+    cfg.actor_rollout_ref.model.mtp = {"enable": True, "enable_rollout": True}
+    with pytest.raises(IBPOConfigError, match="method 'mtp'"):
+        check_correction_rollout(cfg, IBPOConfig())
 
 
 def test_the_default_sampling_keeps_speculation_on():
-    check_correction_rollout(spec_config(NGRAM, repetition_penalty=1.0), IBPOConfig())
+    for spec in (NGRAM, {"method": "suffix"}):
+        check_correction_rollout(spec_config(spec, repetition_penalty=1.0), IBPOConfig())
 
 
-def test_old_vllm_with_log_probs_would_switch_it_off():
-    from recipe.ibpo.correction.rollout import check_speculation_stays_on
-
-    with pytest.raises(IBPOConfigError, match=r"calculate_log_probs \(vLLM logprobs=True\).*0\.12\.0"):
-        check_speculation_stays_on(spec_config(NGRAM), NGRAM, "0.12.0")
-
-
-def test_disable_by_batch_size_below_the_step_is_refused():
-    spec = {**NGRAM, "disable_by_batch_size": 16}
-    with pytest.raises(IBPOConfigError, match=r"disable_by_batch_size=16.*= 32"):
-        check_correction_rollout(spec_config(spec, batch=8, n=4), IBPOConfig())
-    check_correction_rollout(spec_config({**NGRAM, "disable_by_batch_size": 64}, batch=8, n=4), IBPOConfig())
+def test_speculation_without_log_stats_is_refused():
+    cfg = spec_config(NGRAM, disable_log_stats=True)
+    with pytest.raises(IBPOConfigError, match="disable_log_stats=False"):
+        check_correction_rollout(cfg, IBPOConfig())
+    del cfg.actor_rollout_ref.rollout["disable_log_stats"]  # verl's default is True
+    with pytest.raises(IBPOConfigError, match="disable_log_stats"):
+        check_correction_rollout(cfg, IBPOConfig())
+    check_correction_rollout(spec_config(None, disable_log_stats=True), IBPOConfig())
 
 
-def test_spec_step_metrics_tell_off_from_no_speed_up():
-    import numpy as np
+def test_a_zero_token_batch_size_range_is_refused_and_the_old_key_is_named():
+    ok = {**NGRAM, "num_speculative_tokens_per_batch_size": [[1, 16, 8], [17, 256, 2]]}
+    check_correction_rollout(spec_config(ok), IBPOConfig())
+    off = {**NGRAM, "num_speculative_tokens_per_batch_size": [[1, 16, 8], [17, 1024, 0]]}
+    with pytest.raises(IBPOConfigError, match=r"0 speculative tokens at batch sizes 17-1024"):
+        check_correction_rollout(spec_config(off), IBPOConfig())
+    with pytest.raises(IBPOConfigError, match="must be"):
+        check_correction_rollout(spec_config({**NGRAM, "num_speculative_tokens_per_batch_size": [[1, 8]]}),
+                                 IBPOConfig())
+    with pytest.raises(IBPOConfigError, match=r"disable_by_batch_size: not a field of vLLM 0\.24\.0"):
+        check_correction_rollout(spec_config({**NGRAM, "disable_by_batch_size": 64}), IBPOConfig())
 
-    from recipe.ibpo.correction.rollout import spec_decode_step_metrics
 
-    assert spec_decode_step_metrics(False, None, None, None) == {}
-    assert spec_decode_step_metrics(True, None, None, None) == {"rollout/spec_stats_reported": 0.0}
-    m = spec_decode_step_metrics(True, np.array([16, 0, 8]), np.array([6, 0, 2]), np.array([4, 10, 4]))
-    assert m["rollout/spec_stats_reported"] == 1.0
-    assert m["rollout/spec_accepted_per_decode_step"] == pytest.approx(8 / 18)
-    assert m["rollout/spec_requests_without_drafts"] == pytest.approx(1 / 3)
-    off = spec_decode_step_metrics(True, [0, 0], [0, 0], [10, 12])  # reported, but no drafts: speculation off
-    assert off["rollout/spec_requests_without_drafts"] == 1.0 and off["rollout/spec_accepted_per_decode_step"] == 0
+def test_an_installed_vllm_other_than_the_pin_is_reported_loudly(monkeypatch):
+    import recipe.ibpo.correction.rollout as cr
+
+    monkeypatch.setattr(cr, "installed_vllm_version", lambda: "0.12.0")
+    with pytest.warns(UserWarning, match=r"vLLM 0\.12\.0.*read from vLLM 0\.24\.0.*spec_drafted_step_share"):
+        check_correction_rollout(spec_config(NGRAM), IBPOConfig())
+    monkeypatch.setattr(cr, "installed_vllm_version", lambda: "0.24.0")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_correction_rollout(spec_config(NGRAM), IBPOConfig())
+
+
+# ------------------------------------------------------------------ per-step metrics from vLLM's own counters
+@dataclasses.dataclass
+class FakeSpecDecodingStats:
+    """Shaped exactly like vLLM 0.24.0's ``SpecDecodingStats`` (vllm/v1/spec_decode/metrics.py:17-48): the
+    scheduler adds one ``observe_draft`` per request-step that carried drafts."""
+    num_spec_tokens: int
+    num_drafts: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    num_accepted_tokens_per_pos: list = dataclasses.field(default_factory=list)
+    num_draft_tokens_per_pos: list = dataclasses.field(default_factory=list)
+
+    @classmethod
+    def new(cls, num_spec_tokens):
+        return cls(num_spec_tokens=num_spec_tokens, num_accepted_tokens_per_pos=[0] * num_spec_tokens,
+                   num_draft_tokens_per_pos=[0] * num_spec_tokens)
+
+    def observe_draft(self, num_draft_tokens, num_accepted_tokens):
+        self.num_drafts += 1
+        self.num_draft_tokens += num_draft_tokens
+        self.num_accepted_tokens += num_accepted_tokens
+        assert num_accepted_tokens <= self.num_spec_tokens
+        for i in range(num_accepted_tokens):
+            self.num_accepted_tokens_per_pos[i] += 1
+        for i in range(num_draft_tokens):
+            self.num_draft_tokens_per_pos[i] += 1
+
+
+def vllm_metrics_text(per_engine, model="m", with_spec=True):
+    """The /metrics exposition vLLM 0.24.0's PrometheusStatLogger produces for these engines: counters named as
+    in vllm/v1/spec_decode/metrics.py:229-231 (SpecDecodingProm, observed with SpecDecodingStats) and
+    vllm/v1/metrics/loggers.py:667-674 (generation tokens), labels model_name/engine (loggers.py:431).
+    ``per_engine``: [(FakeSpecDecodingStats, generated tokens)]."""
+    prometheus_client = pytest.importorskip("prometheus_client")
+    registry = prometheus_client.CollectorRegistry()
+    labels = ["model_name", "engine"]
+    gen = prometheus_client.Counter("vllm:generation_tokens", "gen", labels, registry=registry)
+    prom = {}
+    if with_spec:
+        for field, name in (("num_drafts", "vllm:spec_decode_num_drafts"),
+                            ("num_draft_tokens", "vllm:spec_decode_num_draft_tokens"),
+                            ("num_accepted_tokens", "vllm:spec_decode_num_accepted_tokens")):
+            prom[field] = prometheus_client.Counter(name, name, labels, registry=registry)
+        per_pos = prometheus_client.Counter("vllm:spec_decode_num_accepted_tokens_per_pos", "pos",
+                                            labels + ["position"], registry=registry)
+    for engine, (stats, generated) in enumerate(per_engine):
+        gen.labels(model, str(engine)).inc(generated)
+        if with_spec:
+            for field, counter in prom.items():
+                counter.labels(model, str(engine)).inc(getattr(stats, field))
+            for pos, count in enumerate(stats.num_accepted_tokens_per_pos):
+                per_pos.labels(model, str(engine), str(pos)).inc(count)
+    return prometheus_client.generate_latest(registry).decode()
+
+
+def ngram_engine_stats():
+    """Engine 0: 3 request-steps with drafts of 4 (accepted 4, 1, 0) and 10 generated tokens; engine 1: one draft
+    of 2 tokens, 2 accepted, 7 generated."""
+    a = FakeSpecDecodingStats.new(4)
+    for accepted in (4, 1, 0):
+        a.observe_draft(4, accepted)
+    b = FakeSpecDecodingStats.new(4)
+    b.observe_draft(2, 2)
+    return [(a, 10), (b, 7)]
+
+
+def test_counters_are_read_from_vllms_exposition_exactly():
+    counters = spec_counters_from_prometheus(vllm_metrics_text(ngram_engine_stats()))
+    assert counters == SpecCounters(drafts=4, draft_tokens=14, accepted_tokens=7, generated_tokens=17)
+
+
+def test_counters_from_a_hand_written_exposition():
+    text = "\n".join([
+        "# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.",
+        "# TYPE vllm:spec_decode_num_drafts_total counter",
+        'vllm:spec_decode_num_drafts_total{engine="0",model_name="a b"} 5.0',
+        'vllm:spec_decode_num_drafts_created{engine="0",model_name="a b"} 1.7e9',
+        'vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="a b"} 20.0',
+        'vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="a b"} 6.0',
+        'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="a b",position="0"} 4.0',
+        'vllm:generation_tokens_total{engine="0",model_name="a b"} 30.0',
+        'vllm:generation_tokens_total{engine="1",model_name="a b"} 2.0'])
+    assert spec_counters_from_prometheus(text) == SpecCounters(5, 20, 6, 32)
+    assert spec_counters_from_prometheus("# nothing\n") is None  # stats off: unknown
+    # an engine without speculation registers no spec counters: drafts count 0 (speculation off)
+    assert spec_counters_from_prometheus('vllm:generation_tokens_total{engine="0"} 9\n') == SpecCounters(0, 0, 0, 9)
+
+
+def test_ngram_and_suffix_report_accepted_tokens_per_decode_step():
+    """The same counters for every method (SpecDecodingProm is method-agnostic): exact numbers for a step."""
+    step = spec_counters_from_prometheus(vllm_metrics_text(ngram_engine_stats()))
+    m = spec_counter_metrics(True, step)
+    assert m == {"rollout/spec_stats_reported": 1.0, "rollout/spec_drafts": 4, "rollout/spec_draft_tokens": 14,
+                 "rollout/spec_accepted_tokens": 7, "rollout/spec_decode_steps": 10,
+                 "rollout/spec_accepted_per_decode_step": 0.7, "rollout/spec_drafted_step_share": 0.4,
+                 "rollout/spec_accepted_per_draft": 1.75, "rollout/spec_acceptance_rate": 0.5}
+
+
+def test_metrics_tell_off_from_no_speed_up():
+    assert spec_counter_metrics(False, None) == {}
+    assert spec_counter_metrics(True, None) == {"rollout/spec_stats_reported": 0.0}  # unknown, said so
+    off = spec_counter_metrics(True, SpecCounters(0, 0, 0, 50))  # tokens generated, no draft: OFF
+    assert off["rollout/spec_drafted_step_share"] == 0.0 and off["rollout/spec_decode_steps"] == 50
+    assert off["rollout/spec_stats_reported"] == 1.0
+    idle = SpecCounters(40, 160, 0, 50)  # drafted every step, nothing accepted: on, no speed-up
+    m = spec_counter_metrics(True, idle)
+    assert m["rollout/spec_drafted_step_share"] == 0.8 and m["rollout/spec_accepted_per_decode_step"] == 0.0
+
+
+def test_the_reader_returns_what_each_step_added_over_all_servers():
+    a, b = ngram_engine_stats()
+    pages = {"h0:1": [vllm_metrics_text([a]), None], "h1:2": [vllm_metrics_text([b]), None]}
+    a2 = FakeSpecDecodingStats.new(4)
+    for accepted in (4, 1, 0, 3):  # one more draft of 4 with 3 accepted, 5 more tokens on h0
+        a2.observe_draft(4, accepted)
+    pages["h0:1"][1] = vllm_metrics_text([(a2, 15)])
+    pages["h1:2"][1] = pages["h1:2"][0]
+    calls = []
+
+    def fetch(url, timeout):
+        calls.append(url)
+        host = url.split("//")[1].split("/")[0]
+        return pages[host][0 if len(calls) <= 2 else 1]
+
+    reader = SpecCounterReader(["h0:1", "h1:2"], fetch=fetch)
+    assert reader.step() == SpecCounters(4, 14, 7, 17)  # first step: from the servers' start
+    assert reader.step() == SpecCounters(1, 4, 3, 5)
+    assert calls[:2] == ["http://h0:1/metrics", "http://h1:2/metrics"]
+
+
+def test_the_reader_says_unknown_when_a_server_cannot_be_read():
+    def broken(url, timeout):
+        raise OSError("connection refused")
+
+    reader = SpecCounterReader(["h:1"], fetch=broken)
+    assert reader.step() is None and "connection refused" in reader.last_error
+    assert SpecCounterReader([]).step() is None
+    assert SpecCounters(5, 5, 5, 5).since(SpecCounters(9, 9, 9, 9)) == SpecCounters(5, 5, 5, 5)  # restarted
+
+
+def test_the_trainer_reads_the_rollout_servers_counters_each_step(monkeypatch, capsys):
+    """RayIBPOTrainer's step metric path: verl's LLMServerManager addresses -> /metrics -> what the step added."""
+    from types import SimpleNamespace
+
+    import recipe.ibpo.correction.rollout as cr
+    from recipe.ibpo.ibpo_ray_trainer import RayIBPOTrainer
+
+    a, b = ngram_engine_stats()
+    pages = iter([vllm_metrics_text([a, b]), vllm_metrics_text([a, b])])
+    urls = []
+
+    def fetch(url, timeout):
+        urls.append(url)
+        page = next(pages, None)
+        if page is None:
+            raise OSError("server gone")
+        return page
+
+    monkeypatch.setattr(cr, "_http_get", fetch)
+    trainer = RayIBPOTrainer.__new__(RayIBPOTrainer)
+    trainer.config = spec_config({"method": "suffix"})
+    trainer._spec_method, trainer._spec_reader, trainer._spec_read_error = cr.speculation_on(trainer.config), None, None
+    trainer.llm_server_manager = SimpleNamespace(server_addresses=["10.0.0.1:8000"])
+    trainer.global_steps = 1
+    first = spec_counter_metrics(trainer._spec_method is not None, trainer._spec_counter_step())
+    assert trainer._spec_method == "suffix" and urls == ["http://10.0.0.1:8000/metrics"]
+    assert first["rollout/spec_accepted_per_decode_step"] == 0.7 and first["rollout/spec_stats_reported"] == 1.0
+    second = spec_counter_metrics(True, trainer._spec_counter_step())  # nothing new generated
+    assert second["rollout/spec_decode_steps"] == 0 and second["rollout/spec_accepted_per_decode_step"] == 0.0
+    trainer.global_steps = 3
+    assert spec_counter_metrics(True, trainer._spec_counter_step()) == {"rollout/spec_stats_reported": 0.0}
+    assert "step 3: speculation ('suffix') counters unreadable" in capsys.readouterr().out

@@ -9,12 +9,19 @@ draft-free methods (``ngram``, ``suffix``: deterministic drafts from the context
 ``standard`` rejection sampler, which is lossless for them) with the keys listed in
 :data:`ALLOWED_KEYS`. Anything else (a draft model, EAGLE/MTP heads, ``synthetic`` or ``block``
 acceptance, a key this check does not know) fails at start naming the option.
+
+Speculation the pinned vLLM would refuse or switch off for the configured sampling is refused at start from one
+rule table, :data:`SPEC_SAMPLING_RULES` (read in the released vLLM source, :data:`PINNED_VLLM_SOURCE`), and the
+trainer logs per-step speculation metrics read from the rollout servers' own vLLM counters
+(:class:`SpecCounterReader`, :func:`spec_counter_metrics`). Nothing here imports vLLM.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
 
 from ibpo.options import IBPOConfig, IBPOConfigError
 from ibpo.lookup_decoding import LOOKUP_METHODS, NgramParams, ngram_params_from_speculative_config
@@ -24,8 +31,11 @@ SPEC_OPTION = "actor_rollout_ref.rollout.engine_kwargs.vllm.speculative_config"
 ALLOWED_KEYS = {
     "method", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max",
     "suffix_decoding_max_tree_depth", "suffix_decoding_max_cached_requests", "suffix_decoding_max_spec_factor",
-    "suffix_decoding_min_token_prob", "rejection_sample_method", "disable_by_batch_size",
+    "suffix_decoding_min_token_prob", "rejection_sample_method", "num_speculative_tokens_per_batch_size",
 }
+# keys of older vLLM that the pinned one's SpeculativeConfig does not have (extra fields are forbidden: the engine
+# would fail at start), with what replaced them
+REMOVED_KEYS = {"disable_by_batch_size": "num_speculative_tokens_per_batch_size (0 tokens = off at those batch sizes)"}
 # The proxy's proposer when the rollout does not speculate with ngram: the recommended setting
 # (docs/correction_pass.md, "Choosing the window": measured on the toy's corrections and synthetic ones).
 DEFAULT_PROXY_PARAMS = NgramParams(prompt_lookup_min=2, prompt_lookup_max=5, num_speculative_tokens=8)
@@ -73,6 +83,10 @@ def check_speculative_config(spec: Mapping[str, Any] | None, rollout_name: str, 
     if spec.get("model") is not None:
         raise IBPOConfigError(f"{SPEC_OPTION}.model={spec['model']!r}: method {method!r} drafts from the context; a "
                               f"draft model is not allowed")
+    for key in sorted(set(spec) & set(REMOVED_KEYS)):
+        raise IBPOConfigError(
+            f"{SPEC_OPTION}.{key}: not a field of vLLM {PINNED_VLLM}'s SpeculativeConfig (vllm/config/speculative.py; "
+            f"extra fields are forbidden, so the engine would fail at start); its replacement is {REMOVED_KEYS[key]}")
     unknown = sorted(set(spec) - ALLOWED_KEYS - {"model"})
     if unknown:
         raise IBPOConfigError(
@@ -105,88 +119,184 @@ def check_speculative_config(spec: Mapping[str, Any] | None, rollout_name: str, 
 
 
 # ------------------------------------------------------------------ speculation that switches itself off
-# vLLM drops speculation for a REQUEST whose sampling it cannot verify with drafts: V1's
-# ``vllm/v1/spec_decode/utils.py: is_spec_decode_unsupported(sampling_params)`` -- frequency_penalty != 0,
-# presence_penalty != 0, repetition_penalty != 1, min_p > 1e-5 and, in the versions that still list it (up to
-# about 0.13; later ones verify log-probs with drafts), logprobs is not None -- read by
-# ``InputBatch.add_request`` into ``spec_decode_unsupported_reqs``, whose requests the model runner's
-# ``propose_draft_token_ids`` (and the ngram/suffix proposers) skip: no error, no log, the request just decodes
-# one token per step. ``disable_by_batch_size`` in ``speculative_config`` turns it off for the whole ENGINE while
-# more requests than that are running, and the setting is engine-wide, so the main rollout is affected as much
-# as the correction pass. The rule per vLLM version is :data:`SPEC_OFF_BY_SAMPLING`.
-SAMPLING_EPS = 1e-5
-LOGPROBS_SPEC_SUPPORTED_FROM = (0, 14)  # vLLM versions before this also drop speculation for logprobs requests
-PINNED_VLLM = (0, 24, 0)  # shared GPU stack pin (docs/gpu.md)
+# The rule of the PINNED vLLM, read in its released source (docs/correction_pass.md, "Which sampling options
+# speculation survives"): :data:`PINNED_VLLM_SOURCE`. Every path below is a file of that release.
+#
+# Per request, for EVERY method (the check is method-agnostic): ``SamplingParams._validate_spec_decode``
+# (``vllm/sampling_params.py:848-860``, called by ``SamplingParams.verify``, line 728, for every request from
+# ``vllm/v1/engine/input_processor.py:95``) raises ``ValueError`` for ``min_p > _SAMPLING_EPS`` (1e-5, line 27)
+# or a non-empty ``logit_bias``: the request fails, so a rollout sending them fails at its first request.
+# Everything else is verified WITH drafts, so speculation stays on: repetition/frequency/presence penalties and
+# bad words (V1 runner: ``RejectionSampler.apply_logits_processors`` / ``apply_penalties``,
+# ``vllm/v1/sample/rejection_sampler.py:285-370``; V2 runner: ``Sampler.apply_sampling_params`` on the draft
+# positions, ``vllm/v1/worker/gpu/spec_decode/rejection_sampler.py:110``) and log-probs (V1 ``parse_output``
+# line 275; V2 ``_get_logprobs_tensors`` line 64). There is no per-request silent switch-off in this release:
+# ``is_spec_decode_unsupported`` / ``spec_decode_unsupported_reqs`` (older vLLM, which dropped speculation
+# silently for penalties, min_p and log-probs) are gone, and the ngram and suffix proposers skip a request only
+# in a step where it sampled nothing or reached max_model_len (``vllm/v1/spec_decode/ngram_proposer.py:148-160``,
+# ``vllm/v1/spec_decode/suffix_decoding.py:50-62``).
+# Engine-wide (main rollout and correction pass alike, the setting is per engine): a
+# ``num_speculative_tokens_per_batch_size`` range with 0 tokens (``vllm/v1/spec_decode/dynamic/utils.py:52-55``
+# allows it; ``vllm/v1/core/sched/scheduler.py:1052-1057`` picks K by the number of scheduled requests) turns
+# speculation off at those batch sizes. ``disable_by_batch_size`` (older vLLM) is no field of the pinned
+# ``SpeculativeConfig`` (``vllm/config/speculative.py``; extra fields are forbidden, ``vllm/config/utils.py:69``):
+# the engine would fail at start.
+PINNED_VLLM = "0.24.0"  # the shared GPU stack's pin (docs/gpu.md)
+PINNED_VLLM_SOURCE = ("vLLM 0.24.0 as released on PyPI: vllm-0.24.0.tar.gz, sha256 "
+                      "0862453adc1f3339f1a0c9dca1179c34d6ed6e118f87b6e5bddd120af614ac66, vllm/_version.py "
+                      "commit_id 'gee0da84ab'")
+SAMPLING_EPS = 1e-5  # vllm/sampling_params.py:27 _SAMPLING_EPS
+REFUSED = "refused"  # vLLM raises ValueError for the request
+KEPT = "kept"        # applied to the draft positions: speculation stays on
 
 
-def _version_tuple(version: str | tuple | None) -> tuple:
-    if version is None:
-        return PINNED_VLLM
-    if isinstance(version, tuple):
-        return version
-    parts = []
-    for piece in str(version).split(".")[:3]:
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        parts.append(int(digits) if digits else 0)
-    return tuple(parts)
+@dataclass(frozen=True)
+class SpecSamplingRule:
+    """What the pinned vLLM does to a request with speculation on when its sampling uses ``option``."""
+    option: str                     # the vLLM SamplingParams field
+    neutral: Callable[[Any], bool]  # True when the value does not use the option
+    effect: str                     # REFUSED or KEPT
+    source: str                     # file:line of the pinned release
 
 
-def speculation_disabled_by(sampling: Mapping[str, Any], vllm_version: str | tuple | None = None) -> list[str]:
-    """The sampling options (``name=value``) for which vLLM ``vllm_version`` (default: the pinned one) silently
-    decodes a request without speculation (vLLM's ``is_spec_decode_unsupported``); empty when none."""
-    out = []
-    for key, neutral in (("frequency_penalty", 0.0), ("presence_penalty", 0.0), ("repetition_penalty", 1.0)):
-        value = sampling.get(key)
-        if value is not None and float(value) != neutral:
-            out.append(f"{key}={value}")
-    min_p = sampling.get("min_p")
-    if min_p is not None and float(min_p) > SAMPLING_EPS:
-        out.append(f"min_p={min_p}")
-    if _version_tuple(vllm_version) < LOGPROBS_SPEC_SUPPORTED_FROM and sampling.get("logprobs") is not None \
-            and sampling.get("logprobs") is not False:  # logprobs=0 (the sampled token's) counts
-        out.append(f"logprobs={sampling['logprobs']}")
-    return out
+def _unset_or(value_ok: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda v: v is None or v is False or value_ok(v)
+
+
+_RULES = (
+    SpecSamplingRule("min_p", _unset_or(lambda v: float(v) <= SAMPLING_EPS), REFUSED,
+                     "vllm/sampling_params.py:848-860 SamplingParams._validate_spec_decode"),
+    SpecSamplingRule("logit_bias", _unset_or(lambda v: not v), REFUSED,
+                     "vllm/sampling_params.py:848-860 SamplingParams._validate_spec_decode"),
+    SpecSamplingRule("repetition_penalty", _unset_or(lambda v: float(v) == 1.0), KEPT,
+                     "vllm/v1/sample/rejection_sampler.py:285-370 apply_logits_processors/apply_penalties; "
+                     "vllm/v1/worker/gpu/spec_decode/rejection_sampler.py:110 apply_sampling_params"),
+    SpecSamplingRule("frequency_penalty", _unset_or(lambda v: float(v) == 0.0), KEPT,
+                     "vllm/v1/sample/rejection_sampler.py:285-370; vllm/v1/worker/gpu/spec_decode/rejection_sampler.py:110"),
+    SpecSamplingRule("presence_penalty", _unset_or(lambda v: float(v) == 0.0), KEPT,
+                     "vllm/v1/sample/rejection_sampler.py:285-370; vllm/v1/worker/gpu/spec_decode/rejection_sampler.py:110"),
+    SpecSamplingRule("bad_words", _unset_or(lambda v: not v), KEPT,
+                     "vllm/v1/sample/rejection_sampler.py:331 apply_bad_words_with_drafts"),
+    SpecSamplingRule("logprobs", lambda v: v is None, KEPT,  # logprobs=0 (the sampled token's) uses it
+                     "vllm/v1/sample/rejection_sampler.py:275 parse_output; "
+                     "vllm/v1/worker/gpu/spec_decode/rejection_sampler.py:64 _get_logprobs_tensors"),
+)
+# The table per method. The pinned vLLM applies one rule to all of them (the request check above does not look
+# at the method); the model runner differs: ngram, suffix and draft_model run on the V1 runner, eagle/eagle3/mtp
+# on the V2 runner for its default architectures (Qwen3, Llama, Mistral, ...: vllm/config/vllm.py:68-77,
+# 2027-2035), else V1. The project's own check admits only ngram and suffix (check_speculative_config).
+SPEC_METHODS = ("ngram", "suffix", "eagle", "eagle3", "mtp", "draft_model")
+SPEC_SAMPLING_RULES: dict[str, tuple[SpecSamplingRule, ...]] = {method: _RULES for method in SPEC_METHODS}
+
+
+def speculation_refused_by(sampling: Mapping[str, Any], method: str | None) -> list[str]:
+    """``name=value`` of the sampling options with which the pinned vLLM refuses a request that speculates with
+    ``method`` (:data:`SPEC_SAMPLING_RULES`); empty when none. A method outside the table gets the common rule."""
+    rules = SPEC_SAMPLING_RULES.get(str(method), _RULES)
+    return [f"{r.option}={sampling[r.option]}" for r in rules
+            if r.effect == REFUSED and r.option in sampling and not r.neutral(sampling[r.option])]
+
+
+def speculation_kept_with(sampling: Mapping[str, Any], method: str | None) -> list[str]:
+    """``name=value`` of the options in use that the pinned vLLM verifies with drafts (speculation stays on)."""
+    rules = SPEC_SAMPLING_RULES.get(str(method), _RULES)
+    return [f"{r.option}={sampling[r.option]}" for r in rules
+            if r.effect == KEPT and r.option in sampling and not r.neutral(sampling[r.option])]
+
+
+def installed_vllm_version() -> str | None:
+    """The installed vLLM's version from its package metadata (vLLM is not imported); None when absent."""
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+    except ImportError:  # pragma: no cover
+        return None
+    try:
+        return version("vllm")
+    except PackageNotFoundError:
+        return None
 
 
 def rollout_sampling(config: Any) -> dict:
     """What the pinned verl's agent loop sends vLLM for every rollout request, by the option that sets it
-    (``agent_loop.py`` ``_run_agent_loop``: temperature, top_p, top_k, ``repetition_penalty`` and
-    ``logprobs=calculate_log_probs``; the server fills ``repetition_penalty`` from the rollout config when a
-    caller leaves it out, ``vllm_async_server.py`` ``generate``), plus any penalty/min_p set on the rollout."""
+    (``agent_loop.py`` ``_run_agent_loop``: temperature, top_p, top_k, ``repetition_penalty=1.0`` and
+    ``logprobs=calculate_log_probs``; the server turns logprobs into 0 or None and fills ``repetition_penalty``
+    from the rollout config only when a caller leaves it out, ``vllm_async_server.py`` ``generate``), plus any
+    penalty, ``min_p`` or ``logit_bias`` set on the rollout for an agent loop that forwards them."""
     rollout = config.actor_rollout_ref.rollout
-    sampling = {"logprobs": bool(rollout.get("calculate_log_probs", False)) or None}
-    for key in ("repetition_penalty", "presence_penalty", "frequency_penalty", "min_p"):
-        value = rollout.get(key, None)
+    sampling = {"logprobs": 0 if rollout.get("calculate_log_probs", False) else None}
+    for key in ("repetition_penalty", "presence_penalty", "frequency_penalty", "min_p", "logit_bias"):
+        value = _plain(rollout.get(key, None))
         if value is not None:
             sampling[key] = value
     return sampling
 
 
-def check_speculation_stays_on(config: Any, spec: Mapping[str, Any] | None,
-                               vllm_version: str | tuple | None = None) -> None:
-    """Refuse a ``speculative_config`` that the configured sampling or batch would switch off (see above)."""
-    if spec is None:
+def speculation_on(config: Any) -> str | None:
+    """The speculative method the rollout's vLLM engines run: the ``speculative_config``'s, ``mtp`` for verl's
+    MTP rollout (``model.mtp.enable_rollout``, verl builds the config), None without speculation."""
+    spec = speculative_config_of(config)
+    if spec is not None:
+        return str(spec.get("method"))
+    mtp = _plain((config.actor_rollout_ref.get("model", {}) or {}).get("mtp", None)) or {}
+    if mtp.get("enable", False) and mtp.get("enable_rollout", False):
+        return "mtp"
+    return None
+
+
+def _batch_size_schedule_off(schedule: Any) -> list[str]:
+    """The ``num_speculative_tokens_per_batch_size`` ranges with 0 tokens (``a-b``); raises on a malformed one."""
+    if not isinstance(schedule, (list, tuple)) or not schedule:
+        raise IBPOConfigError(f"{SPEC_OPTION}.num_speculative_tokens_per_batch_size={schedule!r} must be a non-empty "
+                              f"list of [range_start, range_end, num_speculative_tokens]")
+    off = []
+    for entry in schedule:
+        if not isinstance(entry, (list, tuple)) or len(entry) != 3:
+            raise IBPOConfigError(f"{SPEC_OPTION}.num_speculative_tokens_per_batch_size entry {entry!r} must be "
+                                  f"[range_start, range_end, num_speculative_tokens]")
+        if int(entry[2]) <= 0:
+            off.append(f"{int(entry[0])}-{int(entry[1])}")
+    return off
+
+
+def check_speculation_stays_on(config: Any, spec: Mapping[str, Any] | None, method: str | None = None) -> None:
+    """Refuse speculation that the pinned vLLM would refuse or switch off for this rollout, and speculation whose
+    per-step statistics could not be read (see above; the table is :data:`SPEC_SAMPLING_RULES`). An installed
+    vLLM other than the pin is reported loudly (a warning): the table says nothing about it."""
+    method = method or (None if spec is None else spec.get("method"))
+    if method is None:
         return
-    off = speculation_disabled_by(rollout_sampling(config), vllm_version)
-    if off:
-        names = ", ".join(f"actor_rollout_ref.rollout.{o}" if not o.startswith("logprobs")
-                          else f"actor_rollout_ref.rollout.calculate_log_probs (vLLM logprobs={o.split('=')[1]})"
-                          for o in off)
+    refused = speculation_refused_by(rollout_sampling(config), method)
+    if refused:
+        names = ", ".join(f"actor_rollout_ref.rollout.{o}" for o in refused)
         raise IBPOConfigError(
-            f"{SPEC_OPTION} is set but {names} makes vLLM {'.'.join(map(str, _version_tuple(vllm_version)))} decode "
-            f"every request WITHOUT speculation (vllm/v1/spec_decode/utils.py is_spec_decode_unsupported; silently, "
-            f"for the main rollout and the correction pass alike): drop the speculative_config or that option")
-    limit = spec.get("disable_by_batch_size")
-    if limit is not None:
-        data = config.get("data", None) or {}
-        rollout = config.actor_rollout_ref.rollout
-        concurrent = int(data.get("train_batch_size", 0) or 0) * int(rollout.get("n", 1) or 1)
-        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1 or concurrent > limit:
+            f"{SPEC_OPTION} (method {method!r}) with {names}: vLLM {PINNED_VLLM} refuses every such request with "
+            f"speculative decoding on (ValueError, vllm/sampling_params.py:848-860 SamplingParams._validate_spec_decode; "
+            f"the setting is per engine, so the main rollout and the correction pass alike): drop the "
+            f"speculative_config or that option")
+    spec = spec or {}
+    if "num_speculative_tokens_per_batch_size" in spec:
+        off = _batch_size_schedule_off(spec["num_speculative_tokens_per_batch_size"])
+        if off:
             raise IBPOConfigError(
-                f"{SPEC_OPTION}.disable_by_batch_size={limit!r}: vLLM turns speculation off for the whole engine "
-                f"while more requests than that are running, and one step sends data.train_batch_size x "
-                f"rollout.n = {concurrent}: speculation would be off for most of the rollout; remove it or raise it "
-                f"above {concurrent}")
+                f"{SPEC_OPTION}.num_speculative_tokens_per_batch_size gives 0 speculative tokens at batch sizes "
+                f"{', '.join(off)}: vLLM {PINNED_VLLM} switches speculation off for the whole engine (main rollout "
+                f"and correction pass) whenever that many requests are scheduled (vllm/v1/core/sched/scheduler.py:"
+                f"1052-1057); give every range at least 1 token or drop the schedule")
+    rollout = config.actor_rollout_ref.rollout
+    if rollout.get("disable_log_stats", True):
+        raise IBPOConfigError(
+            f"{SPEC_OPTION} (method {method!r}) with actor_rollout_ref.rollout.disable_log_stats=True (verl's "
+            f"default): vLLM then counts no drafts (vllm/v1/core/sched/scheduler.py:2274) and the per-step metric "
+            f"rollout/spec_accepted_per_decode_step cannot tell 'speculation off' from 'no speed-up'; set "
+            f"actor_rollout_ref.rollout.disable_log_stats=False")
+    installed = installed_vllm_version()
+    if installed is not None and installed.split("+")[0] != PINNED_VLLM:
+        warnings.warn(
+            f"speculative decoding ({method!r}) with vLLM {installed}: the start check's rule table was read from "
+            f"vLLM {PINNED_VLLM} (recipe/ibpo/correction/rollout.py SPEC_SAMPLING_RULES). Older vLLM (with "
+            f"vllm/v1/spec_decode/utils.py is_spec_decode_unsupported) silently drops speculation for requests with "
+            f"penalties, min_p and, in some versions, log-probs; watch rollout/spec_drafted_step_share "
+            f"(0 = speculation off)", stacklevel=2)
 
 
 def rollout_log_probs_trained_on(config: Any) -> str | None:
@@ -210,7 +320,7 @@ def check_correction_rollout(config: Any, ibpo: IBPOConfig) -> None:
     spec = speculative_config_of(config)
     check_speculative_config(spec, str(rollout.get("name", "")),
                              bool(mtp.get("enable", False) and mtp.get("enable_rollout", False)))
-    check_speculation_stays_on(config, spec)
+    check_speculation_stays_on(config, spec, speculation_on(config))
     consumer = rollout_log_probs_trained_on(config)
     if spec is not None and consumer is not None:
         raise IBPOConfigError(
@@ -229,29 +339,150 @@ def proxy_params(config: Any) -> NgramParams:
     return ngram_params_from_speculative_config(speculative_config_of(config)) or DEFAULT_PROXY_PARAMS
 
 
-__all__ = ["ALLOWED_KEYS", "DEFAULT_PROXY_PARAMS", "SPEC_OPTION", "check_correction_rollout",
-           "check_speculation_stays_on", "check_speculative_config", "proxy_params", "rollout_sampling",
-           "spec_decode_step_metrics", "speculation_disabled_by", "speculative_config_of"]
+# ------------------------------------------------------------------ per-step speculation metrics
+# Read from the rollout itself: every vLLM server verl starts serves its Prometheus registry at
+# ``http://<server address>/metrics`` (vLLM's API server mounts it, ``vllm/entrypoints/serve/instrumentator/
+# metrics.py``). With log stats on, the scheduler adds one ``SpecDecodingStats.observe_draft`` per request-step
+# that carried drafts (``vllm/v1/core/sched/scheduler.py:1548-1575``, ``vllm/v1/spec_decode/metrics.py:18-48``:
+# ``num_drafts``, ``num_draft_tokens``, ``num_accepted_tokens``) and the frontend adds them to the counters below
+# (``SpecDecodingProm.observe``, same file 176-270; ``vllm:generation_tokens`` counts every emitted token,
+# ``vllm/v1/metrics/loggers.py:667-674``, ``vllm/v1/metrics/stats.py:362``). The counters exist for every method
+# alike, ngram and suffix included. The pinned vLLM has no per-request speculation statistics
+# (``RequestStateStats``, ``vllm/v1/metrics/stats.py:202-220``, has none), so the pinned verl's per-request
+# forwarding (``request_spec_decode_stats``, MTP rollouts only) finds nothing there.
+SPEC_PROM_COUNTERS = {  # field -> vLLM 0.24.0 counter name (exposed with the ``_total`` suffix)
+    "drafts": "vllm:spec_decode_num_drafts",
+    "draft_tokens": "vllm:spec_decode_num_draft_tokens",
+    "accepted_tokens": "vllm:spec_decode_num_accepted_tokens",
+    "generated_tokens": "vllm:generation_tokens",
+}
 
 
-def spec_decode_step_metrics(spec_configured: bool, drafts: Any, accepts: Any, verifies: Any) -> dict:
-    """Per-step speculation metrics read from the rollout's own per-request statistics (vLLM's
-    ``request_spec_decode_stats``, forwarded by verl as ``spec_num_draft_tokens`` / ``spec_num_accepted_tokens``
-    / ``spec_num_verify_steps``): ``rollout/spec_accepted_per_decode_step`` = accepted draft tokens per
-    verification (decode) step over the whole batch, ``rollout/spec_requests_without_drafts`` = the fraction of
-    requests that got no draft at all (speculation off for them), and ``rollout/spec_stats_reported`` = 1.
-    With a ``speculative_config`` but no statistics, ``rollout/spec_stats_reported`` = 0: "off" and "no
-    speed-up" cannot be told apart, and the metric says so instead of staying silent."""
-    if not spec_configured:
+@dataclass(frozen=True)
+class SpecCounters:
+    """Cumulative (or per-step) sums of vLLM's ``SpecDecodingStats`` fields ``num_drafts``, ``num_draft_tokens``,
+    ``num_accepted_tokens`` and of the generated tokens, over the rollout's engines."""
+    drafts: float = 0.0
+    draft_tokens: float = 0.0
+    accepted_tokens: float = 0.0
+    generated_tokens: float = 0.0
+
+    def __add__(self, other: "SpecCounters") -> "SpecCounters":
+        return SpecCounters(*(getattr(self, f) + getattr(other, f) for f in SPEC_PROM_COUNTERS))
+
+    def since(self, earlier: "SpecCounters | None") -> "SpecCounters":
+        """The counts added after ``earlier``; all of ``self`` when a counter went down (an engine restarted)."""
+        if earlier is None or any(getattr(self, f) < getattr(earlier, f) for f in SPEC_PROM_COUNTERS):
+            return self
+        return SpecCounters(*(getattr(self, f) - getattr(earlier, f) for f in SPEC_PROM_COUNTERS))
+
+
+def spec_counters_from_prometheus(text: str) -> SpecCounters | None:
+    """The :class:`SpecCounters` of one server's Prometheus text exposition (``/metrics``), summed over its label
+    sets (engines, models). None when it has no ``vllm:generation_tokens`` (stats off: nothing can be said); a
+    missing speculation counter counts 0 (vLLM registers them only when the engine speculates)."""
+    wanted = {f"{name}_total": field for field, name in SPEC_PROM_COUNTERS.items()}
+    sums = dict.fromkeys(SPEC_PROM_COUNTERS, 0.0)
+    seen = set()
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        brace = line.find("{")
+        name = line[:brace] if brace >= 0 else line.split()[0]
+        field = wanted.get(name.strip())
+        if field is None:
+            continue
+        rest = line[line.rindex("}") + 1:] if brace >= 0 else line[len(name):]
+        sums[field] += float(rest.split()[0])
+        seen.add(field)
+    if "generated_tokens" not in seen:
+        return None
+    return SpecCounters(**sums)
+
+
+def spec_counter_metrics(speculating: bool, step: SpecCounters | None) -> dict:
+    """Per-step speculation metrics from the counts the engines added during the step (``step``).
+
+    ``rollout/spec_accepted_per_decode_step``: accepted draft tokens per decode step, a decode step being one
+    request's one forward pass (each emits 1 + its accepted tokens, so steps = generated - accepted); 0 both
+    when no draft was accepted and when none was made. ``rollout/spec_drafted_step_share``: the share of decode
+    steps that carried a draft — 0 with tokens generated means speculation was OFF, a positive share with a low
+    acceptance means it ran without a speed-up. ``rollout/spec_accepted_per_draft`` (vLLM's mean acceptance
+    length - 1) and ``rollout/spec_acceptance_rate`` (accepted / drafted tokens), the raw counts, and
+    ``rollout/spec_stats_reported`` = 1; = 0 alone when the counters could not be read."""
+    if not speculating:
         return {}
-    if drafts is None or accepts is None or verifies is None:
+    if step is None:
         return {"rollout/spec_stats_reported": 0.0}
-    d = [int(x or 0) for x in (drafts.tolist() if hasattr(drafts, "tolist") else drafts)]
-    a = [int(x or 0) for x in (accepts.tolist() if hasattr(accepts, "tolist") else accepts)]
-    v = [int(x or 0) for x in (verifies.tolist() if hasattr(verifies, "tolist") else verifies)]
-    if not d:
-        return {"rollout/spec_stats_reported": 0.0}
-    steps = sum(v)
-    return {"rollout/spec_stats_reported": 1.0,
-            "rollout/spec_accepted_per_decode_step": (sum(a) / steps) if steps else 0.0,
-            "rollout/spec_requests_without_drafts": sum(1 for x in d if x == 0) / len(d)}
+    steps = step.generated_tokens - step.accepted_tokens
+    return {
+        "rollout/spec_stats_reported": 1.0,
+        "rollout/spec_drafts": step.drafts,
+        "rollout/spec_draft_tokens": step.draft_tokens,
+        "rollout/spec_accepted_tokens": step.accepted_tokens,
+        "rollout/spec_decode_steps": steps,
+        "rollout/spec_accepted_per_decode_step": step.accepted_tokens / steps if steps > 0 else 0.0,
+        "rollout/spec_drafted_step_share": step.drafts / steps if steps > 0 else 0.0,
+        "rollout/spec_accepted_per_draft": step.accepted_tokens / step.drafts if step.drafts else 0.0,
+        "rollout/spec_acceptance_rate": step.accepted_tokens / step.draft_tokens if step.draft_tokens else 0.0,
+    }
+
+
+def _http_get(url: str, timeout: float) -> str:
+    from urllib.request import urlopen
+
+    with urlopen(url, timeout=timeout) as response:  # noqa: S310 - the rollout servers' own addresses
+        return response.read().decode("utf-8", errors="replace")
+
+
+class SpecCounterReader:
+    """Reads the rollout servers' speculation counters once per step and returns what the step added.
+
+    ``addresses`` are verl's server addresses (``host:port``, ``LLMServerManager.server_addresses``); ``fetch``
+    (url, timeout) -> text is injectable for tests. The first read counts from the servers' start (their
+    counters start at 0 with the engine)."""
+
+    def __init__(self, addresses: list[str], fetch: Callable[[str, float], str] | None = None,
+                 timeout: float = 5.0):
+        self.addresses = list(addresses)
+        self.fetch = fetch or _http_get
+        self.timeout = timeout
+        self.previous: SpecCounters | None = None
+        self.last_error: str | None = None
+
+    def read(self) -> SpecCounters | None:
+        """The current totals over all servers; None when a server cannot be read or reports no stats."""
+        if not self.addresses:
+            self.last_error = "no rollout server addresses"
+            return None
+        total = SpecCounters()
+        for address in self.addresses:
+            try:
+                counters = spec_counters_from_prometheus(self.fetch(f"http://{address}/metrics", self.timeout))
+            except Exception as exc:  # noqa: BLE001 - a metric must never stop training
+                self.last_error = f"{address}: {type(exc).__name__}: {exc}"
+                return None
+            if counters is None:
+                self.last_error = f"{address}: /metrics has no vllm:generation_tokens (log stats off?)"
+                return None
+            total = total + counters
+        self.last_error = None
+        return total
+
+    def step(self) -> SpecCounters | None:
+        """What the engines added since the previous successful :meth:`step` (None when unreadable now)."""
+        now = self.read()
+        if now is None:
+            return None
+        added = now.since(self.previous)
+        self.previous = now
+        return added
+
+
+__all__ = ["ALLOWED_KEYS", "DEFAULT_PROXY_PARAMS", "PINNED_VLLM", "PINNED_VLLM_SOURCE", "REMOVED_KEYS", "SPEC_METHODS",
+           "SPEC_OPTION", "SPEC_PROM_COUNTERS", "SPEC_SAMPLING_RULES", "SpecCounterReader", "SpecCounters",
+           "SpecSamplingRule", "check_correction_rollout", "check_speculation_stays_on", "check_speculative_config",
+           "installed_vllm_version", "proxy_params", "rollout_sampling", "spec_counter_metrics",
+           "spec_counters_from_prometheus", "speculation_kept_with", "speculation_on", "speculation_refused_by",
+           "speculative_config_of"]
