@@ -155,9 +155,15 @@ def main() -> None:
     parser.add_argument("--sft-steps", type=int, default=SFT_STEPS)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--task", default="addition", choices=sorted(TASKS), help="toy_task.tasks")
+    parser.add_argument("--hidden-size", type=int, default=HIDDEN_SIZE, help="the policy's width (default: the toy's)")
+    parser.add_argument("--num-layers", type=int, default=NUM_LAYERS, help="the policy's depth (default: the toy's)")
     parser.add_argument("--measure", action="store_true", help="report sampled and greedy accuracy on val")
     args = parser.parse_args()
-    assets = build_toy_assets(args.out, sft_steps=args.sft_steps, seed=args.seed, task=args.task)
+    if args.hidden_size < 8 or args.hidden_size % 8 or args.num_layers < 1:
+        parser.error(f"--hidden-size must be a multiple of 8 (4 attention heads of even width), >= 8, and --num-layers >= 1; "
+                     f"got {args.hidden_size}, {args.num_layers}")
+    assets = build_toy_assets(args.out, sft_steps=args.sft_steps, seed=args.seed, task=args.task,
+                              hidden_size=args.hidden_size, num_layers=args.num_layers)
     (Path(args.out) / "assets.json").write_text(json.dumps(assets, indent=1))  # read by scripts/compare_methods.py
     print(json.dumps(assets, indent=1))
     if args.measure and args.task == "addition":
