@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
                 toy_loop.main(["--model", model, "--task", args.task, "--out", str(Path(args.out) / f"ws_{name}"), "--arms", *args.arms,
                                "--seeds", *chunk, "--budget-steps", str(args.budget_steps),
                                "--test-size", str(args.test_size), "--jobs", str(args.jobs), "--milestones", "1.0",
-                               *(["--max-steps", str(args.max_steps)] if args.max_steps else [])])
+                               *(["--max-steps", str(args.max_steps)] if args.max_steps is not None else [])])
     from analysis.ablation_report import write_report
 
     print(write_report(Path(args.out), list(warm), args.arms[0], argv if argv is not None else sys.argv[1:]))
