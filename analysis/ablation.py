@@ -85,6 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--chunk", type=int, default=5, help="seeds per warm start before moving to the next one")
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--budget-steps", type=float, default=12.0)
+    p.add_argument("--lr", type=float, default=3e-4,
+                   help="every arm's learning rate (the addition protocol's 3e-4; another task's is chosen on its "
+                        "validation problems with analysis.lr_selection)")
     p.add_argument("--test-size", type=int, default=512)
     p.add_argument("--task", default="addition", help="a task of toy_task.tasks; every warm start must be one of it")
     p.add_argument("--max-steps", type=int, default=None,
@@ -103,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
             chunk = [str(s) for s in seeds[lo:lo + args.chunk]]
             for name, model in warm.items():
                 toy_loop.main(["--model", model, "--task", args.task, "--out", str(Path(args.out) / f"ws_{name}"), "--arms", *args.arms,
-                               "--seeds", *chunk, "--budget-steps", str(args.budget_steps),
+                               "--seeds", *chunk, "--budget-steps", str(args.budget_steps), "--lr", repr(args.lr),
                                "--test-size", str(args.test_size), "--jobs", str(args.jobs), "--milestones", "1.0",
                                *(["--max-steps", str(args.max_steps)] if args.max_steps is not None else [])])
     from analysis.ablation_report import write_report

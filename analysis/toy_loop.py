@@ -47,6 +47,8 @@ from ibpo.variants import get_variant
 from toy_task.tasks import ToyTask, get_task
 
 TEST_SEED = 5000  # test problems: disjoint from SFT (1000+), RL train (0) and val (1) seeds
+VAL_SEED = 1  # validation problems (hyperparameters are chosen on these, never on the test set)
+EVAL_SPLITS = ("test", "val")
 MAX_RESPONSE_TOKENS = 96  # the addition task's generation budget (toy_task.tasks gives each task's)
 MILESTONES = (0.5, 1.0)
 
@@ -121,16 +123,23 @@ class Toy:
     """Tokenizer, scorer and problem sets shared by every run."""
 
     def __init__(self, model_dir: str | Path, train_size: int, test_size: int, train_seed: int = 0,
-                 task: str = "addition"):
+                 task: str = "addition", eval_split: str = "test"):
         from transformers import AutoTokenizer
 
         from reward_fns import compute_score
 
+        if eval_split not in EVAL_SPLITS:
+            raise ValueError(f"eval_split must be one of {EVAL_SPLITS}, got {eval_split!r}")
         self.model_dir = str(model_dir)
         self.task: ToyTask = get_task(task)
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
         self.train = self.task.sample_problems(train_size, train_seed)
         self.test = self.task.sample_problems(test_size, TEST_SEED)
+        self.eval_split = eval_split
+        # what every evaluation of a run scores: the test set, or (to choose a hyperparameter) as many
+        # validation problems, none of which is a train or test problem
+        self.eval_problems = self.test if eval_split == "test" else validation_problems(
+            self.task, test_size, exclude=set(self.train) | set(self.test))
         self._score = compute_score
         self.prompt_cache: dict = {}
 
@@ -170,6 +179,21 @@ class Toy:
         return float(self._score(self.task.data_source, self.decode(ids), str(problem.answer))["score"])
 
 
+def validation_problems(task: ToyTask, size: int, exclude: set, seed: int = VAL_SEED) -> list:
+    """``size`` distinct problems of ``task`` drawn with ``seed``, none of them in ``exclude`` (the train and
+    test sets), in the order drawn."""
+    for draw in (2 * size, 8 * size, 32 * size):
+        chosen: list = []
+        seen: set = set()
+        for problem in task.sample_problems(draw, seed):
+            if problem not in exclude and problem not in seen:
+                seen.add(problem)
+                chosen.append(problem)
+                if len(chosen) == size:
+                    return chosen
+    raise ValueError(f"task {task.name!r}: fewer than {size} validation problems outside the train and test sets")
+
+
 def generate(generator, prompts: list[list[int]], seeds: list[int] | None, chunk: int = 128,
              max_tokens: int | None = None) -> list[list[int]]:
     """Sampled (temperature 1, per-request seeds) or greedy (``seeds`` None) responses, in chunks, of at most
@@ -186,9 +210,10 @@ def generate(generator, prompts: list[list[int]], seeds: list[int] | None, chunk
 
 
 def evaluate(toy: Toy, generator) -> np.ndarray:
-    """Greedy correctness (0/1) on every test problem."""
-    responses = generate(generator, [toy.prompt_ids(p) for p in toy.test], None, chunk=512, max_tokens=toy.max_tokens)
-    return np.array([toy.score(r, p) for r, p in zip(responses, toy.test)], dtype=np.float64)
+    """Greedy correctness (0/1) on every evaluation problem (the test set unless the run chose ``--eval-split val``)."""
+    problems = toy.eval_problems
+    responses = generate(generator, [toy.prompt_ids(p) for p in problems], None, chunk=512, max_tokens=toy.max_tokens)
+    return np.array([toy.score(r, p) for r, p in zip(responses, problems)], dtype=np.float64)
 
 
 def gspo_loss(model: torch.nn.Module, prompts: list[list[int]], responses: list[list[int]],
@@ -463,11 +488,12 @@ def evaluate_at(toy: Toy, generator, milestone: float | None, step: int, flops: 
 _WORKER_TOY: Toy | None = None
 
 
-def _init_worker(model_dir: str, train_size: int, test_size: int, task: str = "addition") -> None:
+def _init_worker(model_dir: str, train_size: int, test_size: int, task: str = "addition",
+                 eval_split: str = "test") -> None:
     """A worker process of ``--jobs``: one torch thread, its own tokenizer and problem sets."""
     global _WORKER_TOY
     torch.set_num_threads(1)
-    _WORKER_TOY = Toy(model_dir, train_size, test_size, task=task)
+    _WORKER_TOY = Toy(model_dir, train_size, test_size, task=task, eval_split=eval_split)
 
 
 def run_and_save(toy: Toy | None, arm: Arm, seed: int, path: str, budget: float, n: int, batch_size: int,
@@ -486,12 +512,32 @@ def run_and_save(toy: Toy | None, arm: Arm, seed: int, path: str, budget: float,
     return f"[toy_loop] {arm.name} s{seed}: {len(result['steps'])} steps, {final}, {result['wall_s']:.0f} s"
 
 
+RUN_DEFINING_OPTIONS = {  # option -> its value in a meta.json written before the option existed
+    "task": "addition", "n": 4, "batch_size": 8, "lr": 3e-4, "warmup_steps": 5, "budget_steps": 20,
+    "budget_flops": None, "train_size": 1024, "test_size": 512, "max_steps": None, "eval_split": "test"}
+
+
+def check_same_protocol(meta: dict, args: argparse.Namespace, path: Path) -> None:
+    """Refuse to add runs to a folder whose ``meta.json`` records other run-defining options: its runs and the
+    new ones would be reported as one arm's seeds."""
+    recorded = meta.get("args", {})
+    changed = [f"--{key.replace('_', '-')} {recorded.get(key, default)!r} there, {getattr(args, key)!r} now"
+               for key, default in RUN_DEFINING_OPTIONS.items()
+               if recorded.get(key, default) != getattr(args, key)]
+    if changed:
+        raise SystemExit(f"[toy_loop] {path}: this folder's runs used other options ({'; '.join(changed)}); "
+                         "use another --out for another protocol")
+
+
 def load_or_measure_meta(path: Path, toy: Toy, baseline: Arm, args: argparse.Namespace, argv: list[str] | None) -> dict:
     """``meta.json`` of an output folder: read when it exists (a resumed comparison keeps its budget), else
     measured now: the warm start's greedy test accuracy and sha256, and the FLOP budget (``--budget-steps`` ×
-    the baseline's FLOPs per step on the warm start: a no-update run of 3 steps)."""
+    the baseline's FLOPs per step on the warm start: a no-update run of 3 steps). A folder's runs are one
+    protocol: resuming it with an option that changes what a run does (``RUN_DEFINING_OPTIONS``) is refused."""
     if path.exists():
-        return json.loads(path.read_text())
+        meta = json.loads(path.read_text())
+        check_same_protocol(meta, args, path)
+        return meta
     from verl_cpu.hf_rollout import HFGenerator
 
     warm = evaluate(toy, HFGenerator.from_pretrained(toy.model_dir))
@@ -501,8 +547,8 @@ def load_or_measure_meta(path: Path, toy: Toy, baseline: Arm, args: argparse.Nam
                     warmup_flops=0.0, max_steps=3)
         budget = args.budget_steps * probe["steps"][-1]["flops"] / len(probe["steps"])
     meta = {"baseline_step_flops": budget / args.budget_steps, "warm_start_sha256": sha256_of_dir(toy.model_dir),
-            "budget_flops": budget, "warm_start_test_accuracy": float(warm.mean()),
-            "warm_start_correct": warm.astype(int).tolist(), "task": args.task,
+            "budget_flops": budget, f"warm_start_{args.eval_split}_accuracy": float(warm.mean()),
+            f"warm_start_{args.eval_split}_correct": warm.astype(int).tolist(), "task": args.task,
             "command": "python -m analysis.toy_loop " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
             "args": vars(args)}
     path.write_text(json.dumps(meta))
@@ -535,7 +581,8 @@ def run_all(todo: list[tuple[int, Arm]], toy: Toy, out: Path, args: argparse.Nam
 
     # spawn, not fork: a forked child of a process that has run torch ops can deadlock in OpenMP
     with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker,
-                             initargs=(toy.model_dir, args.train_size, args.test_size, args.task)) as pool:
+                             initargs=(toy.model_dir, args.train_size, args.test_size, args.task,
+                                       args.eval_split)) as pool:
         pending: set = set()
         queue = list(todo)
         while queue or pending:
@@ -578,6 +625,9 @@ def main(argv: list[str] | None = None) -> int:
                         "evaluated after the last (no compute milestones; the equal-compute report does not read "
                         "such runs; analysis.loop_vs_verl does)")
     p.add_argument("--test-size", type=int, default=512)
+    p.add_argument("--eval-split", choices=EVAL_SPLITS, default="test",
+                   help="what every evaluation scores: the test set, or --test-size validation problems (disjoint "
+                        "from train and test) to choose a hyperparameter without looking at the test set")
     p.add_argument("--train-size", type=int, default=1024)
     p.add_argument("--jobs", type=int, default=1,
                    help="(arm, seed) runs side by side in this many worker processes, one torch thread each; "
@@ -598,12 +648,12 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--arms: unknown {unknown}; the arms are {list(arms)}")
     chosen = [arms[a] for a in (args.arms or list(arms))]
     try:
-        toy = Toy(model_dir, args.train_size, args.test_size, task=args.task)
+        toy = Toy(model_dir, args.train_size, args.test_size, task=args.task, eval_split=args.eval_split)
     except ValueError as exc:
         p.error(f"--task: {exc}")
     meta = load_or_measure_meta(out / "meta.json", toy, chosen[0], args, argv)
     print(f"[toy_loop] budget {meta['budget_flops']:.3g} FLOPs, warm start {meta['warm_start_sha256'][:12]} "
-          f"test acc {meta['warm_start_test_accuracy']:.3f}", flush=True)
+          f"{args.eval_split} acc {meta[f'warm_start_{args.eval_split}_accuracy']:.3f}", flush=True)
     equal_steps = args.max_steps is not None
     common = dict(budget=float("inf") if equal_steps else meta["budget_flops"], n=args.n, batch_size=args.batch_size,
                   lr=args.lr, warmup_flops=args.warmup_steps * meta["baseline_step_flops"],

@@ -132,3 +132,21 @@ def test_equal_steps_mode_makes_exactly_max_steps_and_evaluates_after_the_last(t
     assert [s["step"] for s in result["steps"]] == [1, 2, 3]
     assert [(e["milestone"], e["step"]) for e in result["evals"]] == [(None, 3)]
     assert len(result["evals"][0]["correct"]) == 4
+
+
+def test_validation_split_runs_and_a_folder_keeps_one_protocol(toy, tmp_path):
+    """--eval-split val scores as many validation problems, none of them a train or test problem, and records the
+    warm start's validation accuracy under its own name; adding runs of another lr to the folder is refused."""
+    val_toy = toy_loop.Toy(toy.model_dir, train_size=16, test_size=4, eval_split="val")
+    assert len(val_toy.eval_problems) == 4 and val_toy.test == toy.test
+    assert not set(val_toy.eval_problems) & (set(val_toy.test) | set(val_toy.train))
+    common = ["--model", toy.model_dir, "--arms", "GSPO G=n", "--n", "2", "--batch-size", "2", "--train-size", "16",
+              "--test-size", "4", "--budget-steps", "1", "--milestones", "1.0", "--eval-split", "val",
+              "--out", str(tmp_path / "val")]
+    assert toy_loop.main([*common, "--seeds", "0", "--lr", "1e-3"]) == 0
+    meta = json.loads((tmp_path / "val" / "meta.json").read_text())
+    assert "warm_start_val_accuracy" in meta and "warm_start_test_accuracy" not in meta
+    assert len(json.loads((tmp_path / "val" / "gspo_g_n_s0.json").read_text())["evals"][0]["correct"]) == 4
+    with pytest.raises(SystemExit, match="--lr 0.001 there, 0.0003 now"):
+        toy_loop.main([*common, "--seeds", "1", "--lr", "3e-4"])
+    assert not (tmp_path / "val" / "gspo_g_n_s1.json").exists()

@@ -1,0 +1,108 @@
+"""Choose the learning rate of a toy task on its validation problems, never on its test set
+(``docs/evidence.md``, section 2, "The second task").
+
+    python -m analysis.lr_selection --task three_sum_named --model toy_task/warm_starts/three_sum_named_seed0 \
+        --out outputs/lr_three_sum_named --lrs 3e-4 1e-4 3e-5 --seeds 100-109 --jobs 2
+
+Every learning rate runs the baseline arm (``--arm``, GSPO G=n by default) at the ablation's compute budget
+through ``analysis.toy_loop --eval-split val``: its one evaluation, at the full budget, scores ``--val-size``
+validation problems drawn apart from the train and test sets. The seeds are not the reported runs' (0-29).
+The rule, fixed before any run: the learning rate with the highest mean final validation accuracy is chosen; the
+table gives every rate's mean with its Student-t interval and its change from the warm start's own validation
+accuracy, so a reader sees how clear the choice was. The baseline alone chooses: every arm then runs at the
+baseline's best rate, which favours the baseline, not the method.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from analysis.ablation import parse_seeds
+from analysis.ablation_report import final_eval
+from analysis.equal_compute_report import load_results
+from analysis.evaluation_stats import t_interval
+
+
+def lr_folder(out: Path, lr: float) -> Path:
+    return out / f"lr_{lr:g}"
+
+
+def selection_rows(out: Path, lrs: list[float], arm: str) -> list[dict]:
+    """Per learning rate: the seeds with a final validation evaluation, their mean accuracy with its interval,
+    and the change from the warm start's validation accuracy."""
+    rows = []
+    for lr in lrs:
+        meta, results = load_results(lr_folder(out, lr))
+        if meta.get("args", {}).get("eval_split") != "val":
+            raise ValueError(f"{lr_folder(out, lr)}: its runs were not evaluated on the validation split")
+        runs = results.get(arm, {})
+        acc = [final_eval(r)["accuracy"] for _, r in sorted(runs.items()) if final_eval(r)]
+        if not acc:
+            raise ValueError(f"{lr_folder(out, lr)}: no finished {arm!r} run")
+        warm = meta["warm_start_val_accuracy"]
+        rows.append({"lr": lr, "seeds": len(acc), "val_accuracy": t_interval(acc).as_dict(),
+                     "change": t_interval(np.asarray(acc) - warm).as_dict(), "warm_start_val_accuracy": warm})
+    return rows
+
+
+def chosen_lr(rows: list[dict]) -> float:
+    """The rule: the highest mean final validation accuracy (the first listed on a tie)."""
+    return max(rows, key=lambda r: r["val_accuracy"]["mean"])["lr"]
+
+
+def format_table(rows: list[dict], arm: str) -> str:
+    best = chosen_lr(rows)
+
+    def ci(d: dict, signed: bool = False) -> str:
+        f = "{:+.3f}" if signed else "{:.3f}"
+        return f"{f.format(d['mean'])} [{f.format(d['low'])}, {f.format(d['high'])}]"
+
+    lines = [f"Baseline arm {arm}; warm start's validation accuracy {rows[0]['warm_start_val_accuracy']:.3f}.", "",
+             "| lr | seeds | final validation accuracy [95% CI] | change from warm start [95% CI] | chosen |",
+             "|---:|---:|---:|---:|:---:|"]
+    lines += [f"| {r['lr']:g} | {r['seeds']} | {ci(r['val_accuracy'])} | {ci(r['change'], True)} | "
+              f"{'yes' if r['lr'] == best else ''} |" for r in rows]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from analysis import toy_loop
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", required=True, help="the warm-start model directory the rates are tried on")
+    p.add_argument("--task", default="addition", help="a task of toy_task.tasks")
+    p.add_argument("--out", required=True)
+    p.add_argument("--lrs", type=float, nargs="+", required=True)
+    p.add_argument("--arm", default="GSPO G=n", help="the arm whose validation accuracy chooses")
+    p.add_argument("--seeds", nargs="+", default=["100-109"])
+    p.add_argument("--budget-steps", type=float, default=12.0)
+    p.add_argument("--val-size", type=int, default=512)
+    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--report-only", action="store_true")
+    args = p.parse_args(argv)
+    if len(set(args.lrs)) != len(args.lrs) or any(not lr > 0 for lr in args.lrs):
+        p.error(f"--lrs must be distinct positive rates, got {args.lrs}")
+    if args.arm not in toy_loop.default_arms():
+        p.error(f"--arm: unknown {args.arm!r}; the arms are {list(toy_loop.default_arms())}")
+    out = Path(args.out)
+    if not args.report_only:
+        for lr in args.lrs:
+            toy_loop.main(["--model", args.model, "--task", args.task, "--out", str(lr_folder(out, lr)),
+                           "--arms", args.arm, "--seeds", *map(str, parse_seeds(args.seeds)), "--lr", repr(lr),
+                           "--budget-steps", str(args.budget_steps), "--milestones", "1.0", "--eval-split", "val",
+                           "--test-size", str(args.val_size), "--jobs", str(args.jobs)])
+    rows = selection_rows(out, args.lrs, args.arm)
+    table = format_table(rows, args.arm)
+    (out / "selection.md").write_text(table + "\n")
+    (out / "selection.json").write_text(json.dumps({"rows": rows, "chosen_lr": chosen_lr(rows)}, indent=1))
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""Choosing a toy task's learning rate without the test set: the validation problems are disjoint from train and
+test, a folder's runs are one protocol (resuming it with another lr or split is refused), and
+``analysis.lr_selection`` picks the rate with the highest mean validation accuracy from hand-made runs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from analysis import lr_selection
+from analysis.toy_loop import RUN_DEFINING_OPTIONS, TEST_SEED, check_same_protocol, validation_problems
+from toy_task.tasks import get_task
+
+
+@pytest.mark.parametrize("task_name", ["addition", "three_sum_named"])
+def test_validation_problems_are_distinct_and_outside_train_and_test(task_name):
+    task = get_task(task_name)
+    train, test = task.sample_problems(1024, 0), task.sample_problems(512, TEST_SEED)
+    val = validation_problems(task, 512, exclude=set(train) | set(test))
+    assert len(val) == 512 and len(set(val)) == 512
+    assert not set(val) & (set(train) | set(test))
+    assert val == validation_problems(task, 512, exclude=set(train) | set(test))  # the same on every call
+
+
+def test_validation_problems_refuse_an_exhausted_space():
+    task = get_task("addition")
+    everything = set(task.sample_problems(64, 1) + task.sample_problems(256, 1) + task.sample_problems(1024, 1))
+    with pytest.raises(ValueError, match="fewer than 16 validation problems"):
+        validation_problems(task, 16, exclude=everything, seed=1)
+
+
+def _args(**changes) -> argparse.Namespace:
+    values = {k: v for k, v in RUN_DEFINING_OPTIONS.items()}
+    values.update(changes)
+    return argparse.Namespace(**values)
+
+
+def test_a_folder_refuses_runs_of_another_protocol(tmp_path):
+    meta = {"args": {**RUN_DEFINING_OPTIONS, "lr": 3e-4, "budget_steps": 12.0}}
+    check_same_protocol(meta, _args(budget_steps=12.0), tmp_path / "meta.json")  # same options: accepted
+    with pytest.raises(SystemExit, match=r"--lr 0.0003 there, 0.0001 now"):
+        check_same_protocol(meta, _args(lr=1e-4, budget_steps=12.0), tmp_path / "meta.json")
+    with pytest.raises(SystemExit, match=r"--eval-split 'test' there, 'val' now"):
+        check_same_protocol(meta, _args(eval_split="val", budget_steps=12.0), tmp_path / "meta.json")
+    # a meta.json written before an option existed holds that option's old value (the split was always test)
+    old = {"args": {k: v for k, v in meta["args"].items() if k not in ("eval_split", "max_steps")}}
+    check_same_protocol(old, _args(budget_steps=12.0), tmp_path / "meta.json")
+    with pytest.raises(SystemExit, match="--max-steps None there, 12 now"):
+        check_same_protocol(old, _args(budget_steps=12.0, max_steps=12), tmp_path / "meta.json")
+
+
+def _lr_folder(out, lr: float, warm: float, accs: list[float], split: str = "val") -> None:
+    folder = lr_selection.lr_folder(out, lr)
+    folder.mkdir(parents=True)
+    (folder / "meta.json").write_text(json.dumps({"args": {"eval_split": split, "lr": lr},
+                                                  f"warm_start_{split}_accuracy": warm}))
+    for seed, acc in enumerate(accs):
+        run = {"arm": "GSPO G=n", "seed": 100 + seed, "steps": [],
+               "evals": [{"milestone": 1.0, "step": 12, "flops": 1.0, "accuracy": acc}]}
+        (folder / f"gspo_g_n_s{100 + seed}.json").write_text(json.dumps(run))
+
+
+def test_selection_chooses_the_highest_mean_validation_accuracy(tmp_path):
+    _lr_folder(tmp_path, 3e-4, 0.20, [0.10, 0.14, 0.12])
+    _lr_folder(tmp_path, 1e-4, 0.20, [0.22, 0.26, 0.24])
+    _lr_folder(tmp_path, 3e-5, 0.20, [0.21, 0.21, 0.24])
+    rows = lr_selection.selection_rows(tmp_path, [3e-4, 1e-4, 3e-5], "GSPO G=n")
+    assert [r["val_accuracy"]["mean"] for r in rows] == pytest.approx([0.12, 0.24, 0.22])
+    assert rows[0]["change"]["mean"] == pytest.approx(-0.08) and rows[0]["seeds"] == 3
+    assert lr_selection.chosen_lr(rows) == 1e-4
+    table = lr_selection.format_table(rows, "GSPO G=n")
+    assert "| 0.0001 | 3 | 0.240 [" in table and table.count("| yes |") == 1
+
+
+def test_selection_refuses_runs_scored_on_the_test_set(tmp_path):
+    _lr_folder(tmp_path, 3e-4, 0.20, [0.10, 0.14], split="test")
+    with pytest.raises(ValueError, match="not evaluated on the validation split"):
+        lr_selection.selection_rows(tmp_path, [3e-4], "GSPO G=n")
