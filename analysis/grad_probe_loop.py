@@ -154,7 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     from analysis import toy_loop
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--assets", required=True)
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--assets", help="`python -m toy_task.warm_start --out DIR` output (its model_sft)")
+    source.add_argument("--model", help="a warm-start model directory (e.g. toy_task/warm_starts/addition_seed3)")
     p.add_argument("--meta", required=True, help="the equal-compute comparison's meta.json (baseline step FLOPs, hash)")
     p.add_argument("--out", required=True)
     p.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))
@@ -164,12 +166,12 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     meta = json.loads(Path(args.meta).read_text())
-    model_dir = json.loads((Path(args.assets) / "assets.json").read_text())["model"]
+    model_dir = args.model or json.loads((Path(args.assets) / "assets.json").read_text())["model"]
     if toy_loop.sha256_of_dir(model_dir) != meta["warm_start_sha256"]:
-        print(f"error: the warm start under {args.assets} is not the one of {args.meta}", file=sys.stderr)
+        print(f"error: the warm start {model_dir} is not the one of {args.meta}", file=sys.stderr)
         return 2
     margs = meta["args"]
-    toy = toy_loop.Toy(model_dir, margs["train_size"], margs["test_size"])
+    toy = toy_loop.Toy(model_dir, margs["train_size"], margs["test_size"], task=margs.get("task", "addition"))
     arm = toy_loop.default_arms()["IBPO G=n"]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
