@@ -16,6 +16,7 @@ baseline's best rate, which favours the baseline, not the method.
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import sys
 from pathlib import Path
@@ -46,8 +47,21 @@ def selection_rows(out: Path, lrs: list[float], arm: str) -> list[dict]:
             raise ValueError(f"{lr_folder(out, lr)}: no finished {arm!r} run")
         warm = meta["warm_start_val_accuracy"]
         rows.append({"lr": lr, "seeds": len(acc), "val_accuracy": t_interval(acc).as_dict(),
-                     "change": t_interval(np.asarray(acc) - warm).as_dict(), "warm_start_val_accuracy": warm})
+                     "change": t_interval(np.asarray(acc) - warm).as_dict(), "warm_start_val_accuracy": warm,
+                     "warm_start_sha256": meta.get("warm_start_sha256", ""),
+                     "per_seed": {seed: final_eval(r)["accuracy"] for seed, r in sorted(runs.items()) if final_eval(r)}})
     return rows
+
+
+def write_runs_csv(rows: list[dict], path: Path, task: str, arm: str) -> None:
+    """One line per (lr, seed): the final validation accuracy, small enough to keep in git beside the table."""
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["task", "warm_start_sha256", "arm", "lr", "seed", "val_accuracy", "warm_start_val_accuracy"])
+        for r in rows:
+            for seed, acc in r["per_seed"].items():
+                w.writerow([task, r["warm_start_sha256"], arm, f"{r['lr']:g}", seed, f"{acc:.6f}",
+                            f"{r['warm_start_val_accuracy']:.6f}"])
 
 
 def chosen_lr(rows: list[dict]) -> float:
@@ -100,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     table = format_table(rows, args.arm)
     (out / "selection.md").write_text(table + "\n")
     (out / "selection.json").write_text(json.dumps({"rows": rows, "chosen_lr": chosen_lr(rows)}, indent=1))
+    write_runs_csv(rows, out / "runs.csv", args.task, args.arm)
     print(table)
     return 0
 

@@ -72,6 +72,9 @@ def test_selection_chooses_the_highest_mean_validation_accuracy(tmp_path):
     assert lr_selection.chosen_lr(rows) == 1e-4
     table = lr_selection.format_table(rows, "GSPO G=n")
     assert "| 0.0001 | 3 | 0.240 [" in table and table.count("| yes |") == 1
+    lr_selection.write_runs_csv(rows, tmp_path / "runs.csv", "three_sum_named", "GSPO G=n")
+    lines = (tmp_path / "runs.csv").read_text().splitlines()
+    assert len(lines) == 1 + 9 and lines[4].split(",")[3:6] == ["0.0001", "100", "0.220000"]
 
 
 def test_selection_refuses_runs_scored_on_the_test_set(tmp_path):
