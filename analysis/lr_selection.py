@@ -101,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if len(set(args.lrs)) != len(args.lrs) or any(not lr > 0 for lr in args.lrs):
         p.error(f"--lrs must be distinct positive rates, got {args.lrs}")
+    if args.val_size < 1:
+        p.error(f"--val-size must be >= 1, got {args.val_size}")
     if args.arm not in toy_loop.default_arms():
         p.error(f"--arm: unknown {args.arm!r}; the arms are {list(toy_loop.default_arms())}")
     out = Path(args.out)

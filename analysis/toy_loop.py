@@ -638,6 +638,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--jobs must be >= 1, got {args.jobs}")
     if args.max_steps is not None and args.max_steps < 1:
         p.error(f"--max-steps must be >= 1, got {args.max_steps}")
+    if not args.lr > 0:
+        p.error(f"--lr must be > 0, got {args.lr}")
     torch.set_num_threads(1)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

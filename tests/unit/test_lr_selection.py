@@ -81,3 +81,24 @@ def test_selection_refuses_runs_scored_on_the_test_set(tmp_path):
     _lr_folder(tmp_path, 3e-4, 0.20, [0.10, 0.14], split="test")
     with pytest.raises(ValueError, match="not evaluated on the validation split"):
         lr_selection.selection_rows(tmp_path, [3e-4], "GSPO G=n")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--lrs", "3e-4", "3e-4"], "--lrs must be distinct positive rates"),
+    (["--lrs", "0", "1e-4"], "--lrs must be distinct positive rates"),
+    (["--lrs", "1e-4", "--val-size", "0"], "--val-size must be >= 1"),
+    (["--lrs", "1e-4", "--arm", "GSPO"], "--arm: unknown 'GSPO'"),
+])
+def test_selection_refuses_bad_options_before_any_run(tmp_path, capsys, argv, message):
+    with pytest.raises(SystemExit):
+        lr_selection.main(["--model", str(tmp_path / "absent"), "--out", str(tmp_path / "out"), *argv])
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_toy_loop_refuses_a_non_positive_lr(tmp_path, capsys):
+    from analysis import toy_loop
+
+    with pytest.raises(SystemExit):
+        toy_loop.main(["--model", str(tmp_path / "absent"), "--out", str(tmp_path / "out"), "--lr", "0"])
+    assert "--lr must be > 0, got 0.0" in capsys.readouterr().err
