@@ -15,9 +15,9 @@ ROOT = Path(__file__).resolve().parents[2]
 WARM_STARTS = sorted(p for p in (ROOT / "toy_task" / "warm_starts").iterdir() if (p / "config.json").is_file())
 
 
-def test_there_are_the_addition_three_and_the_second_tasks_one():
+def test_there_are_three_per_task():
     assert [p.name for p in WARM_STARTS] == ["addition_seed0", "addition_seed2", "addition_seed3",
-                                             "three_sum_named_seed0"]
+                                             "three_sum_named_seed0", "three_sum_named_seed1", "three_sum_named_seed2"]
 
 
 @pytest.mark.parametrize("folder", WARM_STARTS, ids=lambda p: p.name)
