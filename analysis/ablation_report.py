@@ -64,7 +64,7 @@ def warm_start_rows(meta: dict, results: dict[str, dict[int, dict]], baseline: s
     return rows
 
 
-def _ci(x: dict, fmt: str = "{:+.3f}") -> str:
+def format_interval(x: dict, fmt: str = "{:+.3f}") -> str:
     if not math.isfinite(x.get("low", float("nan"))):
         return fmt.format(x["mean"] if "mean" in x else x["diff"])
     centre = x["mean"] if "mean" in x else x["diff"]
@@ -113,9 +113,9 @@ def write_report(out: Path, warm_starts: list[str], baseline: str, argv: list[st
             is_base = r["arm"] == baseline
             lines.append(
                 f"| {name} ({meta['warm_start_test_accuracy']:.3f}, `{meta['warm_start_sha256'][:8]}`) | {r['arm']} | "
-                f"{r['seeds']} | {r['updates']:.1f} | {_ci(r['accuracy'], '{:.3f}')} | "
-                + ("—" if is_base else _ci(r["diff"])) + f" | {'—' if is_base else _num(r['diff']['p_value'], '{:.3f}')} | "
-                f"{_ci(r['change'])} | {r['alarm_share']:.2f} | {_num(r['positive_adv_mass_on_wrong'])} | "
+                f"{r['seeds']} | {r['updates']:.1f} | {format_interval(r['accuracy'], '{:.3f}')} | "
+                + ("—" if is_base else format_interval(r["diff"])) + f" | {'—' if is_base else _num(r['diff']['p_value'], '{:.3f}')} | "
+                f"{format_interval(r['change'])} | {r['alarm_share']:.2f} | {_num(r['positive_adv_mass_on_wrong'])} | "
                 f"{_num(r['shaped_all_wrong_groups'])} | {_num(r['wrong_tokens_shared_with_right_sibling'])} |")
     arms = list(dict.fromkeys(r["arm"] for rows in per_ws.values() for r in rows))
     lines += ["", f"**Pooled over warm starts** (seeds nested in warm starts: the mean of the per-warm-start paired Δ, "
@@ -129,7 +129,7 @@ def write_report(out: Path, warm_starts: list[str], baseline: str, argv: list[st
         pooled = stratified_difference([(r["diff"]["diff"], r["sd_diff"], r["seeds"]) for r in strata])
         wins = sum(1 for r in strata if r["diff"]["diff"] > 0 and r["diff"].get("p_value", 1.0) < 0.05)
         below = sum(1 for r in strata if r["change"]["mean"] < 0)
-        lines.append(f"| {arm} | {pooled['strata']} | {_ci(pooled)} | {_num(pooled['p_value'], '{:.3f}')} | "
+        lines.append(f"| {arm} | {pooled['strata']} | {format_interval(pooled)} | {_num(pooled['p_value'], '{:.3f}')} | "
                      f"{wins}/{len(strata)} | {below}/{len(strata)} |")
     text = "\n".join(lines)
     (out / "report.md").write_text(text + "\n", encoding="utf-8")

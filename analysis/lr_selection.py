@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from analysis.ablation import parse_seeds
-from analysis.ablation_report import final_eval
+from analysis.ablation_report import final_eval, format_interval
 from analysis.equal_compute_report import load_results
 from analysis.evaluation_stats import t_interval
 
@@ -72,14 +72,10 @@ def chosen_lr(rows: list[dict]) -> float:
 def format_table(rows: list[dict], arm: str) -> str:
     best = chosen_lr(rows)
 
-    def ci(d: dict, signed: bool = False) -> str:
-        f = "{:+.3f}" if signed else "{:.3f}"
-        return f"{f.format(d['mean'])} [{f.format(d['low'])}, {f.format(d['high'])}]"
-
     lines = [f"Baseline arm {arm}; warm start's validation accuracy {rows[0]['warm_start_val_accuracy']:.3f}.", "",
              "| lr | seeds | final validation accuracy [95% CI] | change from warm start [95% CI] | chosen |",
              "|---:|---:|---:|---:|:---:|"]
-    lines += [f"| {r['lr']:g} | {r['seeds']} | {ci(r['val_accuracy'])} | {ci(r['change'], True)} | "
+    lines += [f"| {r['lr']:g} | {r['seeds']} | {format_interval(r['val_accuracy'], '{:.3f}')} | {format_interval(r['change'])} | "
               f"{'yes' if r['lr'] == best else ''} |" for r in rows]
     return "\n".join(lines)
 

@@ -135,7 +135,6 @@ class Toy:
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
         self.train = self.task.sample_problems(train_size, train_seed)
         self.test = self.task.sample_problems(test_size, TEST_SEED)
-        self.eval_split = eval_split
         # what every evaluation of a run scores: the test set, or (to choose a hyperparameter) as many
         # validation problems, none of which is a train or test problem
         self.eval_problems = self.test if eval_split == "test" else validation_problems(
