@@ -93,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-steps", type=int, default=None,
                    help="the second axis: every run makes exactly this many optimizer updates (equal updates, not "
                         "equal compute) and is evaluated after the last; use its own --out")
+    p.add_argument("--eval-split", choices=("test", "val"), default="test",
+                   help="val: every evaluation scores --test-size validation problems (none a train or test problem), "
+                        "to choose among options without looking at the test set; use its own --out")
     p.add_argument("--report-only", action="store_true")
     args = p.parse_args(argv)
     warm = parse_warm_starts(args.warm_start)
@@ -108,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
                 toy_loop.main(["--model", model, "--task", args.task, "--out", str(Path(args.out) / f"ws_{name}"), "--arms", *args.arms,
                                "--seeds", *chunk, "--budget-steps", str(args.budget_steps), "--lr", repr(args.lr),
                                "--test-size", str(args.test_size), "--jobs", str(args.jobs), "--milestones", "1.0",
+                               "--eval-split", args.eval_split,
                                *(["--max-steps", str(args.max_steps)] if args.max_steps is not None else [])])
     from analysis.ablation_report import write_report
 

@@ -39,6 +39,20 @@ def run_mean(result: dict, key: str) -> float:
     return float(np.mean(values)) if values else float("nan")
 
 
+SPLIT_NAMES = {"test": "test", "val": "validation"}
+
+
+def eval_split(meta: dict) -> str:
+    """The split a results folder's evaluations scored (``analysis.toy_loop --eval-split``; ``test`` for a folder
+    recorded before the option existed)."""
+    return meta.get("args", {}).get("eval_split", "test")
+
+
+def warm_start_accuracy(meta: dict) -> float:
+    """The warm start's greedy accuracy on the split the folder's runs are evaluated on."""
+    return meta[f"warm_start_{eval_split(meta)}_accuracy"]
+
+
 def warm_start_rows(meta: dict, results: dict[str, dict[int, dict]], baseline: str) -> list[dict]:
     """One row per arm of one warm start: accuracy, paired Δ to the baseline, change from the warm start,
     updates, the mechanism means and the share of seeds whose collapse alarm fired."""
@@ -50,9 +64,9 @@ def warm_start_rows(meta: dict, results: dict[str, dict[int, dict]], baseline: s
             continue
         acc = [final_eval(runs[s])["accuracy"] for s in seeds]
         d = paired_difference(acc, [final_eval(base[s])["accuracy"] for s in seeds])
-        change = t_interval(np.asarray(acc) - meta["warm_start_test_accuracy"])
+        change = t_interval(np.asarray(acc) - warm_start_accuracy(meta))
         row = {"arm": arm, "seeds": len(seeds), "accuracy": t_interval(acc).as_dict(), "diff": d.as_dict(),
-               "change": change.as_dict(), "warm_start_accuracy": meta["warm_start_test_accuracy"],
+               "change": change.as_dict(), "warm_start_accuracy": warm_start_accuracy(meta),
                "updates": float(np.mean([sum(st["updates"] for st in runs[s]["steps"]) for s in seeds])),
                "alarm_share": float(np.mean([alarm_fired(runs[s]) for s in seeds])),
                "sd_diff": d.sd_diff}
@@ -91,20 +105,26 @@ def write_report(out: Path, warm_starts: list[str], baseline: str, argv: list[st
             for seed, r in sorted(runs.items()):
                 ev = {e["milestone"]: e for e in r["evals"]}
                 csv_rows.append({"task": meta.get("task", "addition"), "warm_start": name, "warm_start_sha256": meta["warm_start_sha256"],
-                                 "warm_start_accuracy": meta["warm_start_test_accuracy"], "arm": arm, "seed": seed,
+                                 "warm_start_accuracy": warm_start_accuracy(meta), "eval_split": eval_split(meta),
+                                 "arm": arm, "seed": seed,
                                  "steps": len(r["steps"]), "updates": sum(s["updates"] for s in r["steps"]),
                                  "flops": r["steps"][-1]["flops"] if r["steps"] else 0.0,
                                  "accuracy_at_0.5": ev.get(0.5, {}).get("accuracy"),
                                  "accuracy_at_1": (final_eval(r) or {}).get("accuracy"),
                                  "collapse_alarm": int(alarm_fired(r)),
                                  **{k: _num(run_mean(r, f"mechanism/{k}"), "{:.4f}") for k in MECHANISM_KEYS}})
+    splits = {eval_split(meta) for meta in metas.values()}
+    if len(splits) > 1:
+        raise SystemExit(f"{out}: the warm starts' folders were evaluated on different splits "
+                         f"({', '.join(f'{n}: {eval_split(m)}' for n, m in metas.items())}); one report, one split")
+    split = SPLIT_NAMES[splits.pop() if splits else "test"]
     if csv_rows:
         with open(out / "runs.csv", "w", newline="", encoding="utf-8") as fh:
             writer = csv.DictWriter(fh, fieldnames=list(csv_rows[0]))
             writer.writeheader()
             writer.writerows(csv_rows)
     lines = [f"Command: `python -m analysis.ablation {' '.join(argv)}`", "",
-             "| warm start | arm | seeds | updates | test accuracy [95% CI] | Δ vs " + baseline + " [95% CI] | p | "
+             f"| warm start | arm | seeds | updates | {split} accuracy [95% CI] | Δ vs " + baseline + " [95% CI] | p | "
              "change from warm start [95% CI] | alarm | +adv mass on wrong | shaped all-wrong groups/step | "
              "wrong tokens shared with a right sibling |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, rows in per_ws.items():
@@ -112,7 +132,7 @@ def write_report(out: Path, warm_starts: list[str], baseline: str, argv: list[st
         for r in rows:
             is_base = r["arm"] == baseline
             lines.append(
-                f"| {name} ({meta['warm_start_test_accuracy']:.3f}, `{meta['warm_start_sha256'][:8]}`) | {r['arm']} | "
+                f"| {name} ({warm_start_accuracy(meta):.3f}, `{meta['warm_start_sha256'][:8]}`) | {r['arm']} | "
                 f"{r['seeds']} | {r['updates']:.1f} | {format_interval(r['accuracy'], '{:.3f}')} | "
                 + ("—" if is_base else format_interval(r["diff"])) + f" | {'—' if is_base else _num(r['diff']['p_value'], '{:.3f}')} | "
                 f"{format_interval(r['change'])} | {r['alarm_share']:.2f} | {_num(r['positive_adv_mass_on_wrong'])} | "

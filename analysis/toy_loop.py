@@ -74,8 +74,10 @@ def default_arms() -> dict[str, Arm]:
     filter's second condition alone (a right correction closer to its reference than to y gets no Δ), GSPO G=4n.
     The rest are the ablation's (one option changed from IBPO G=n unless the name says more): the variants and
     λ, the mask signs, joint training, corrections only in mixed groups, shaping at the advantage level or
-    capped at 0, and the oracle mask (no correction, zero correction cost: each wrong response trained only on
-    the tokens a minimal edit into the task's right solution changes, ``negative_only``)."""
+    capped at 0, two of them with a random half or quarter of the eligible wrong responses corrected
+    (``ibpo.correction_fraction``, designed after the ablation's first results), and the oracle mask (no
+    correction, zero correction cost: each wrong response trained only on the tokens a minimal edit into the
+    task's right solution changes, ``negative_only``)."""
     paper = IBPOConfig(variant="binary", lam=0.6, beta=0.5, alpha=0.6, num_references=1, shaping="reward",
                        correct_groups="all")  # every option that differs from the package default is pinned
     arms = [Arm("GSPO G=n", 1), Arm("IBPO G=n", 1, paper),
@@ -93,6 +95,12 @@ def default_arms() -> dict[str, Arm]:
              Arm("capped shaping", 1, paper.replace(shaping="reward_capped")),
              Arm("advantage shaping mixed", 1, paper.replace(shaping="advantage", correct_groups="mixed")),
              Arm("mask lam 0 mixed", 1, paper.replace(variant="mask", lam=0.0, correct_groups="mixed")),
+             Arm("mask lam 0 mixed f=0.5", 1, paper.replace(variant="mask", lam=0.0, correct_groups="mixed",
+                                                              correction_fraction=0.5)),
+             Arm("mask lam 0 mixed f=0.25", 1, paper.replace(variant="mask", lam=0.0, correct_groups="mixed",
+                                                               correction_fraction=0.25)),
+             Arm("advantage shaping mixed f=0.5", 1, paper.replace(shaping="advantage", correct_groups="mixed",
+                                                                     correction_fraction=0.5)),
              Arm("oracle mask", 1, oracle_mask=True)]
     return {a.name: a for a in arms}
 

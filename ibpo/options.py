@@ -39,6 +39,7 @@ NUMERIC_RANGES = {
     "lam": (lambda v: v >= 0.0, ">= 0"),
     "num_references": (lambda v: v >= 0, ">= 0 (K - 1; 0 means self-correction without a reference)"),
     "corrections_per_target": (lambda v: v >= 1, ">= 1"),
+    "correction_fraction": (lambda v: 0.0 < v <= 1.0, "in (0, 1] (1: every eligible wrong response)"),
     "adaptive_min_samples": (lambda v: v >= 2, ">= 2"),
     "max_candidate_tokens": (lambda v: v >= 0, ">= 0 (0 derives the budget from the model context at start)"),
     "correct_threshold": (lambda v: 0.0 < v <= 1.0, "in (0, 1]"),
@@ -132,6 +133,12 @@ class IBPOConfig:
                "when the group has no right one) | mixed: only those with a right sibling (no correction pass "
                "for all-wrong groups: cheaper, and their shaping cannot reinforce a wrong answer)\n"
                "mixed is beyond the paper: docs/method_ibpo.md, \"The mechanism\""})
+    correction_fraction: float = field(default=1.0, metadata={
+        "doc": "share of the wrong responses correct_groups makes eligible that get a correction each step: "
+               "ceil(f·m) of the batch's m, drawn uniformly (seed, step); the others keep Δ = 0 and a full "
+               "gradient, as in GSPO. Below 1 the correction pass costs about f times as much\n"
+               "Beyond the paper, designed after the ablation's results: docs/method_ibpo.md, \"Spending less "
+               "on corrections\""})
     corrections_per_target: int = field(default=1, metadata={
         "doc": "corrections sampled per wrong response (Δ is their mean)"})
     instruction: str = field(default=DEFAULT_INSTRUCTION, metadata={

@@ -5,6 +5,7 @@ these inputs; every number it feeds verl comes from here.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable, Hashable, Sequence
 
@@ -42,6 +43,18 @@ class ShapingOutcome:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
+def correction_subset(eligible: Sequence[int], fraction: float, seed: int, step: int) -> set[int]:
+    """The rows of ``eligible`` that get a correction under ``ibpo.correction_fraction`` f: ceil(f·m) of the m
+    eligible rows, drawn uniformly without replacement from its own (seed, step) stream, after the references
+    are drawn: a kept row has the reference it would have with f = 1."""
+    m = len(eligible)
+    k = math.ceil(round(fraction * m, 9))  # round first: 0.28 * 25 is 7.000000000000001: 7 rows, not 8
+    if k >= m:
+        return set(eligible)
+    rng = np.random.default_rng([int(seed), int(step), 2])
+    return {int(eligible[i]) for i in rng.choice(m, size=k, replace=False)}
+
+
 def plan_corrections(
     group_ids: Sequence[Hashable],
     is_correct: Sequence[bool],
@@ -54,7 +67,8 @@ def plan_corrections(
     candidate_budget: Callable[[int], int] | None = None,
 ) -> list[CorrectionRequest]:
     """References (Alg. 1 lines 14-19) and correction prompts (Eq. 28) for every wrong response (with
-    ``correct_groups=mixed``: every wrong response that has a right sibling), ``corrections_per_target``
+    ``correct_groups=mixed``: every wrong response that has a right sibling; with ``correction_fraction`` below
+    1, a random share of those: :func:`correction_subset`), ``corrections_per_target``
     requests each (consecutive, same target). References are drawn for every wrong response first, so a
     row's reference does not depend on ``correct_groups``. ``encode`` (the run's tokenizer)
     makes the candidate budget count re-tokenised tokens (:func:`ibpo.prompts.render_candidate`).
@@ -70,6 +84,10 @@ def plan_corrections(
     if config.correct_groups == "mixed":  # no correction for a wrong response without a right sibling
         has_right = {g for g, c in zip(group_ids, is_correct) if c}
         references = [refs if group_ids[row] in has_right else None for row, refs in enumerate(references)]
+    if config.correction_fraction < 1.0:
+        kept = correction_subset([row for row, refs in enumerate(references) if refs is not None],
+                                 config.correction_fraction, config.seed, step)
+        references = [refs if row in kept else None for row, refs in enumerate(references)]
     rng = np.random.default_rng([int(config.seed), int(step), 1])
     rendered: dict[int, str] = {}
 

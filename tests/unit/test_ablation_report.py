@@ -86,3 +86,24 @@ def test_final_eval_prefers_the_budget_and_is_none_before_any():
     both = {"evals": [{"milestone": None, "accuracy": 0.1}, {"milestone": 1.0, "accuracy": 0.2}]}
     assert final_eval(both)["accuracy"] == 0.2
     assert final_eval({"evals": [{"milestone": 0.5, "accuracy": 0.3}]}) is None
+
+
+def test_a_validation_ablation_reports_against_the_validation_warm_start(tmp_path):
+    """``--eval-split val`` folders: the change from the warm start uses the warm start's validation accuracy
+    (not its test accuracy), the table and CSV say the split, and folders of two splits are one report refused."""
+    for ws in ("a", "b"):
+        runs = [_run("GSPO G=n", s, 0.5 + 0.01 * s, 1.0, 12, [0.5] * 12) for s in range(3)]
+        runs += [_run("IBPO G=n", s, 0.6 + 0.01 * s, 1.0, 9, [0.5] * 9) for s in range(3)]
+        _write_folder(tmp_path / f"ws_{ws}", {"warm_start_val_accuracy": 0.3, "warm_start_test_accuracy": 0.9,
+                                            "warm_start_sha256": ws * 8, "args": {"eval_split": "val"}}, runs)
+    text = write_report(tmp_path, ["a", "b"], "GSPO G=n", [])
+    assert "| validation accuracy [95% CI] |" in text and "test accuracy" not in text
+    line = next(row for row in text.splitlines() if row.startswith("| a (0.300,") and "| IBPO G=n |" in row)
+    assert line.split("|")[8].strip().startswith("+0.310")  # mean 0.61 - 0.30
+    rows = (tmp_path / "runs.csv").read_text().splitlines()
+    assert rows[0].split(",")[3:5] == ["warm_start_accuracy", "eval_split"] and rows[1].split(",")[3:5] == ["0.3", "val"]
+    meta_b = json.loads((tmp_path / "ws_b" / "meta.json").read_text())
+    meta_b["args"]["eval_split"] = "test"
+    (tmp_path / "ws_b" / "meta.json").write_text(json.dumps(meta_b))
+    with pytest.raises(SystemExit, match="different splits.*a: val.*b: test"):
+        write_report(tmp_path, ["a", "b"], "GSPO G=n", [])
