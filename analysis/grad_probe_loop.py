@@ -58,16 +58,6 @@ def padded_token_advantages(token_advantages: list[np.ndarray], width: int) -> t
     return out
 
 
-def centred_by_group(values: np.ndarray, group_ids) -> np.ndarray:
-    """v − mean over the group (Theorem A.2's un-normalised advantages: Y − Ȳ, Y + λφ − mean)."""
-    values = np.asarray(values, dtype=np.float64)
-    out = np.empty_like(values)
-    for g in dict.fromkeys(group_ids):
-        rows = [i for i, h in enumerate(group_ids) if h == g]
-        out[rows] = values[rows] - values[rows].mean()
-    return out
-
-
 class ProbeHook:
     """``analysis.toy_loop.run``'s ``step_hook``: the probe's variances under GSPO and IBPO advantages.
 
@@ -84,6 +74,7 @@ class ProbeHook:
 
     def __call__(self, *, model, prompts, responses, rewards, group_ids, token_advantages, delta, pad_id, **_) -> dict:
         from ibpo.advantages import group_normalized_advantages
+        from ibpo.diagnostics import unnormalised_advantages
         from ibpo.grad_probe import projected_per_sample_gradients, select_parameter_subset, total_variance
         from ibpo.mechanism import group_kinds
 
@@ -93,8 +84,9 @@ class ProbeHook:
         rewards = np.asarray(rewards, dtype=np.float64)
         gspo = group_normalized_advantages(torch.as_tensor(rewards), group_ids)
         ibpo = padded_token_advantages(token_advantages, resp.shape[1])
-        gspo_u = torch.as_tensor(centred_by_group(rewards, group_ids))
-        ibpo_u = torch.as_tensor(centred_by_group(rewards + self.lam * np.asarray(delta, dtype=np.float64), group_ids))
+        gspo_u = torch.as_tensor(unnormalised_advantages(rewards, group_ids))
+        ibpo_u = torch.as_tensor(unnormalised_advantages(rewards + self.lam * np.asarray(delta, dtype=np.float64),
+                                                         group_ids))
         was_training = model.training
         model.eval()
         try:

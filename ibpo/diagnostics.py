@@ -22,6 +22,18 @@ def _group_centred(values: np.ndarray, index: np.ndarray, num_groups: int) -> np
     return values - means[index]
 
 
+def unnormalised_advantages(values: Sequence[float], group_ids: Sequence[Hashable]) -> np.ndarray:
+    """Theorem A.2's advantages: each value minus its group's mean, not divided by the group's std
+    (Eq. 10: A^GSPO = Y − Ȳ from the rewards; Eq. 11: A^IBPO = Y + λφ − mean from r' = r + λφ)."""
+    v = np.asarray(values, dtype=np.float64)
+    if v.shape != (len(group_ids),):
+        raise ValueError(f"values must be 1-D with one entry per group id; got {v.shape}, {len(group_ids)}")
+    if not len(group_ids):
+        return v.copy()
+    index = group_ids_to_index(list(group_ids)).numpy()
+    return _group_centred(v, index, int(index.max()) + 1)
+
+
 @dataclass(frozen=True)
 class TheoremStats:
     """Pooled within-group statistics of Theorem A.2 for one batch."""

@@ -338,10 +338,13 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
             trained.batch["advantages"].numpy(), trained.batch["response_mask"].numpy())
 
     def probe_gradient_variance(self, batch: DataProto, metrics: dict) -> None:
-        """Per-sample policy-gradient variance on the main rows under GSPO advantages (group-normalised raw
-        reward, no mask) and the IBPO advantages this step trains with, on the same samples (App. A)."""
+        """Per-sample policy-gradient variance on the main rows, on the same samples (App. A), for two pairs of
+        advantages: the trained ones (GSPO's group-normalised raw reward vs the IBPO advantages this step trains
+        with: ``var_gspo``, ``var_ibpo``, ``ratio``) and Theorem A.2's own, un-normalised (r − mean_g vs
+        r + λ_tΔ − mean_g, whatever ``ibpo.shaping``: ``theorem_var_gspo``, ``theorem_var_ibpo``,
+        ``theorem_ratio``). The normalisation rescales each group, so the two ratios differ (docs/method_ibpo.md)."""
         from ibpo.advantages import broadcast_advantages, group_normalized_advantages
-        from ibpo.diagnostics import total_variance
+        from ibpo.diagnostics import total_variance, unnormalised_advantages
         from recipe.ibpo.workers import probe_input
 
         is_main = (batch.batch[corr.IS_CORRECTION_KEY] == 0) & (batch.batch[corr.IS_PADDING_KEY] == 0)
@@ -352,16 +355,22 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
             return
         main = batch.select_idxs(rows.numpy())
         self._extra_forward_lengths["grad_probe"] = main.batch["attention_mask"].sum(-1).tolist()
-        raw = main.batch["token_level_scores"].sum(-1)
-        adv_gspo = broadcast_advantages(group_normalized_advantages(raw, list(main.non_tensor_batch["uid"])),
-                                        main.batch["response_mask"])
+        uids = list(main.non_tensor_batch["uid"])
+        raw = main.batch["token_level_scores"].sum(-1).double()
+        shaped = raw + self._step_lambda * main.batch[corr.DELTA_KEY].double()
+        mask = main.batch["response_mask"]
         out = self.actor_rollout_wg.ibpo_grad_probe(probe_input(
-            main, adv_gspo, main.batch["advantages"], self.ibpo.grad_probe_coordinates, self.ibpo.seed,
-            self.ibpo.grad_probe_micro_batch_size))
-        var_gspo, var_ibpo = total_variance(out["proj_baseline"]), total_variance(out["proj_candidate"])
-        metrics["ibpo/grad_probe/var_gspo"] = var_gspo
-        metrics["ibpo/grad_probe/var_ibpo"] = var_ibpo
-        metrics["ibpo/grad_probe/ratio"] = var_ibpo / var_gspo if var_gspo > 0 else float("nan")
+            main, self.ibpo.grad_probe_coordinates, self.ibpo.seed, self.ibpo.grad_probe_micro_batch_size,
+            baseline=broadcast_advantages(group_normalized_advantages(raw, uids), mask),
+            candidate=main.batch["advantages"],
+            theorem_baseline=broadcast_advantages(torch.as_tensor(unnormalised_advantages(raw.numpy(), uids)), mask),
+            theorem_candidate=broadcast_advantages(torch.as_tensor(unnormalised_advantages(shaped.numpy(), uids)),
+                                                   mask)))
+        for prefix, base, cand in (("", "baseline", "candidate"), ("theorem_", "theorem_baseline", "theorem_candidate")):
+            var_gspo, var_ibpo = total_variance(out[f"proj_{base}"]), total_variance(out[f"proj_{cand}"])
+            metrics[f"ibpo/grad_probe/{prefix}var_gspo"] = var_gspo
+            metrics[f"ibpo/grad_probe/{prefix}var_ibpo"] = var_ibpo
+            metrics[f"ibpo/grad_probe/{prefix}ratio"] = var_ibpo / var_gspo if var_gspo > 0 else float("nan")
         metrics["ibpo/grad_probe/num_samples"] = float(len(rows))
 
     # ------------------------------------------------------------------ checkpoints

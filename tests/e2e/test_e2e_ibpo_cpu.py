@@ -120,9 +120,12 @@ def test_gradient_variance_probe_runs_in_the_workers(ibpo_joint):
     m = metrics[2]
     assert m["ibpo/grad_probe/num_samples"] >= 2
     assert m["ibpo/grad_probe/var_gspo"] >= 0 and m["ibpo/grad_probe/var_ibpo"] >= 0
-    if m["ibpo/shaped_fraction"] == 0:  # no shaping: both advantage vectors coincide
+    assert m["ibpo/grad_probe/theorem_var_gspo"] >= 0 and m["ibpo/grad_probe/theorem_var_ibpo"] >= 0
+    if m["ibpo/shaped_fraction"] == 0:  # no shaping: both advantage vectors coincide, in both pairs
         assert m["ibpo/grad_probe/ratio"] == pytest.approx(1.0)
-    assert "ibpo/grad_probe/ratio" not in metrics[1] and "ibpo/grad_probe/ratio" not in metrics[3]
+        assert m["ibpo/grad_probe/theorem_ratio"] == pytest.approx(1.0)
+    for key in ("ratio", "theorem_ratio"):
+        assert f"ibpo/grad_probe/{key}" not in metrics[1] and f"ibpo/grad_probe/{key}" not in metrics[3]
 
 
 def test_ibpo_mask_applies_the_token_mask(ibpo_mask):

@@ -3,7 +3,10 @@ backward per sample, then the gradient read at the chosen weight entries."""
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import os
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -16,7 +19,8 @@ from ibpo.grad_probe import (
     select_parameter_subset,
     loss_token_coefficients,
 )
-from ibpo.diagnostics import total_variance
+from ibpo.diagnostics import total_variance, unnormalised_advantages
+from ibpo.options import IBPOConfig
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -127,3 +131,93 @@ def test_total_variance_and_bad_shapes():
         loss_token_coefficients(torch.ones(2), torch.ones(2, 3), "max")
     with pytest.raises(ValueError, match="advantages shape"):
         loss_token_coefficients(torch.ones(2, 2), torch.ones(2, 3), "sum")
+
+
+# The verl trainer's probe (RayIBPOTrainer.probe_gradient_variance through the worker method
+# IBPOActorRolloutRefWorker.ibpo_grad_probe): both of its ratios, the trained pair and Theorem A.2's
+# un-normalised pair, against the per-sample backward passes above, on one batch with a right answer, a shaped
+# wrong one and an all-wrong group.
+
+
+class LocalWorkerGroup:
+    """One rank: calls the real worker method on a worker whose engine is the tiny model."""
+
+    world_size = 1
+
+    def __init__(self, model):
+        from recipe.ibpo.workers import IBPOActorRolloutRefWorker
+
+        engine = SimpleNamespace(module=model, eval_mode=contextlib.nullcontext)
+        self.worker = SimpleNamespace(actor=SimpleNamespace(engine=engine), _ibpo_probe_subset=None)
+        self.method = inspect.unwrap(IBPOActorRolloutRefWorker.ibpo_grad_probe)  # without verl's dispatch
+
+    def ibpo_grad_probe(self, data):
+        return self.method(self.worker, data)
+
+
+def test_trainer_probe_ratios_match_per_sample_backward(tiny_model):
+    from verl import DataProto
+
+    from recipe.ibpo.correction import batch as corr
+    from recipe.ibpo.ibpo_ray_trainer import RayIBPOTrainer
+
+    model = tiny_model
+    input_ids, attention_mask, response_mask, rows = make_batch(model.config.vocab_size, seed=2)
+    uids = np.array(["a", "a", "a", "b", "b", "b"], dtype=object)
+    rewards = torch.tensor([1.0, 0.0, 0.0, 0.0, 0.0, 0.0], dtype=torch.float64)
+    delta = torch.tensor([0.0, 0.5, 0.0, 0.5, 0.0, 0.0], dtype=torch.float64)
+    lam = 0.6
+    # the trained advantages: any (B,) vector of the step, here the paper's reward shaping normalised by hand
+    shaped = (rewards + lam * delta).numpy()
+    trained = np.zeros(6)
+    for g in ("a", "b"):
+        idx = np.flatnonzero(uids == g)
+        trained[idx] = (shaped[idx] - shaped[idx].mean()) / (shaped[idx].std() + 1e-8)
+    scores = torch.zeros(response_mask.shape, dtype=torch.float32)
+    lengths = response_mask.sum(-1)
+    scores[torch.arange(6), lengths - 1] = rewards.float()
+    batch = DataProto.from_dict(
+        tensors={"input_ids": input_ids, "attention_mask": attention_mask,
+                 "position_ids": (attention_mask.cumsum(-1) - 1).clamp(min=0), "response_mask": response_mask,
+                 "responses": input_ids[:, -response_mask.shape[1]:], "token_level_scores": scores,
+                 "advantages": torch.as_tensor(trained, dtype=torch.float32)[:, None] * response_mask.float(),
+                 corr.DELTA_KEY: delta.float(), corr.IS_CORRECTION_KEY: torch.zeros(6, dtype=torch.long),
+                 corr.IS_PADDING_KEY: torch.zeros(6, dtype=torch.long)},
+        non_tensors={"uid": uids})
+    trainer = object.__new__(RayIBPOTrainer)
+    trainer.ibpo = IBPOConfig(grad_probe_coordinates=64, grad_probe_micro_batch_size=0)
+    trainer.actor_rollout_wg = LocalWorkerGroup(model)
+    trainer._extra_forward_lengths = {}
+    trainer._step_lambda = lam
+    metrics: dict = {}
+    trainer.probe_gradient_variance(batch, metrics)
+
+    subset = select_parameter_subset(model, 64, seed=0)
+    gspo = np.zeros(6)
+    for g in ("a", "b"):  # group "b" is all wrong: GSPO gives it 0
+        idx = np.flatnonzero(uids == g)
+        r = rewards.numpy()[idx]
+        gspo[idx] = (r - r.mean()) / (r.std() + 1e-8) if r.std() > 0 else 0.0
+
+    def variance(sequence_adv: np.ndarray) -> float:
+        coeffs = loss_token_coefficients(torch.as_tensor(sequence_adv), response_mask, "token_mean")
+        return total_variance(reference_gradients(model, rows, coeffs, subset))
+
+    theorem_gspo = variance(unnormalised_advantages(rewards.numpy(), list(uids)))
+    theorem_ibpo = variance(unnormalised_advantages(shaped, list(uids)))
+    assert metrics["ibpo/grad_probe/num_samples"] == 6.0
+    assert metrics["ibpo/grad_probe/ratio"] == pytest.approx(variance(trained) / variance(gspo), rel=1e-4)
+    assert metrics["ibpo/grad_probe/theorem_var_gspo"] == pytest.approx(theorem_gspo, rel=1e-4)
+    assert metrics["ibpo/grad_probe/theorem_ratio"] == pytest.approx(theorem_ibpo / theorem_gspo, rel=1e-4)
+    # the two pairs measure different things on this batch (normalisation rescales each group)
+    assert abs(metrics["ibpo/grad_probe/theorem_ratio"] - metrics["ibpo/grad_probe/ratio"]) > 1e-2
+
+
+def test_probe_input_refuses_an_unknown_advantage_name():
+    from recipe.ibpo.workers import probe_input
+
+    batch = SimpleNamespace(batch={k: torch.zeros(2, 3) for k in ("input_ids", "attention_mask", "position_ids",
+                                                                   "response_mask")})
+    batch.__len__ = lambda: 2
+    with pytest.raises(ValueError, match=r"unknown advantage name\(s\) \['theorem'\]"):
+        probe_input(batch, 8, 0, 0, baseline=torch.zeros(2, 3), theorem=torch.zeros(2, 3))

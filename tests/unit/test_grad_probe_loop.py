@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from analysis import grad_probe_loop
+from ibpo.diagnostics import unnormalised_advantages
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +90,7 @@ def test_unnormalised_and_per_kind_variances():
     mixed group of 4 (s = √3/4) and 2 all-wrong groups (no GSPO signal: left out)."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    assert grad_probe_loop.centred_by_group(np.array([1.0, 0, 0, 0, 0.3, 0]), [0, 0, 0, 0, 1, 1]).tolist() == \
+    assert unnormalised_advantages(np.array([1.0, 0, 0, 0, 0.3, 0]), [0, 0, 0, 0, 1, 1]).tolist() == \
         pytest.approx([0.75, -0.25, -0.25, -0.25, 0.15, -0.15])
     torch.manual_seed(1)
     config = Qwen2Config(vocab_size=53, hidden_size=32, intermediate_size=48, num_hidden_layers=1,
