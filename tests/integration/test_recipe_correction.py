@@ -564,3 +564,26 @@ def test_the_loops_gspo_loss_is_verls():
         (g_theirs,) = torch.autograd.grad(theirs, log_probs)
         torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-7)
         torch.testing.assert_close(g_ours, g_theirs, rtol=1e-5, atol=1e-7)
+
+
+def test_correction_fraction_in_the_trainer_corrects_a_random_share_and_trains_the_rest_as_gspo():
+    """ibpo.correction_fraction=0.5 through the trainer's correction pass: of the 3 eligible wrong rows of the
+    mixed group (correct_groups=mixed, the all-wrong group is not eligible), ceil(0.5·3) = 2 are sent to the
+    policy, exactly the rows ibpo.pipeline.correction_subset draws for this step; the others keep Δ = 0 and a
+    full token mask."""
+    from ibpo.pipeline import correction_subset
+
+    n = 4
+    trainer = make_trainer({"variant": "mask", "lam": 0.0, "correct_groups": "mixed", "correction_fraction": 0.5},
+                           n=n)
+    responses = [CORRECT, [7, 7, 9], [1, 2, 8], [5, 5], [4], [4, 4], [7, 7, 9], [3, 3, 3]]
+    batch, result, metrics, _ = main_step(trainer, responses, n)
+    kept = correction_subset([1, 2, 3], 0.5, seed=trainer.ibpo.seed, step=trainer.global_steps)
+    assert len(kept) == 2
+    assert sorted(r.target_row for r in result.requests) == sorted(kept)
+    assert metrics["ibpo/num_corrections"] == 2
+    delta = batch.batch[corr.DELTA_KEY].tolist()
+    mask = batch.batch[corr.TOKEN_MASK_KEY]
+    for row in range(8):
+        if row not in kept:
+            assert delta[row] == 0.0 and mask[row].tolist() == [1] * RESP_LEN, row
