@@ -4,7 +4,7 @@ Verification"; issue: IBPO's ≈30% lower policy-gradient variance).
 The probe needs the actor's own model, which lives in the worker processes, so it is a worker method
 dispatched like ``compute_log_prob`` (each data-parallel rank gets a shard of the batch). The math is
 ``ibpo.grad_probe``: per-sample policy-gradient projections on a fixed random subset of weight entries,
-computed under two advantage tensors of the *same* samples in one forward. The driver computes the
+computed under several advantage tensors of the *same* samples in one forward. The driver computes the
 variances from the gathered projections.
 """
 
@@ -16,6 +16,9 @@ from verl.single_controller.base.decorator import make_nd_compute_dataproto_disp
 from verl.utils import tensordict_utils as tu
 from verl.workers.engine_workers import ActorRolloutRefWorker
 
+# The advantage vectors the probe can compare, in order: the trained ones (GSPO's group-normalised reward vs the
+# IBPO advantages the step trains on) and Theorem A.2's un-normalised ones (r − mean_g vs r + λΔ − mean_g).
+PROBE_ADVANTAGES = ("baseline", "candidate", "theorem_baseline", "theorem_candidate")
 
 
 class IBPOActorRolloutRefWorker(ActorRolloutRefWorker):
@@ -53,11 +56,6 @@ class IBPOActorRolloutRefWorker(ActorRolloutRefWorker):
             )
         return TensorDict({f"proj_{name}": p.float() for name, p in zip(names, projections)},
                           batch_size=[int(data["input_ids"].shape[0])])
-
-
-# The advantage vectors the probe can compare, in order: the trained ones (GSPO's group-normalised reward vs the
-# IBPO advantages the step trains on) and Theorem A.2's un-normalised ones (r − mean_g vs r + λΔ − mean_g).
-PROBE_ADVANTAGES = ("baseline", "candidate", "theorem_baseline", "theorem_candidate")
 
 
 def probe_input(batch, num_coordinates: int, seed: int, micro_batch_size: int,

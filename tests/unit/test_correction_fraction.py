@@ -19,7 +19,7 @@ def decode(ids: list[int]) -> str:
     return " ".join(map(str, ids))
 
 
-def batch(groups: list[int], correct: list[bool]):
+def batch(groups: list[int]):
     responses = [[10 + i, 20 + i, 30 + i] for i in range(len(groups))]
     messages = [[{"role": "user", "content": f"q{g}"}] for g in groups]
     return responses, messages
@@ -62,7 +62,7 @@ def test_draw_is_uniform_and_depends_on_seed_and_step():
 def test_kept_rows_keep_their_references_and_prompts():
     groups = [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2]
     correct = [True, False, False, False, False, True, False, False, False, False, False, False]
-    responses, messages = batch(groups, correct)
+    responses, messages = batch(groups)
     full = plan_corrections(groups, correct, messages, responses, decode, IBPOConfig(), step=7)
     half = plan_corrections(groups, correct, messages, responses, decode, IBPOConfig(correction_fraction=0.5), step=7)
     # mixed groups only (the default): rows 1, 2, 3, 4, 6, 7 are eligible; ceil(0.5 * 6) = 3 of them are corrected
@@ -78,7 +78,7 @@ def test_kept_rows_keep_their_references_and_prompts():
 def test_a_row_left_uncorrected_is_trained_as_in_gspo():
     groups = [0, 0, 0, 0]
     correct = [True, False, False, False]
-    responses, messages = batch(groups, correct)
+    responses, messages = batch(groups)
     cfg = IBPOConfig(variant="mask", lam=0.0, correction_fraction=0.25)
     requests = plan_corrections(groups, correct, messages, responses, decode, cfg, step=0)
     assert len(requests) == 1  # ceil(0.25 * 3)
