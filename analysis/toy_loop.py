@@ -9,7 +9,7 @@ the scorer (``reward_fns.compute_score``), IBPO's steps B-C (``ibpo.pipeline.pla
 r' = r + λΔ and the group normalisation (``ibpo.advantages``), the GSPO loss at its on-policy point (one
 update per step, so the sequence ratio is 1 and the clip inactive; ``seq-mean-token-mean``), AdamW with
 verl's defaults (weight decay 0.01, gradient clip 1.0) and a linear warmup, the FLOP counter
-(``ibpo.compute.step_flops``). What differs: no Ray, FSDP or separate old-log-prob forward (the ratio is
+(``compute_accounting.flops.step_flops``). What differs: no Ray, FSDP or separate old-log-prob forward (the ratio is
 1 by construction, so that forward is neither run nor counted), fp32 on one thread.
 
 Design (fixed before the runs, ``docs/evidence.md``): arms share seed s (warm start, data order, sampling
@@ -39,7 +39,7 @@ import torch
 
 from analysis.credit_localisation import line_index, localise, wrong_mask
 from ibpo.advantages import get_mask_sign, group_normalized_advantages, ibpo_sequence_advantages, signed_token_mask
-from ibpo.compute import ModelShape, StepWork, step_flops
+from compute_accounting.flops import ModelShape, StepWork, step_flops
 from ibpo.mechanism import RewardDropAlarm, advantage_mechanism, group_kinds, sibling_overlap
 from ibpo.options import IBPOConfig
 from ibpo.pipeline import plan_corrections, shape_batch
@@ -116,7 +116,7 @@ def sha256_of_dir(path: str | Path) -> str:
 
 
 def model_shape(model: torch.nn.Module) -> ModelShape:
-    """``ibpo.compute.ModelShape`` of a loaded HF model (same rule as ``recipe.common.preflight.model.model_flop_shape``)."""
+    """``compute_accounting.flops.ModelShape`` of a loaded HF model (same rule as ``recipe.common.preflight.model.model_flop_shape``)."""
     embedding = model.get_input_embeddings().weight
     output = model.get_output_embeddings()
     tied = output is not None and output.weight is embedding

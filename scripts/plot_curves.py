@@ -359,7 +359,7 @@ def positive_int(text: str) -> int:
 def matched_x_axis(runs: dict[str, list[list[Record]]], fallback: str | None = None) -> str:
     """The x axis the runs were matched on (module docstring, ``--x auto``); ``fallback`` replaces the FLOP
     counter for runs without a budget (e.g. ``step`` for runs matched in steps)."""
-    from ibpo.compute_budget import matched_axis
+    from compute_accounting.budget import matched_axis
 
     axes = {label: {matched_axis({k for r in recs for k in r.data}) for recs in seeds} for label, seeds in runs.items()}
     found = {axis for per_run in axes.values() for axis in per_run}

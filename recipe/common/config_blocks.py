@@ -61,12 +61,12 @@ def blocks() -> tuple[Block, ...]:
 def shared_blocks() -> tuple[Block, ...]:
     """The blocks of options every method's run may carry, committed in ``recipe/common/config/`` (on each
     method config's Hydra search path as ``pkg://recipe.common.config``)."""
-    from ibpo.compute_budget import ComputeBudgetConfig
+    from compute_accounting.budget import ComputeBudgetConfig
 
     return (
         Block("compute_budget_block.yaml", "compute_budget", ComputeBudgetConfig,
               "The `compute_budget:` block of ibpo_trainer.yaml and counterfactual_trainer.yaml: one compute budget "
-              "for every method's run (ibpo/compute_budget.py; read by recipe/common/trainer_base.py). Validated at "
+              "for every method's run (compute_accounting/budget.py; read by recipe/common/trainer_base.py). Validated at "
               "start (a typo or out-of-range value fails).", SHARED_CONFIG_DIR),
     )
 

@@ -15,7 +15,7 @@ work lives in a hook of a subclass:
 - ``_after_advantage``: advantages are set, before the critic/actor update (IBPO: token mask, metrics,
   gradient probe; counterfactual weighting: the token weights);
 - ``_step_metrics``: before ``logger.log`` (IBPO: host-time share). The base's own ``_step_metrics`` keeps
-  the compute ledger of every method (``ibpo.compute_budget``): an override calls it last.
+  the compute ledger of every method (``compute_accounting.budget``): an override calls it last.
 
 The base also runs the ``compute_budget:`` block for every method (:meth:`HookedRayPPOTrainer._budget_step`):
 the cumulative FLOPs and GPU-seconds, the stop at the budget (by shortening ``total_training_steps`` so that
@@ -92,7 +92,7 @@ class HookedRayPPOTrainer(RayPPOTrainer):
     # True only for a trainer whose hooks place IBPO's shaped reward before the advantage: the registered
     # `ibpo` estimator serves no other (init_workers refuses algorithm.adv_estimator=ibpo elsewhere).
     shapes_ibpo_rewards: bool = False
-    # The metric a subclass logs its step's FLOPs under (``ibpo.compute.step_flops``), read by the compute
+    # The metric a subclass logs its step's FLOPs under (``compute_accounting.flops.step_flops``), read by the compute
     # ledger at the end of the step; None: the trainer counts no FLOPs (a FLOP budget is then refused).
     STEP_FLOPS_METRIC: str | None = None
     COMPUTE_LEDGER_FILE = "compute_budget_state.json"
@@ -103,7 +103,7 @@ class HookedRayPPOTrainer(RayPPOTrainer):
 
     def _init_compute_budget(self) -> None:
         """The validated ``compute_budget:`` block and an empty ledger (a resumed run restores it)."""
-        from ibpo.compute_budget import ComputeBudgetError, ComputeLedger
+        from compute_accounting.budget import ComputeBudgetError, ComputeLedger
         from recipe.common.preflight.compute_budget import compute_budget_from
 
         budget = compute_budget_from(self.config)
@@ -150,7 +150,7 @@ class HookedRayPPOTrainer(RayPPOTrainer):
     def _budget_step(self, metrics: dict, timing_raw: dict) -> None:
         """Add the step to the compute ledger (its FLOPs from :attr:`STEP_FLOPS_METRIC`, its seconds times the
         run's GPUs), validate when the spend crossed a budget fraction or the run ends, and, when the next step
-        would reach the budget, make it verl's last step (``ibpo.compute_budget``: overshoot < one step)."""
+        would reach the budget, make it verl's last step (``compute_accounting.budget``: overshoot < one step)."""
         ledger = self.compute_ledger
         flops = float(metrics.get(self.STEP_FLOPS_METRIC, 0.0)) if self.STEP_FLOPS_METRIC else 0.0
         ledger.add_step(flops, float(timing_raw.get("step", 0.0)) * self.resource_pool_manager.get_n_gpus())

@@ -4,7 +4,7 @@ The training loop is :class:`recipe.common.trainer_base.HookedRayPPOTrainer` ``.
 one-line hook calls). This method fills one hook, ``_after_advantage``: token weights from the drop of the
 answer's log-probability when a reasoning span is masked, multiplied into the advantages. It builds no
 IBPO state, adds no batch rows and logs no ``ibpo/`` metric. It counts its step's FLOPs (main generation,
-old-log-prob forward, actor update and the masked copies' forwards, ``ibpo.compute.step_flops``) as
+old-log-prob forward, actor update and the masked copies' forwards, ``compute_accounting.flops.step_flops``) as
 ``counterfactual/compute/step_flops``, which the shared compute budget reads (``recipe.common.trainer_base``). Selected by ``method: counterfactual``
 (``recipe/counterfactual/config/counterfactual_trainer.yaml``).
 """
@@ -17,7 +17,7 @@ from verl.utils.debug import marked_timer
 
 from recipe.counterfactual import batch as cf
 from counterfactual.importance import CounterfactualConfig
-from ibpo.compute import StepWork, step_flops
+from compute_accounting.flops import StepWork, step_flops
 from recipe.common.preflight.model import model_flop_shape
 from recipe.counterfactual.method import counterfactual_config_from
 from recipe.common.trainer_base import HookedRayPPOTrainer

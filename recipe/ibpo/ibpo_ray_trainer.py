@@ -33,7 +33,7 @@ from verl.utils.py_functional import rename_dict
 from verl.workers.utils.padding import left_right_2_no_padding
 
 from ibpo.advantages import get_mask_sign, shapes_reward
-from ibpo.compute import StepWork, phase_seconds, step_flops
+from compute_accounting.flops import StepWork, phase_seconds, step_flops
 from ibpo.diagnostics import theorem_stats, trained_advantage_variance
 from ibpo.lambda_schedule import LambdaSchedule
 from ibpo.mechanism import RewardDropAlarm, advantage_mechanism, sibling_overlap
@@ -59,7 +59,7 @@ def generation_tokens(output: DataProto | None) -> tuple[float, float]:
 
 def step_work(batch: DataProto, correction_output: DataProto | None, *, grad_probe: list[int], ppo_epochs: int,
               gradient_checkpointing: bool, old_log_prob_forward: bool, reference_forward: bool) -> StepWork:
-    """The rows one IBPO step processed (``ibpo.compute.StepWork``, valid-token lengths per row), read from the
+    """The rows one IBPO step processed (``compute_accounting.flops.StepWork``, valid-token lengths per row), read from the
     training batch at the end of the step: main rows (generated, then trained), joint-training correction
     rows (``IS_CORRECTION_KEY``: trained, so they cost an old-log-prob, optional reference and update pass
     each), no-op padding rows, and the correction generation (``correction_output``; None: no pass ran)."""
@@ -104,7 +104,7 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
         self.ibpo = check_trainer_config(self.config, self.ibpo, self.tokenizer, model_context)
         self.lambda_schedule = LambdaSchedule(self.ibpo.lambda_schedule, self.ibpo.lam,
                                               self.ibpo.lambda_max_fraction, self.ibpo.lambda_max_momentum)
-        self.model_shape = model_shape  # ibpo.compute.ModelShape: what the FLOP count needs of the model
+        self.model_shape = model_shape  # compute_accounting.flops.ModelShape: what the FLOP count needs of the model
         self.compute_totals = {"total_tokens": 0.0, "total_flops": 0.0, "generated_tokens": 0.0}
         self.time_totals = {"cumulative_step_s": 0.0}
         self._actor_plan: ActorMiniBatchPlan | None = None  # this step's actor mini-batch layout
@@ -211,7 +211,7 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
                   flush=True)
 
     def _account_step_compute(self, batch: DataProto, metrics: dict) -> None:
-        """The step's FLOPs per phase (``ibpo.compute.step_flops`` of :func:`step_work`) and tokens, added to the
+        """The step's FLOPs per phase (``compute_accounting.flops.step_flops`` of :func:`step_work`) and tokens, added to the
         running totals that curves against compute are drawn on. Runs at the end of ``_after_advantage``: after
         it the batch trained on is final, and it is before ``_save_checkpoint``, which stores the totals."""
         result = self._step_correction

@@ -52,8 +52,8 @@ LR=${LR:-5e-7}                          # App. D (the scripts used 1e-6 before, 
 TEMPERATURE=${TEMPERATURE:-1.0}
 GPU_MEM=${GPU_MEM:-0.45}
 VAL_N=${VAL_N:-16}                      # AIME 2025: 30 problems x 16 samples
-# One compute budget for the pair (ibpo/compute_budget.py; COMPUTE_BUDGET=0: TOTAL_STEPS steps). Default: about
-# 200 IBPO steps by the FLOP formula of ibpo/compute.py (mean response 5k tokens, 60% wrong: 7.5e16 FLOPs per
+# One compute budget for the pair (compute_accounting/budget.py; COMPUTE_BUDGET=0: TOTAL_STEPS steps). Default: about
+# 200 IBPO steps by the FLOP formula of compute_accounting/flops.py (mean response 5k tokens, 60% wrong: 7.5e16 FLOPs per
 # step); the G = 8 baseline then gets ~550 steps. TOTAL_STEPS: the cap and the cosine schedule's length
 # (ARM_STEPS ~1.2x the expected steps to the budget).
 COMPUTE_BUDGET=${COMPUTE_BUDGET:-1.5e19}

@@ -5,7 +5,7 @@
 # extra Hydra overrides are passed through ("$@"), which is how the variant scripts build on this one.
 #
 # Table 1 arms: this script (IBPO G = 8), run_gspo_g8_qwen3_32b.sh (GSPO G = 8) and run_gspo_g64_qwen3_32b.sh
-# (GSPO G = 64) share ONE compute budget, COMPUTE_BUDGET in BUDGET_UNIT (ibpo/compute_budget.py): each run stops
+# (GSPO G = 64) share ONE compute budget, COMPUTE_BUDGET in BUDGET_UNIT (compute_accounting/budget.py): each run stops
 # when its cumulative compute reaches it (overshoot < one step) and validates at 25/50/75/100 % of it, so
 # the arms are compared at equal compute (App. B; Table 1's caption: FLOPs), not at equal steps.
 #
@@ -87,7 +87,7 @@ VAL_TEMPERATURE=${VAL_TEMPERATURE:-0.6}
 VAL_TOP_P=${VAL_TOP_P:-0.95}
 VAL_TOP_K=${VAL_TOP_K:-20}
 # The compute budget of every Table-1 arm (COMPUTE_BUDGET=0: no budget, TOTAL_STEPS steps). Default: about 300
-# IBPO G = 8 steps of 128 prompts by the FLOP formula of ibpo/compute.py (mean response 12k tokens, half the
+# IBPO G = 8 steps of 128 prompts by the FLOP formula of compute_accounting/flops.py (mean response 12k tokens, half the
 # answers wrong and corrected, 1.1e19 FLOPs per step); GSPO G = 8 then gets ~580 steps, G = 64 ~72. To match
 # on a run you made, set it to that run's final compute_budget/flops. BUDGET_UNIT=gpu_seconds: App. B's GPU time.
 COMPUTE_BUDGET=${COMPUTE_BUDGET:-3.3e21}

@@ -1,6 +1,6 @@
 """End-to-end: one FLOP budget for two methods of different step cost (IBPO with joint training, and
 counterfactual weighting) through the real trainer on CPU (``python -m recipe.ibpo.main_ibpo``). Both must
-stop at the budget by the rule of ``ibpo/compute_budget.py`` (the last step starts below the budget, ends
+stop at the budget by the rule of ``compute_accounting/budget.py`` (the last step starts below the budget, ends
 past it by less than one step, and no earlier step was predicted to reach it) and validate at its fractions,
 well before the step cap."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from ibpo.compute import forward_flops
+from compute_accounting.flops import forward_flops
 from recipe.common.preflight.model import model_flop_shape
 from recipe.ibpo.quickstart import ibpo_overrides, run_cpu_training
 

@@ -25,7 +25,7 @@ from verl.trainer.ppo.ray_trainer import compute_advantage
 
 import recipe.verl_plugin  # noqa: F401  (registration; the entry point does this under `import verl` too)
 from ibpo.advantages import get_mask_sign
-from ibpo.compute import ModelShape
+from compute_accounting.flops import ModelShape
 from ibpo.options import IBPOConfig
 from ibpo.references import register_reference_rule, unregister_reference_rule
 from recipe.ibpo.correction import batch as corr

@@ -1,5 +1,5 @@
 """analysis.toy_loop end to end on a tiny untrained model: every arm stops at the FLOP budget and is evaluated
-at the milestones; the step's FLOPs are ibpo.compute's count of the rows it generated and trained; the
+at the milestones; the step's FLOPs are compute_accounting.flops's count of the rows it generated and trained; the
 baseline and IBPO of a seed draw the same first samples (common random numbers); the JSON feeds the report."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from analysis import toy_loop
-from ibpo.compute import StepWork, forward_flops, step_flops
+from compute_accounting.flops import StepWork, forward_flops, step_flops
 
 # building the tiny tokenizer and model takes ~35 s on 2 shared cores: every test here is slow
 pytestmark = pytest.mark.slow

@@ -1,4 +1,4 @@
-"""The compute budget's arithmetic (ibpo/compute_budget.py): options, the predicted last step, validation at
+"""The compute budget's arithmetic (compute_accounting/budget.py): options, the predicted last step, validation at
 fractions, resume state, and the axis a budgeted run's curves are drawn on."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from ibpo.compute_budget import ComputeBudgetConfig, ComputeBudgetError, ComputeLedger, matched_axis
+from compute_accounting.budget import ComputeBudgetConfig, ComputeBudgetError, ComputeLedger, matched_axis
 from recipe.common.preflight.errors import SetupError
 from recipe.common.methods import check_option_block_types
 from recipe.common.preflight.compute_budget import compute_budget_from

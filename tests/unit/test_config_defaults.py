@@ -1,5 +1,5 @@
 """One source of options: each option dataclass (``ibpo.options.IBPOConfig``,
-``counterfactual.importance.CounterfactualConfig``, ``ibpo.compute_budget.ComputeBudgetConfig``) documents every
+``counterfactual.importance.CounterfactualConfig``, ``compute_accounting.budget.ComputeBudgetConfig``) documents every
 field, its YAML block (``recipe/ibpo/config/ibpo_blocks.yaml``, ``recipe/counterfactual/config/counterfactual_block.yaml``,
 ``recipe/common/config/compute_budget_block.yaml``) is exactly the text generated from it
 (``python -m recipe.common.config_blocks``, looping over the method registry and the shared blocks), and the two
@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from counterfactual.importance import CounterfactualConfig
-from ibpo.compute_budget import ComputeBudgetConfig
+from compute_accounting.budget import ComputeBudgetConfig
 from ibpo.options import IBPOConfig
 from recipe.common import config_blocks as generated
 

@@ -108,6 +108,8 @@ def test_a_method_folder_imports_no_other_method(folder):
     ("ibpo", ("recipe", "analysis", "data_prep", "counterfactual", "verl", "verl_cpu", "ray")),
     ("counterfactual", ("recipe", "analysis", "data_prep", "ibpo", "verl", "verl_cpu", "ray")),
     ("data_prep", ("toy_task", "recipe", "analysis")),
+    ("compute_accounting", ("recipe", "analysis", "data_prep", "ibpo", "counterfactual", "verl", "verl_cpu", "ray",
+                            "torch")),
 ])
 def test_lower_layers_import_no_upper_layer(package, forbidden):
     assert offending(ROOT / package, forbidden, exempt=(OLD_ENTRY_POINT,)) == []

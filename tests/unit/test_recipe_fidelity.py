@@ -14,7 +14,7 @@ import pytest
 import torch
 from verl import DataProto
 
-from ibpo.compute import ModelShape, StepWork, forward_flops, step_flops
+from compute_accounting.flops import ModelShape, StepWork, forward_flops, step_flops
 from ibpo.advantages import get_mask_sign
 from recipe.ibpo.correction import batch as corr
 from recipe.ibpo.ibpo_ray_trainer import step_work

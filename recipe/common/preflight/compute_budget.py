@@ -1,4 +1,4 @@
-"""The ``compute_budget:`` block every method's run may carry (``ibpo.compute_budget``): its declared types and
+"""The ``compute_budget:`` block every method's run may carry (``compute_accounting.budget``): its declared types and
 its validation against the run's validation schedule. Read by the pre-flight and by
 ``recipe.common.trainer_base.HookedRayPPOTrainer`` (the budget is the same for every method)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from omegaconf import DictConfig, OmegaConf
 
-from ibpo.compute_budget import ComputeBudgetConfig, check_validation_schedule
+from compute_accounting.budget import ComputeBudgetConfig, check_validation_schedule
 from recipe.common.preflight.option_types import check_option_types
 
 
@@ -18,7 +18,7 @@ def check_compute_budget_types(config: DictConfig) -> None:
 
 
 def compute_budget_from(config: DictConfig) -> ComputeBudgetConfig:
-    """The validated ``compute_budget:`` block every method's trainer reads (``ibpo.compute_budget``; a config
+    """The validated ``compute_budget:`` block every method's trainer reads (``compute_accounting.budget``; a config
     without the block has no budget), checked against ``trainer.test_freq`` (validation follows the budget)."""
     block = config.get("compute_budget")
     options = {} if block is None else OmegaConf.to_container(block, resolve=True)

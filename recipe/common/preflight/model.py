@@ -8,7 +8,7 @@ from typing import Any, Mapping
 
 from omegaconf import DictConfig, OmegaConf
 
-from ibpo.compute import ModelShape
+from compute_accounting.flops import ModelShape
 from recipe.common.preflight.errors import SetupError
 
 
@@ -20,7 +20,7 @@ def check_model_path(model_path: str) -> None:
 
 
 def model_flop_shape(model_path: str) -> ModelShape:
-    """The FLOP counter's :class:`ibpo.compute.ModelShape` of the HF model at ``model_path``, built on the meta
+    """The FLOP counter's :class:`compute_accounting.flops.ModelShape` of the HF model at ``model_path``, built on the meta
     device (no weights loaded): N = the weight matrices but the input embedding (a tied LM head reuses it
     and counts once; biases and norm scales are no matmuls), L = ``num_hidden_layers``, d = heads × head dim."""
     import torch

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ibpo.compute import ModelShape, StepWork, forward_flops, phase_seconds, step_flops
+from compute_accounting.flops import ModelShape, StepWork, forward_flops, phase_seconds, step_flops
 
 SHAPE = ModelShape(matmul_params=1000, num_layers=3, attention_dim=8)
 

@@ -8,7 +8,7 @@ and validates when it crosses each of ``val_fractions``.
 
 The ledger (:class:`ComputeLedger`) counts both units every step, budget or not:
 
-- ``flops``: the step's FLOPs from the project's counter (``ibpo.compute.step_flops``: both generations, the
+- ``flops``: the step's FLOPs from the project's counter (``compute_accounting.flops.step_flops``: both generations, the
   old-log-prob / reference forwards, the actor update, the counterfactual forwards, the gradient probe);
 - ``gpu_seconds``: the step's wall seconds (verl's ``step`` timer: generation to weight sync, checkpoint
   saving included, validation excluded) times the GPUs of the run's resource pool.
@@ -47,10 +47,10 @@ class ComputeBudgetConfig:
 
     limit: float = field(default=0.0, metadata={
         "doc": "stop the run when its cumulative compute reaches this many `unit`s (the last step is predicted from "
-               "the step before; overshoot < one step: ibpo/compute_budget.py). 0: no budget, the run stops at "
+               "the step before; overshoot < one step: compute_accounting/budget.py). 0: no budget, the run stops at "
                "trainer.total_training_steps (with a budget that is only a cap, and the length of verl's lr schedule)"})
     unit: str = field(default="flops", metadata={
-        "doc": "flops: the project's FLOP counter (ibpo/compute.py; Table 1's caption) | gpu_seconds: the step's "
+        "doc": "flops: the project's FLOP counter (compute_accounting/flops.py; Table 1's caption) | gpu_seconds: the step's "
                "wall seconds x the run's GPUs (App. B: GPU time; validation not counted)"})
     val_fractions: tuple[float, ...] = field(default=(0.25, 0.5, 0.75, 1.0), metadata={
         "doc": "with a budget, validate when the spend first reaches each fraction of `limit` (and at the last "
