@@ -11,7 +11,11 @@ The ledger (:class:`ComputeLedger`) counts both units every step, budget or not:
 - ``flops``: the step's FLOPs from the project's counter (``compute_accounting.flops.step_flops``: both generations, the
   old-log-prob / reference forwards, the actor update, the counterfactual forwards, the gradient probe);
 - ``gpu_seconds``: the step's wall seconds (verl's ``step`` timer: generation to weight sync, checkpoint
-  saving included, validation excluded) times the GPUs of the run's resource pool.
+  saving included, validation excluded) times the GPUs of the run's resource pool;
+- ``modelled_gpu_seconds``: the step's GPU seconds as the cost model of ``compute_accounting.gpu_time`` prices
+  its work (decode passes, prefill tokens, speculative verification, training tokens, weight sync; every
+  coefficient names its source: a measured bench row or a roofline), times the run's GPUs. Unlike wall time it
+  does not move with machine load; unlike FLOPs it prices a prefilled prompt or a copied token as a GPU does.
 
 **When a run stops.** verl's loop decides that a step is the last before the step runs (``is_last_step``), so
 the decision is a prediction: after step k the ledger asks whether the next step, costing what step k cost,
@@ -29,12 +33,12 @@ import dataclasses
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
-UNITS = ("flops", "gpu_seconds")
+UNITS = ("flops", "gpu_seconds", "modelled_gpu_seconds")
 METRIC_PREFIX = "compute_budget/"
 # the cumulative counter of each unit, as logged: the axis curves of budget-matched runs are drawn on
-SPENT_METRIC = {"flops": "compute_budget/flops", "gpu_seconds": "compute_budget/gpu_seconds"}
+SPENT_METRIC = {unit: f"compute_budget/{unit}" for unit in UNITS}
 # the budget itself, logged every step of a budgeted run: its presence names the axis the runs were matched on
-LIMIT_METRIC = {"flops": "compute_budget/limit_flops", "gpu_seconds": "compute_budget/limit_gpu_seconds"}
+LIMIT_METRIC = {unit: f"compute_budget/limit_{unit}" for unit in UNITS}
 
 
 class ComputeBudgetError(ValueError):
@@ -51,7 +55,13 @@ class ComputeBudgetConfig:
                "trainer.total_training_steps (with a budget that is only a cap, and the length of verl's lr schedule)"})
     unit: str = field(default="flops", metadata={
         "doc": "flops: the project's FLOP counter (compute_accounting/flops.py; Table 1's caption) | gpu_seconds: the step's "
-               "wall seconds x the run's GPUs (App. B: GPU time; validation not counted)"})
+               "wall seconds x the run's GPUs (App. B: GPU time; validation not counted) | modelled_gpu_seconds: the "
+               "GPU-time cost model of compute_accounting/gpu_time.py (per phase: decode passes, prefill, speculation, "
+               "training, weight sync) x the run's GPUs"})
+    cost_model: str = field(default="roofline:H100-SXM", metadata={
+        "doc": "what prices modelled_gpu_seconds (compute_accounting/gpu_time.py): roofline:<GPU> (H100-SXM | H200; "
+               "data-sheet peaks, the run's model shape) or the path of a scripts/bench_gpu.py JSON (measured "
+               "coefficients); logged every step whatever the unit"})
     val_fractions: tuple[float, ...] = field(default=(0.25, 0.5, 0.75, 1.0), metadata={
         "doc": "with a budget, validate when the spend first reaches each fraction of `limit` (and at the last "
                "step), logged against compute_budget/<unit>; replaces trainer.test_freq, which must be <= 0"})
@@ -66,6 +76,10 @@ class ComputeBudgetConfig:
             raise ComputeBudgetError(f"compute_budget.val_fractions={list(self.val_fractions)!r} must be increasing, "
                                      "distinct, each in (0, 1]")
         object.__setattr__(self, "val_fractions", fracs)
+        kind, sep, rest = self.cost_model.partition(":")
+        if not ((kind == "roofline" and sep and rest) or (not sep and self.cost_model.endswith(".json"))):
+            raise ComputeBudgetError(f"compute_budget.cost_model={self.cost_model!r} must be roofline:<GPU> or the "
+                                     "path of a scripts/bench_gpu.py JSON")
 
     @property
     def enabled(self) -> bool:
@@ -103,18 +117,21 @@ class ComputeLedger:
     budget: ComputeBudgetConfig
     flops: float = 0.0
     gpu_seconds: float = 0.0
+    modelled_gpu_seconds: float = 0.0
     steps: int = 0
     last_cost: float = 0.0  # the last step's cost in the budget's unit
     validated: int = 0  # how many of budget.val_fractions have been validated
 
     def spent(self) -> float:
-        return self.flops if self.budget.unit == "flops" else self.gpu_seconds
+        return float(getattr(self, self.budget.unit))
 
-    def add_step(self, flops: float, gpu_seconds: float) -> None:
-        self.flops += float(flops)
-        self.gpu_seconds += float(gpu_seconds)
+    def add_step(self, flops: float, gpu_seconds: float, modelled_gpu_seconds: float = 0.0) -> None:
+        cost = {"flops": float(flops), "gpu_seconds": float(gpu_seconds),
+                "modelled_gpu_seconds": float(modelled_gpu_seconds)}
+        for unit, value in cost.items():
+            setattr(self, unit, getattr(self, unit) + value)
         self.steps += 1
-        self.last_cost = float(flops) if self.budget.unit == "flops" else float(gpu_seconds)
+        self.last_cost = cost[self.budget.unit]
 
     def next_step_is_last(self) -> bool:
         """After a step: would the next one, costing what this one did, reach the limit (or is it spent)?"""
@@ -131,14 +148,15 @@ class ComputeLedger:
         return due
 
     def metrics(self) -> dict[str, float]:
-        out = {SPENT_METRIC["flops"]: self.flops, SPENT_METRIC["gpu_seconds"]: self.gpu_seconds}
+        out = {SPENT_METRIC[unit]: float(getattr(self, unit)) for unit in UNITS}
         if self.budget.enabled:
             out[LIMIT_METRIC[self.budget.unit]] = self.budget.limit
             out[METRIC_PREFIX + "fraction"] = self.spent() / self.budget.limit
         return out
 
     def state_dict(self) -> dict[str, Any]:
-        return {"flops": self.flops, "gpu_seconds": self.gpu_seconds, "steps": self.steps,
+        return {"flops": self.flops, "gpu_seconds": self.gpu_seconds,
+                "modelled_gpu_seconds": self.modelled_gpu_seconds, "steps": self.steps,
                 "last_cost": self.last_cost, "validated": self.validated,
                 "budget": dataclasses.asdict(self.budget)}
 
@@ -152,6 +170,7 @@ class ComputeLedger:
                 "needs one budget for the whole run; resume with the checkpoint's budget")
         for key in ("flops", "gpu_seconds", "last_cost"):
             setattr(self, key, float(state[key]))
+        self.modelled_gpu_seconds = float(state.get("modelled_gpu_seconds", 0.0))  # absent in older checkpoints
         self.steps, self.validated = int(state["steps"]), int(state["validated"])
 
 

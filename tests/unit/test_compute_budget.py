@@ -60,7 +60,8 @@ def test_without_a_limit_nothing_stops_or_validates_but_both_units_are_counted()
     ledger = ComputeLedger(ComputeBudgetConfig())
     ledger.add_step(flops=5.0, gpu_seconds=2.0)
     assert not ledger.next_step_is_last() and not ledger.validation_due(False)
-    assert ledger.metrics() == {"compute_budget/flops": 5.0, "compute_budget/gpu_seconds": 2.0}
+    assert ledger.metrics() == {"compute_budget/flops": 5.0, "compute_budget/gpu_seconds": 2.0,
+                                "compute_budget/modelled_gpu_seconds": 0.0}
 
 
 def test_gpu_seconds_budget_counts_seconds():

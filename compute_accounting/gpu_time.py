@@ -1,0 +1,267 @@
+"""Modelled GPU seconds of one RL step, per phase, from the work it did (paper App. B compares methods at GPU
+time; the FLOP counter of :mod:`compute_accounting.flops` prices every token alike, which a GPU does not).
+
+Why a second axis. A GPU runs three kinds of work at very different cost per token:
+
+- **decode** is bound by memory traffic: every forward pass reads the weights once (whatever the batch) and
+  each sequence's KV cache; a pass over B sequences costs about ``decode_step_s + B·decode_s_per_token +
+  Σcontext·decode_s_per_context_token``. A speculative (prompt-lookup) pass that verifies a draft of k tokens
+  computes k more tokens in the same pass: it costs ``k·decode_s_per_token`` more and may emit up to k + 1
+  tokens, so a correction that copies its target needs fewer passes (``ibpo.lookup_decoding``'s exact replay
+  counts them).
+- **prefill** (the prompt of a request, a correction's long prompt x~ included) is compute-bound and runs all
+  its tokens in one pass: ``prefill_tokens_per_s`` tokens per second.
+- **training** (old-log-prob and reference forwards, the actor's forward + backward, the counterfactual
+  forwards) is compute-bound: ``train_forward_tokens_per_s`` forward-equivalent tokens per second, with the
+  pass counts of :func:`compute_accounting.flops.step_flops` (update 3 forward-equivalents, 4 with gradient
+  checkpointing).
+- **weight sync** (actor → rollout engine) costs ``weight_sync_s`` per step.
+
+Every coefficient names where it came from (:class:`GpuTimeCoefficients.sources`): a measured row of
+``scripts/bench_gpu.py`` (a JSON it writes, :func:`coefficients_from_json`) or the **roofline** of
+:func:`roofline_coefficients` for a named GPU and model shape (peak dense bf16 FLOP/s and HBM bandwidth from
+the vendor's data sheet, with the efficiencies written in :data:`ROOFLINE_EFFICIENCY`), marked ``roofline``
+until a measurement replaces it.
+
+What the model leaves out (it is a model, not a simulator): prefix caching (each request's prompt is
+prefilled in full: an upper bound for groups sharing a prompt), attention's quadratic prefill term (prompts of a
+few thousand tokens at most), scheduler overheads beyond the per-pass constant, and memory pressure
+(preemption). Requests are decoded in waves of at most ``max_num_seqs`` (vLLM's batch cap), in the order given;
+a wave takes as many passes as its longest request.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from compute_accounting.flops import StepWork
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """A GPU's data-sheet numbers the roofline needs."""
+
+    name: str
+    peak_bf16_flops: float  # dense bf16 tensor-core FLOP/s
+    hbm_bytes_per_s: float
+
+
+# Vendor data sheets (dense, no sparsity): H100 SXM5 989.4 TFLOP/s bf16, 3.35 TB/s HBM3; H200 SXM 989.4 TFLOP/s,
+# 4.8 TB/s HBM3e.
+GPUS: dict[str, GpuSpec] = {
+    "H100-SXM": GpuSpec("H100-SXM", 989.4e12, 3.35e12),
+    "H200": GpuSpec("H200", 989.4e12, 4.8e12),
+}
+
+
+@dataclass(frozen=True)
+class ServingShape:
+    """What decode's memory traffic and every phase's compute need of a model (bf16 weights and KV cache)."""
+
+    name: str
+    matmul_params: int  # N of the FLOP counter: weight-matrix parameters used per token (tied LM head once)
+    weight_bytes: float  # bytes one forward pass reads: every weight matrix it uses, bf16
+    kv_bytes_per_token: float  # K and V of one token over all layers, bf16: 2 · layers · kv_heads · head_dim · 2
+
+
+def serving_shape(name: str, hidden: int, layers: int, heads: int, kv_heads: int, head_dim: int,
+                  intermediate: int, vocab: int) -> ServingShape:
+    """A Qwen3-style dense decoder's :class:`ServingShape`: per layer q/o (hidden × heads·head_dim each), k/v
+    (hidden × kv_heads·head_dim each), gated MLP (3 · hidden × intermediate); one LM head (hidden × vocab)."""
+    per_layer = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim + 3 * hidden * intermediate
+    n = layers * per_layer + hidden * vocab
+    return ServingShape(name, int(n), 2.0 * n, float(2 * layers * kv_heads * head_dim * 2))
+
+
+# config.json of each Hugging Face model (hidden_size, num_hidden_layers, num_attention_heads,
+# num_key_value_heads, head_dim, intermediate_size, vocab_size)
+MODEL_SHAPES: dict[str, ServingShape] = {
+    "Qwen3-1.7B": serving_shape("Qwen3-1.7B", 2048, 28, 16, 8, 128, 6144, 151936),
+    "Qwen3-8B": serving_shape("Qwen3-8B", 4096, 36, 32, 8, 128, 12288, 151936),
+    "Qwen3-32B": serving_shape("Qwen3-32B", 5120, 64, 64, 8, 128, 25600, 151936),
+}
+
+# The roofline's assumed efficiencies (share of the data-sheet peak a phase reaches). Typical of vLLM decode and
+# FSDP training on H100s at these model sizes; replaced by scripts/bench_gpu.py's measured coefficients.
+ROOFLINE_EFFICIENCY = {"hbm": 0.8, "decode_compute": 0.5, "prefill_compute": 0.5, "train_compute": 0.4,
+                       "weight_sync_bytes_per_s": 25e9, "decode_launch_s": 2e-4}
+
+
+@dataclass(frozen=True)
+class GpuTimeCoefficients:
+    """Seconds per unit of work of each phase (module docstring); ``sources`` names each one's origin."""
+
+    decode_step_s: float  # one decode forward pass, whatever its batch: weights read + launch
+    decode_s_per_token: float  # each token a decode pass computes (one per sequence, plus each draft token verified)
+    decode_s_per_context_token: float  # each KV-cache token a decode pass reads
+    prefill_tokens_per_s: float  # prompt tokens prefilled per second
+    train_forward_tokens_per_s: float  # forward-equivalent tokens per second of the actor (backward = 2 forwards)
+    weight_sync_s: float  # actor -> rollout weight sync, per step
+    max_num_seqs: int = 256  # vLLM's batch cap: requests decode in waves of at most this many
+    gpus: int = 1  # GPUs the coefficients were measured on (seconds are wall seconds of that many GPUs)
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            if f.name in ("sources",):
+                continue
+            value = getattr(self, f.name)
+            if not (isinstance(value, (int, float)) and np.isfinite(value) and value >= 0):
+                raise ValueError(f"GpuTimeCoefficients.{f.name}={value!r} must be a finite number >= 0")
+        for positive in ("prefill_tokens_per_s", "train_forward_tokens_per_s", "max_num_seqs", "gpus"):
+            if getattr(self, positive) <= 0:
+                raise ValueError(f"GpuTimeCoefficients.{positive} must be > 0")
+
+    def describe(self) -> str:
+        """One line per coefficient with its value and source."""
+        return "\n".join(f"{f.name} = {getattr(self, f.name):.4g}  ({self.sources.get(f.name, 'unstated')})"
+                         for f in fields(self) if f.name != "sources")
+
+
+def roofline_coefficients(gpu: str = "H100-SXM", model: str | ServingShape = "Qwen3-1.7B") -> GpuTimeCoefficients:
+    """Coefficients from data-sheet peaks and :data:`ROOFLINE_EFFICIENCY` (every source says ``roofline``) for
+    a GPU of :data:`GPUS` and a model of :data:`MODEL_SHAPES` (or any :class:`ServingShape`)."""
+    if gpu not in GPUS:
+        raise ValueError(f"unknown GPU {gpu!r}; known: {sorted(GPUS)}")
+    if isinstance(model, str) and model not in MODEL_SHAPES:
+        raise ValueError(f"unknown model shape {model!r}; known: {sorted(MODEL_SHAPES)}")
+    g, m, e = GPUS[gpu], (MODEL_SHAPES[model] if isinstance(model, str) else model), ROOFLINE_EFFICIENCY
+    model = m.name
+    bw = g.hbm_bytes_per_s * e["hbm"]
+    tag = f"roofline: {gpu} ({g.peak_bf16_flops / 1e12:.0f} TFLOP/s bf16, {g.hbm_bytes_per_s / 1e12:.2f} TB/s), {model}"
+    return GpuTimeCoefficients(
+        decode_step_s=m.weight_bytes / bw + e["decode_launch_s"],
+        decode_s_per_token=2.0 * m.matmul_params / (g.peak_bf16_flops * e["decode_compute"]),
+        decode_s_per_context_token=m.kv_bytes_per_token / bw,
+        prefill_tokens_per_s=g.peak_bf16_flops * e["prefill_compute"] / (2.0 * m.matmul_params),
+        train_forward_tokens_per_s=g.peak_bf16_flops * e["train_compute"] / (2.0 * m.matmul_params),
+        weight_sync_s=m.weight_bytes / e["weight_sync_bytes_per_s"],
+        sources={
+            "decode_step_s": f"{tag}: weight bytes {m.weight_bytes:.3g} / (HBM x {e['hbm']}) + {e['decode_launch_s']:g} s launch",
+            "decode_s_per_token": f"{tag}: 2N / (peak x {e['decode_compute']})",
+            "decode_s_per_context_token": f"{tag}: KV bytes/token {m.kv_bytes_per_token:.3g} / (HBM x {e['hbm']})",
+            "prefill_tokens_per_s": f"{tag}: peak x {e['prefill_compute']} / 2N",
+            "train_forward_tokens_per_s": f"{tag}: peak x {e['train_compute']} / 2N",
+            "weight_sync_s": f"{tag}: weight bytes / {e['weight_sync_bytes_per_s'] / 1e9:g} GB/s (assumed)",
+            "max_num_seqs": "vLLM default", "gpus": "one GPU"})
+
+
+def coefficients_from_json(path: str | Path) -> GpuTimeCoefficients:
+    """Coefficients written by ``scripts/bench_gpu.py`` (its ``coefficients`` object); unknown or missing
+    fields fail, naming the file."""
+    data = json.loads(Path(path).read_text())
+    block = data.get("coefficients", data)
+    known = {f.name for f in fields(GpuTimeCoefficients)}
+    unknown = sorted(set(block) - known)
+    if unknown:
+        raise ValueError(f"{path}: unknown coefficient(s) {unknown}; known: {sorted(known)}")
+    try:
+        return GpuTimeCoefficients(**block)
+    except TypeError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+
+
+def resolve_coefficients(spec: str, model: str | ServingShape) -> GpuTimeCoefficients:
+    """The coefficients a ``compute_budget.cost_model`` value names: ``roofline:<GPU>`` (this model's shape on a
+    GPU of :data:`GPUS`) or the path of a ``scripts/bench_gpu.py`` JSON (measured; its model shape is the
+    bench's)."""
+    kind, sep, gpu = spec.partition(":")
+    if kind == "roofline" and sep:
+        return roofline_coefficients(gpu, model)
+    if Path(spec).is_file():
+        return coefficients_from_json(spec)
+    raise ValueError(f"cost model {spec!r}: expected roofline:<GPU> (GPUs: {sorted(GPUS)}) or the path of a "
+                     "scripts/bench_gpu.py JSON")
+
+
+def coefficients_to_json(coeff: GpuTimeCoefficients) -> dict[str, Any]:
+    return {"coefficients": {**asdict(coeff), "sources": dict(coeff.sources)}}
+
+
+@dataclass(frozen=True)
+class GenerationWork:
+    """One generation phase's requests: prompt and output token counts, and, per request, its decode forward
+    passes after the prefill and the draft tokens those passes verified (None: no speculation, ``output - 1``
+    passes and no drafts; the prefill emits the first token)."""
+
+    prompt_lengths: Sequence[int]
+    output_lengths: Sequence[int]
+    decode_steps: Sequence[int] | None = None
+    drafted_tokens: Sequence[int] | None = None
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        p = np.asarray(self.prompt_lengths, dtype=np.float64)
+        g = np.asarray(self.output_lengths, dtype=np.float64)
+        if p.shape != g.shape:
+            raise ValueError(f"{p.size} prompt lengths but {g.size} output lengths")
+        s = np.maximum(g - 1, 0) if self.decode_steps is None else np.asarray(self.decode_steps, dtype=np.float64)
+        d = np.zeros_like(g) if self.drafted_tokens is None else np.asarray(self.drafted_tokens, dtype=np.float64)
+        if s.shape != g.shape or d.shape != g.shape:
+            raise ValueError("decode_steps and drafted_tokens need one entry per request")
+        if (p < 0).any() or (g < 0).any() or (s < 0).any() or (d < 0).any() or (s > np.maximum(g - 1, 0)).any():
+            raise ValueError("token counts must be >= 0 and decode steps at most output - 1 per request")
+        return p, g, s, d
+
+
+def decode_passes(steps: np.ndarray, max_num_seqs: int) -> float:
+    """Forward passes of the decode phase: requests in waves of ``max_num_seqs`` (in order), each wave as many
+    passes as its longest request."""
+    return float(sum(steps[lo:lo + max_num_seqs].max() for lo in range(0, steps.size, max_num_seqs))) if steps.size else 0.0
+
+
+def generation_seconds(work: GenerationWork, coeff: GpuTimeCoefficients) -> dict[str, float]:
+    """``prefill`` and ``decode`` seconds of one generation phase (module docstring).
+
+    Request i with prompt p, output g, s decode passes and d draft tokens: its passes compute s + d tokens and
+    read Σ_{k=1..s} (p + k·g/s) = s·p + g·(s+1)/2 context tokens (its context grows evenly over its passes);
+    every pass of the phase costs ``decode_step_s`` once, whatever it serves."""
+    p, g, s, d = work.arrays()
+    context = s * p + np.where(s > 0, g * (s + 1) / 2, 0.0)
+    decode = (decode_passes(s, coeff.max_num_seqs) * coeff.decode_step_s + (s + d).sum() * coeff.decode_s_per_token
+              + context.sum() * coeff.decode_s_per_context_token)
+    return {"prefill": float(p.sum() / coeff.prefill_tokens_per_s), "decode": float(decode)}
+
+
+PHASES = ("main_gen_prefill", "main_gen_decode", "correction_gen_prefill", "correction_gen_decode", "old_log_prob",
+          "ref_log_prob", "actor_update", "counterfactual_forward", "grad_probe", "weight_sync")
+
+
+@dataclass(frozen=True)
+class StepSeconds:
+    """Modelled GPU seconds of one step per phase (:data:`PHASES`) and their total."""
+
+    phases: Mapping[str, float]
+
+    @property
+    def total(self) -> float:
+        return float(sum(self.phases.values()))
+
+    def as_metrics(self, prefix: str = "compute/modelled_gpu_seconds/") -> dict[str, float]:
+        return {**{f"{prefix}{k}": float(v) for k, v in self.phases.items()}, prefix.rstrip("/"): self.total}
+
+
+def step_seconds(work: StepWork, main: GenerationWork, correction: GenerationWork | None,
+                 coeff: GpuTimeCoefficients) -> StepSeconds:
+    """Modelled GPU seconds of one step: both generation phases (:func:`generation_seconds`), the training
+    passes of ``work`` (the pass counts of :func:`compute_accounting.flops.step_flops`, each a forward-equivalent
+    over its rows' tokens) and one weight sync."""
+    gen_main = generation_seconds(main, coeff)
+    gen_corr = generation_seconds(correction, coeff) if correction is not None else {"prefill": 0.0, "decode": 0.0}
+    per_fwd = 1.0 / coeff.train_forward_tokens_per_s
+    train_tokens = float(sum(work.train_main) + sum(work.train_joint) + sum(work.train_padding))
+    update_passes = work.ppo_epochs * (3 + int(work.gradient_checkpointing))
+    return StepSeconds({
+        "main_gen_prefill": gen_main["prefill"], "main_gen_decode": gen_main["decode"],
+        "correction_gen_prefill": gen_corr["prefill"], "correction_gen_decode": gen_corr["decode"],
+        "old_log_prob": train_tokens * per_fwd if work.old_log_prob_forward else 0.0,
+        "ref_log_prob": train_tokens * per_fwd if work.reference_forward else 0.0,
+        "actor_update": update_passes * train_tokens * per_fwd,
+        "counterfactual_forward": float(sum(work.counterfactual_forward)) * per_fwd,
+        "grad_probe": (3 + int(work.gradient_checkpointing)) * float(sum(work.grad_probe)) * per_fwd,
+        "weight_sync": coeff.weight_sync_s,
+    })
