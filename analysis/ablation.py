@@ -96,6 +96,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eval-split", choices=("test", "val"), default="test",
                    help="val: every evaluation scores --test-size validation problems (none a train or test problem), "
                         "to choose among options without looking at the test set; use its own --out")
+    p.add_argument("--budget-unit", choices=("flops", "modelled_gpu_seconds"), default="flops",
+                   help="what the budget counts (analysis.toy_loop --budget-unit); use its own --out")
+    p.add_argument("--correction-cost-share", type=float, default=1.0,
+                   help="charge this share of the correction phase (analysis.toy_loop); use its own --out")
+    p.add_argument("--warmup-unit", choices=("budget", "updates"), default="budget",
+                   help="warm-up counted in the budget's unit or in updates (analysis.toy_loop); use its own --out")
+    p.add_argument("--milestones", type=float, nargs="+", default=[1.0],
+                   help="fractions of the budget at which every run is evaluated (learning curves: 0.25 0.5 0.75 1)")
+    p.add_argument("--deadline", type=float, default=None, help="unix time after which no new seed chunk starts")
     p.add_argument("--report-only", action="store_true")
     args = p.parse_args(argv)
     warm = parse_warm_starts(args.warm_start)
@@ -105,12 +114,19 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--arms: unknown {unknown}; the arms are {list(arms)}")
     seeds = parse_seeds(args.seeds)
     if not args.report_only:
+        import time
+
         for lo in range(0, len(seeds), args.chunk):
             chunk = [str(s) for s in seeds[lo:lo + args.chunk]]
+            if args.deadline and time.time() > args.deadline:
+                print(f"[ablation] deadline reached before seeds {chunk}", flush=True)
+                break
             for name, model in warm.items():
                 toy_loop.main(["--model", model, "--task", args.task, "--out", str(Path(args.out) / f"ws_{name}"), "--arms", *args.arms,
                                "--seeds", *chunk, "--budget-steps", str(args.budget_steps), "--lr", repr(args.lr),
-                               "--test-size", str(args.test_size), "--jobs", str(args.jobs), "--milestones", "1.0",
+                               "--test-size", str(args.test_size), "--jobs", str(args.jobs), "--milestones", *map(str, args.milestones),
+                               "--budget-unit", args.budget_unit, "--correction-cost-share", repr(args.correction_cost_share),
+                               "--warmup-unit", args.warmup_unit,
                                "--eval-split", args.eval_split,
                                *(["--max-steps", str(args.max_steps)] if args.max_steps is not None else [])])
     from analysis.ablation_report import write_report

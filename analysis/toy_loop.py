@@ -38,8 +38,11 @@ import numpy as np
 import torch
 
 from analysis.credit_localisation import line_index, localise, wrong_mask
+from ibpo.first_divergence import MASK_RULES
+from ibpo.lookup_decoding import NgramParams, simulate_lookup
 from ibpo.advantages import get_mask_sign, group_normalized_advantages, ibpo_sequence_advantages, signed_token_mask
 from compute_accounting.flops import ModelShape, StepWork, step_flops
+from compute_accounting.gpu_time import GenerationWork, GpuTimeCoefficients, roofline_coefficients, step_seconds
 from ibpo.mechanism import RewardDropAlarm, advantage_mechanism, group_kinds, sibling_overlap
 from ibpo.options import IBPOConfig
 from ibpo.pipeline import plan_corrections, shape_batch
@@ -51,6 +54,13 @@ VAL_SEED = 1  # validation problems (hyperparameters are chosen on these, never 
 EVAL_SPLITS = ("test", "val")
 MAX_RESPONSE_TOKENS = 96  # the addition task's generation budget (toy_task.tasks gives each task's)
 MILESTONES = (0.5, 1.0)
+BUDGET_UNITS = ("flops", "modelled_gpu_seconds")
+WARMUP_UNITS = ("budget", "updates")
+# What prices the toy's modelled GPU seconds: its realised work (token counts, decode passes, lookup drafts) as
+# Qwen3-1.7B would run it on one H100 (roofline: compute_accounting.gpu_time), and vLLM's ngram defaults as
+# the verl scripts set them for the correction pass.
+TOY_COST_MODEL = ("H100-SXM", "Qwen3-1.7B")
+TOY_NGRAM = NgramParams(prompt_lookup_min=2, prompt_lookup_max=5, num_speculative_tokens=8)
 
 
 @dataclass(frozen=True)
@@ -61,6 +71,8 @@ class Arm:
     group_multiplier: int
     ibpo: IBPOConfig | None = None
     oracle_mask: bool = False  # GSPO advantages, each wrong response trained only on its truly wrong tokens
+    localise: IBPOConfig | None = None  # GSPO advantages, wrong responses masked where the policy diverges
+    localise_rule: str = "from_first"  # ibpo.first_divergence.MASK_RULES
 
     @property
     def slug(self) -> str:
@@ -77,7 +89,10 @@ def default_arms() -> dict[str, Arm]:
     capped at 0, two of them with a random half or quarter of the eligible wrong responses corrected
     (``ibpo.correction_fraction``, designed after the ablation's first results), and the oracle mask (no
     correction, zero correction cost: each wrong response trained only on the tokens a minimal edit into the
-    task's right solution changes, ``negative_only``)."""
+    task's right solution changes, ``negative_only``), and the first-divergence localiser (beyond the paper,
+    designed for coverage: ``ibpo.first_divergence``; every wrong response's correction prompt, built by the
+    paper's rule, is prefilled with the response and its tokens from the policy's first greedy disagreement on
+    get the negative advantage; no correction is decoded)."""
     paper = IBPOConfig(variant="binary", lam=0.6, beta=0.5, alpha=0.6, num_references=1, shaping="reward",
                        correct_groups="all")  # every option that differs from the package default is pinned
     arms = [Arm("GSPO G=n", 1), Arm("IBPO G=n", 1, paper),
@@ -101,7 +116,9 @@ def default_arms() -> dict[str, Arm]:
                                                                correction_fraction=0.25)),
              Arm("advantage shaping mixed f=0.5", 1, paper.replace(shaping="advantage", correct_groups="mixed",
                                                                      correction_fraction=0.5)),
-             Arm("oracle mask", 1, oracle_mask=True)]
+             Arm("oracle mask", 1, oracle_mask=True),
+             Arm("first divergence", 1, localise=paper),
+             Arm("greedy disagreements", 1, localise=paper, localise_rule="disagreements")]
     return {a.name: a for a in arms}
 
 
@@ -277,6 +294,7 @@ class CorrectionResult:
     delta: np.ndarray
     masks: list[np.ndarray] | None = None
     lengths: list[int] = field(default_factory=list)  # x~ + ŷ tokens per correction (generation FLOPs)
+    generation: GenerationWork | None = None  # the correction requests as the GPU-time model prices them
     joint_prompts: list[list[int]] = field(default_factory=list)
     joint_responses: list[list[int]] = field(default_factory=list)
     joint_rewards: list[float] = field(default_factory=list)
@@ -284,6 +302,7 @@ class CorrectionResult:
     metrics: dict[str, float] = field(default_factory=dict)
     localisations: list[dict] = field(default_factory=list)
     seconds: float = 0.0
+    localised: np.ndarray | None = None  # rows whose first-divergence mask localises (divergence_pass only)
 
 
 def sample_step(toy: Toy, generator, order: np.ndarray, step: int, seed: int, batch_size: int,
@@ -321,11 +340,15 @@ def correction_pass(toy: Toy, generator, cfg: IBPOConfig, samples: StepSamples, 
     corr_seeds = [request_seed(seed, f"corr|{r.target_row}|{k}", step) for k, r in enumerate(requests)]
     corrections = generate(generator, corr_prompts, corr_seeds, chunk=64, max_tokens=toy.max_tokens)
     seconds = time.perf_counter() - c0
+    lookup = [simulate_lookup(p, c, TOY_NGRAM) for p, c in zip(corr_prompts, corrections)]
+    generation = GenerationWork([len(p) for p in corr_prompts], [len(c) for c in corrections],
+                                [st.decode_steps for st in lookup], [st.drafted_tokens for st in lookup])
     scores = [toy.score(c, samples.problems[r.target_row]) for c, r in zip(corrections, requests)]
     right = [s >= cfg.correct_threshold for s in scores]
     outcome = shape_batch(requests, corrections, right, samples.responses, is_correct, cfg)
     result = CorrectionResult(outcome.delta, outcome.token_masks, [len(p) + len(c) for p, c in zip(corr_prompts, corrections)],
-                              metrics={k: float(v) for k, v in outcome.metrics.items()}, seconds=seconds)
+                              generation=generation, metrics={k: float(v) for k, v in outcome.metrics.items()},
+                              seconds=seconds)
     if cfg.joint_training:
         result.joint_prompts, result.joint_responses = corr_prompts, [list(c) for c in corrections]
         result.joint_rewards = [s - cfg.rewrite_penalty * float(w) for s, w in zip(scores, outcome.correction_rewrite)]
@@ -342,6 +365,42 @@ def correction_pass(toy: Toy, generator, cfg: IBPOConfig, samples: StepSamples, 
                        eos_ids=generator.eos_ids)
         result.localisations.append({"step": step, "shaped": bool(outcome.delta[row] > 0), "rewrite": bool(rewrite),
                                      **loc.as_dict()})
+    return result
+
+
+def divergence_pass(toy: Toy, model: torch.nn.Module, cfg: IBPOConfig, samples: StepSamples, step: int,
+                    pad_id: int, rule: str = "from_first") -> CorrectionResult:
+    """The first-divergence localiser (``ibpo.first_divergence``): every wrong response's correction prompt
+    (``ibpo.pipeline.plan_corrections`` under ``cfg``) is prefilled with the response, one teacher-forced
+    forward; its mask covers the tokens from the first greedy disagreement on. Δ stays 0; ``masks`` holds a
+    mask for every row (ones where nothing diverged or the row is right); the rows' x~ + y lengths are charged
+    as one prefill each (FLOPs: a forward over them; modelled GPU time: prefill, no decode pass)."""
+    is_correct = [bool(r >= cfg.correct_threshold) for r in samples.rewards]
+    requests = plan_corrections(samples.group_ids, is_correct, [toy.messages(p) for p in samples.problems],
+                                samples.responses, toy.decode, cfg, step, toy.encode)
+    masks = [np.ones(len(r), dtype=np.float32) for r in samples.responses]
+    result = CorrectionResult(np.zeros(len(samples.responses)), masks)
+    if not requests:
+        return result
+    c0 = time.perf_counter()
+    prompts = [toy.encode_chat(r.messages) for r in requests]
+    targets = [list(samples.responses[r.target_row]) for r in requests]
+    rows = [p + y for p, y in zip(prompts, targets)]
+    ids = torch.full((len(rows), max(len(r) for r in rows)), pad_id, dtype=torch.long)
+    attn = torch.zeros_like(ids)
+    for i, row in enumerate(rows):
+        ids[i, :len(row)], attn[i, :len(row)] = torch.tensor(row), 1
+    with torch.no_grad():
+        greedy = model(input_ids=ids, attention_mask=attn).logits.argmax(-1)
+    found = 0
+    for req, prompt, target, pred in zip(requests, prompts, targets, greedy):
+        masks[req.target_row] = MASK_RULES[rule](target, pred[len(prompt) - 1:len(prompt) - 1 + len(target)].tolist())
+        found += bool(masks[req.target_row].size and masks[req.target_row].min() == 0.0)
+    result.lengths = [len(r) for r in rows]
+    result.generation = GenerationWork(result.lengths, [0] * len(rows))
+    result.localised = np.array([m.size > 0 and m.min() == 0.0 for m in masks])
+    result.metrics = {"divergence_found_share": found / len(requests)}
+    result.seconds = time.perf_counter() - c0
     return result
 
 
@@ -368,6 +427,8 @@ def token_advantages(arm: Arm, samples: StepSamples, corr: CorrectionResult,
     masks, masked, policy = None, np.zeros(len(samples.responses), dtype=bool), None
     if oracle is not None:
         masks, masked, policy = oracle, ~np.asarray(samples.is_correct), get_mask_sign("negative_only")
+    elif corr.localised is not None:
+        masks, masked, policy = corr.masks, corr.localised & ~np.asarray(samples.is_correct), get_mask_sign("negative_only")
     elif cfg is not None and corr.masks is not None and get_variant(cfg.variant).masks_tokens:
         masks, masked, policy = corr.masks, corr.delta > 0, get_mask_sign(cfg.mask_sign)
     out = []
@@ -376,7 +437,33 @@ def token_advantages(arm: Arm, samples: StepSamples, corr: CorrectionResult,
         if masked[i]:
             a = a * signed_token_mask(adv[i:i + 1], torch.as_tensor(masks[i])[None], torch.tensor([True]), policy)[0].numpy()
         out.append(a)
-    return adv, out
+    return adv, out, (masks, masked)
+
+
+def localisation_metrics(toy: Toy, samples: StepSamples, masks: list[np.ndarray] | None,
+                         masked: np.ndarray) -> dict[str, float]:
+    """Coverage and quality of the step's localised credit against the oracle (``wrong_mask`` of each wrong
+    response into its nearest right solution): ``coverage`` = wrong responses trained with a token mask / wrong
+    responses; over the masked wrong responses, mean ``precision`` and ``recall`` of the mask's tokens against
+    the oracle's wrong tokens, and mean |first masked − first oracle-wrong position| (``first_position_error``,
+    tokens). NaN where undefined (no wrong response; no masked one)."""
+    wrong = [i for i, ok in enumerate(samples.is_correct) if not ok]
+    rows = [i for i in wrong if masked[i]] if masks is not None else []
+    out = {"localised/wrong_rows": float(len(wrong)), "localised/masked_rows": float(len(rows)),
+           "localised/coverage": len(rows) / len(wrong) if wrong else float("nan")}
+    precision, recall, first_err = [], [], []
+    for i in rows:
+        m = np.asarray(masks[i]) > 0
+        o = wrong_mask(samples.responses[i], toy.truth(samples.problems[i], samples.responses[i]))
+        if m.any():
+            precision.append(float((m & o).sum() / m.sum()))
+        if o.any():
+            recall.append(float((m & o).sum() / o.sum()))
+        if m.any() and o.any():
+            first_err.append(abs(int(np.argmax(m)) - int(np.argmax(o))))
+    for key, values in (("precision", precision), ("recall", recall), ("first_position_error", first_err)):
+        out[f"localised/{key}"] = float(np.mean(values)) if values else float("nan")
+    return out
 
 
 def joint_token_advantages(corr: CorrectionResult) -> list[np.ndarray]:
@@ -395,16 +482,62 @@ def mechanism_metrics(samples: StepSamples, corr: CorrectionResult, adv: torch.T
     return {f"mechanism/{k}": v for k, v in out.items()}
 
 
-def run(toy: Toy, arm: Arm, seed: int, budget: float, n: int, batch_size: int, lr: float, warmup_flops: float,
-        max_steps: int = 10_000, log=None, milestones: tuple[float, ...] = MILESTONES, step_hook=None) -> dict:
-    """One arm, one seed, to ``budget`` FLOPs; returns per-step records, milestone evaluations and localisation.
+@dataclass(frozen=True)
+class Schedule:
+    """What a run's budget counts and how its learning rate warms up. ``unit``: ``flops`` (the FLOP counter) or
+    ``modelled_gpu_seconds`` (``compute_accounting.gpu_time`` priced by ``coefficients``: the toy's realised
+    work as Qwen3-1.7B on one H100 by default, ``TOY_COST_MODEL``); ``correction_share`` scales what the
+    correction phase is charged in either unit (1: its full cost; the break-even sweep lowers it);
+    ``warmup_unit``: ``budget`` (lr · min(1, spent after the step / ``warmup``), ``warmup`` in the unit) or
+    ``updates`` (lr · min(1, step / ``warmup``), ``warmup`` in updates, every arm the same ramp per update)."""
 
-    The learning rate warms up linearly over the first ``warmup_flops`` of compute (not steps: at equal compute
-    an arm with 4x costlier steps would otherwise spend its few updates at a fraction of the rate); step k uses
-    lr · min(1, FLOPs after step k / warmup_flops). With no ``milestones`` the run is matched in steps instead:
-    it makes ``max_steps`` steps and is evaluated once after the last (``"milestone": None``). ``step_hook``,
-    if given, is called before each update with the step's samples and advantages (``analysis.grad_probe_loop``);
-    what it returns is stored in the step's record under ``"hook"``."""
+    unit: str = "flops"
+    correction_share: float = 1.0
+    warmup_unit: str = "budget"
+    coefficients: GpuTimeCoefficients | None = None
+
+    def __post_init__(self) -> None:
+        if self.unit not in BUDGET_UNITS or self.warmup_unit not in WARMUP_UNITS:
+            raise ValueError(f"unit must be one of {BUDGET_UNITS} and warmup_unit one of {WARMUP_UNITS}")
+        if not 0.0 <= self.correction_share <= 1.0:
+            raise ValueError(f"correction_share must be in [0, 1], got {self.correction_share}")
+        if self.coefficients is None:
+            object.__setattr__(self, "coefficients", roofline_coefficients(*TOY_COST_MODEL))
+
+    def lr_factor(self, spent_after: float, step: int, warmup: float) -> float:
+        if warmup <= 0:
+            return 1.0
+        return min(1.0, (spent_after if self.warmup_unit == "budget" else step) / warmup)
+
+
+def step_cost(work: StepWork, samples: "StepSamples", corr: "CorrectionResult", shape: ModelShape,
+              schedule: Schedule) -> dict:
+    """The step's FLOPs and modelled GPU seconds per phase, the correction phase scaled by the schedule's
+    ``correction_share``, and its cost in the budget's unit (``charged``)."""
+    step_f = step_flops(work, shape)
+    main = GenerationWork([len(p) for p in samples.prompts], [len(r) for r in samples.responses])
+    seconds = dict(step_seconds(work, main, corr.generation, schedule.coefficients).phases)
+    share = schedule.correction_share
+    flops = step_f.total - (1.0 - share) * step_f.correction_gen
+    for phase in ("correction_gen_prefill", "correction_gen_decode"):
+        seconds[phase] *= share
+    modelled = float(sum(seconds.values()))
+    return {"flops": flops, "modelled_gpu_seconds": modelled, "modelled_by_phase": seconds, "step_flops": step_f,
+            "charged": flops if schedule.unit == "flops" else modelled}
+
+
+def run(toy: Toy, arm: Arm, seed: int, budget: float, n: int, batch_size: int, lr: float, warmup_flops: float,
+        max_steps: int = 10_000, log=None, milestones: tuple[float, ...] = MILESTONES, step_hook=None,
+        schedule: Schedule = Schedule()) -> dict:
+    """One arm, one seed, to ``budget`` (in ``schedule.unit``); returns per-step records, milestone evaluations
+    and localisation.
+
+    The learning rate warms up linearly over the first ``warmup_flops`` of the budget's unit (not steps: at equal
+    compute an arm with 4x costlier steps would otherwise spend its few updates at a fraction of the rate), or
+    over that many updates (``schedule.warmup_unit``). With no ``milestones`` the run is matched in steps
+    instead: it makes ``max_steps`` steps and is evaluated once after the last (``"milestone": None``).
+    ``step_hook``, if given, is called before each update with the step's samples and advantages
+    (``analysis.grad_probe_loop``); what it returns is stored in the step's record under ``"hook"``."""
     from verl_cpu.hf_rollout import HFGenerator
 
     torch.manual_seed(seed)
@@ -414,7 +547,7 @@ def run(toy: Toy, arm: Arm, seed: int, budget: float, n: int, batch_size: int, l
     optim = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     order = np.random.default_rng(seed).permutation(len(toy.train))
     newline_tokens = {i: toy.tokenizer.decode([i]) for i in range(len(toy.tokenizer))}
-    flops, steps, evals, localisations = 0.0, [], [], []
+    spent, flops, modelled, steps, evals, localisations = 0.0, 0.0, 0.0, [], [], []
     fractions = list(milestones)
     pending = [m * budget for m in fractions]
     equal_steps = not fractions  # no compute milestones: run max_steps steps, evaluate after the last one
@@ -422,23 +555,21 @@ def run(toy: Toy, arm: Arm, seed: int, budget: float, n: int, batch_size: int, l
     alarm = RewardDropAlarm()
     while (pending or equal_steps) and step < max_steps:
         step += 1
-        t0 = time.perf_counter()
         model.eval()
+        t0 = time.perf_counter()
         samples = sample_step(toy, generator, order, step, seed, batch_size, arm.group_multiplier * n)
-        t_score = time.perf_counter()
-        corr = (correction_pass(toy, generator, arm.ibpo.replace(seed=seed), samples, seed, step, newline_tokens)
-                if arm.ibpo is not None else CorrectionResult(np.zeros(len(samples.responses))))
+        corr = step_corrections(toy, generator, arm, samples, seed, step, newline_tokens)
         localisations += corr.localisations
         oracle = oracle_masks(toy, samples) if arm.oracle_mask else None
-        adv, token_adv = token_advantages(arm, samples, corr, oracle)
+        adv, token_adv, (masks, masked) = token_advantages(arm, samples, corr, oracle)
         t_host = time.perf_counter()
         main_lengths = [len(p) + len(r) for p, r in zip(samples.prompts, samples.responses)]
         work = StepWork(main_gen=main_lengths, correction_gen=corr.lengths, train_main=main_lengths,
                         train_joint=[len(p) + len(r) for p, r in zip(corr.joint_prompts, corr.joint_responses)],
                         old_log_prob_forward=False)
-        step_f = step_flops(work, shape)
+        cost = step_cost(work, samples, corr, shape, schedule)
         for g in optim.param_groups:
-            g["lr"] = lr * min(1.0, (flops + step_f.total) / warmup_flops) if warmup_flops > 0 else lr
+            g["lr"] = lr * schedule.lr_factor(spent + cost["charged"], step, warmup_flops)
         hooked = None
         model.train()
         if step_hook is not None:
@@ -447,26 +578,50 @@ def run(toy: Toy, arm: Arm, seed: int, budget: float, n: int, batch_size: int, l
                                delta=corr.delta, pad_id=generator.pad_id)
         grad_norm = update(model, optim, samples.prompts + corr.joint_prompts, samples.responses + corr.joint_responses,
                            token_adv + joint_token_advantages(corr), generator.pad_id)
-        t_update = time.perf_counter()
-        flops += step_f.total
-        rec = {"step": step, "flops": flops, "reward": float(samples.rewards.mean()), "grad_norm": grad_norm,
-               "mixed_groups": float(np.mean([k == "mixed" for k in group_kinds(samples.is_correct, samples.group_ids)])),
-               "time": {**samples.seconds, "correction_gen": corr.seconds,
-                        "ibpo_host": t_host - t_score - corr.seconds, "update": t_update - t_host},
-               "flops_by_phase": {"main_gen": step_f.main_gen, "correction_gen": step_f.correction_gen,
-                                  "actor_update": step_f.actor_update},
-               "collapse_alarm": float(alarm.update(float(samples.rewards.mean()))), "updates": 1, "joint_rows": len(corr.joint_prompts), **{f"ibpo/{k}": v for k, v in corr.metrics.items()},
-               **mechanism_metrics(samples, corr, adv), **({"hook": hooked} if hooked is not None else {})}
-        while pending and flops >= pending[0]:
+        spent, flops, modelled = spent + cost["charged"], flops + cost["flops"], modelled + cost["modelled_gpu_seconds"]
+        rec = step_record(step, samples, corr, adv, cost, alarm, grad_norm, hooked,
+                          {**samples.seconds, "correction_gen": corr.seconds,
+                           "ibpo_host": t_host - t0 - sum(samples.seconds.values()) - corr.seconds,
+                           "update": time.perf_counter() - t_host})
+        rec.update({"flops": flops, "modelled_gpu_seconds": modelled, "spent": spent,
+                    **localisation_metrics(toy, samples, masks, masked)})
+        while pending and spent >= pending[0]:
             evals.append(evaluate_at(toy, generator, fractions[len(fractions) - len(pending)], step, flops, rec))
             pending.pop(0)
         steps.append(rec)
         if log:
-            log(f"{arm.name} s{seed} step {step}: reward {rec['reward']:.3f} flops {flops:.3g}")
+            log(f"{arm.name} s{seed} step {step}: reward {rec['reward']:.3f} spent {spent:.3g} {schedule.unit}")
     if equal_steps and steps:
         evals.append(evaluate_at(toy, generator, None, step, flops, steps[-1]))
     return {"arm": arm.name, "seed": seed, "steps": steps, "evals": evals, "localisation": localisations,
-            "budget": budget}
+            "budget": budget, "budget_unit": schedule.unit}
+
+
+def step_corrections(toy: Toy, generator, arm: Arm, samples: StepSamples, seed: int, step: int,
+                     newline_tokens: dict[int, str]) -> CorrectionResult:
+    """The step's correction pass (IBPO arms), first-divergence pass (the localiser arm) or nothing."""
+    if arm.ibpo is not None:
+        return correction_pass(toy, generator, arm.ibpo.replace(seed=seed), samples, seed, step, newline_tokens)
+    if arm.localise is not None:
+        return divergence_pass(toy, generator.model, arm.localise.replace(seed=seed), samples, step, generator.pad_id,
+                               arm.localise_rule)
+    return CorrectionResult(np.zeros(len(samples.responses)))
+
+
+def step_record(step: int, samples: StepSamples, corr: CorrectionResult, adv: torch.Tensor, cost: dict,
+                alarm: RewardDropAlarm, grad_norm: float, hooked, seconds: dict) -> dict:
+    """One step's record: reward, gradient norm, group mix, wall seconds, FLOPs and modelled GPU seconds per
+    phase, the correction metrics and the mechanism metrics."""
+    step_f = cost["step_flops"]
+    return {"step": step, "reward": float(samples.rewards.mean()), "grad_norm": grad_norm,
+            "mixed_groups": float(np.mean([k == "mixed" for k in group_kinds(samples.is_correct, samples.group_ids)])),
+            "time": seconds,
+            "flops_by_phase": {"main_gen": step_f.main_gen, "correction_gen": step_f.correction_gen,
+                               "actor_update": step_f.actor_update},
+            "modelled_gpu_seconds_by_phase": cost["modelled_by_phase"],
+            "collapse_alarm": float(alarm.update(float(samples.rewards.mean()))), "updates": 1,
+            "joint_rows": len(corr.joint_prompts), **{f"ibpo/{k}": v for k, v in corr.metrics.items()},
+            **mechanism_metrics(samples, corr, adv), **({"hook": hooked} if hooked is not None else {})}
 
 
 def update(model: torch.nn.Module, optim: torch.optim.Optimizer, prompts: list[list[int]],
@@ -488,7 +643,8 @@ def evaluate_at(toy: Toy, generator, milestone: float | None, step: int, flops: 
     generator.model.eval()
     correct = evaluate(toy, generator)
     rec["time"]["eval"] = rec["time"].get("eval", 0.0) + time.perf_counter() - e0
-    return {"milestone": milestone, "step": step, "flops": flops, "accuracy": float(correct.mean()),
+    return {"milestone": milestone, "step": step, "flops": flops, "spent": rec.get("spent", flops),
+            "modelled_gpu_seconds": rec.get("modelled_gpu_seconds"), "accuracy": float(correct.mean()),
             "correct": correct.astype(int).tolist()}
 
 
@@ -504,13 +660,15 @@ def _init_worker(model_dir: str, train_size: int, test_size: int, task: str = "a
 
 
 def run_and_save(toy: Toy | None, arm: Arm, seed: int, path: str, budget: float, n: int, batch_size: int,
-                 lr: float, warmup_flops: float, milestones: tuple[float, ...], max_steps: int) -> str:
+                 lr: float, warmup_flops: float, milestones: tuple[float, ...], max_steps: int,
+                 schedule: Schedule = Schedule()) -> str:
     """One (arm, seed) run written to ``path`` (in a worker when ``toy`` is None); returns its summary line.
     A run depends only on its arguments (fresh model, ``torch.manual_seed(seed)``, seeded request streams),
     so which process runs it, and in which order, does not change its result."""
     toy = toy if toy is not None else _WORKER_TOY
     start = time.perf_counter()
-    result = run(toy, arm, seed, budget, n, batch_size, lr, warmup_flops, max_steps=max_steps, milestones=milestones)
+    result = run(toy, arm, seed, budget, n, batch_size, lr, warmup_flops, max_steps=max_steps, milestones=milestones,
+                 schedule=schedule)
     result["wall_s"] = time.perf_counter() - start
     tmp = Path(path).with_suffix(".json.tmp")
     tmp.write_text(json.dumps(result))
@@ -521,7 +679,8 @@ def run_and_save(toy: Toy | None, arm: Arm, seed: int, path: str, budget: float,
 
 RUN_DEFINING_OPTIONS = {  # option -> its value in a meta.json written before the option existed
     "task": "addition", "n": 4, "batch_size": 8, "lr": 3e-4, "warmup_steps": 5, "budget_steps": 20,
-    "budget_flops": None, "train_size": 1024, "test_size": 512, "max_steps": None, "eval_split": "test"}
+    "budget_flops": None, "train_size": 1024, "test_size": 512, "max_steps": None, "eval_split": "test",
+    "budget_unit": "flops", "correction_cost_share": 1.0, "warmup_unit": "budget"}
 
 
 def check_same_protocol(meta: dict, args: argparse.Namespace, path: Path) -> None:
@@ -548,18 +707,23 @@ def load_or_measure_meta(path: Path, toy: Toy, baseline: Arm, args: argparse.Nam
     from verl_cpu.hf_rollout import HFGenerator
 
     warm = evaluate(toy, HFGenerator.from_pretrained(toy.model_dir))
-    budget = args.budget_flops
+    budget = args.budget_flops if args.budget_unit == "flops" else None
     if budget is None:
         probe = run(toy, baseline, 10_000, budget=float("inf"), n=args.n, batch_size=args.batch_size, lr=0.0,
-                    warmup_flops=0.0, max_steps=3)
-        budget = args.budget_steps * probe["steps"][-1]["flops"] / len(probe["steps"])
+                    warmup_flops=0.0, max_steps=3, schedule=schedule_from(args))
+        budget = args.budget_steps * probe["steps"][-1]["spent"] / len(probe["steps"])
     meta = {"baseline_step_flops": budget / args.budget_steps, "warm_start_sha256": sha256_of_dir(toy.model_dir),
-            "budget_flops": budget, f"warm_start_{args.eval_split}_accuracy": float(warm.mean()),
+            "budget_flops": budget, "budget_unit": args.budget_unit,
+            f"warm_start_{args.eval_split}_accuracy": float(warm.mean()),
             f"warm_start_{args.eval_split}_correct": warm.astype(int).tolist(), "task": args.task,
             "command": "python -m analysis.toy_loop " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
             "args": vars(args)}
     path.write_text(json.dumps(meta))
     return meta
+
+
+def schedule_from(args: argparse.Namespace) -> Schedule:
+    return Schedule(unit=args.budget_unit, correction_share=args.correction_cost_share, warmup_unit=args.warmup_unit)
 
 
 def run_all(todo: list[tuple[int, Arm]], toy: Toy, out: Path, args: argparse.Namespace, common: dict) -> set[int]:
@@ -620,6 +784,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget-steps", type=float, default=20,
                    help="FLOP budget, in units of the baseline's mean FLOPs per step (estimated on the warm start)")
     p.add_argument("--budget-flops", type=float, default=None, help="the FLOP budget itself (overrides --budget-steps)")
+    p.add_argument("--budget-unit", choices=BUDGET_UNITS, default="flops",
+                   help="what the budget counts: the FLOP counter, or modelled GPU seconds (compute_accounting."
+                        "gpu_time: the toy's work priced as Qwen3-1.7B on one H100, roofline, prompt-lookup "
+                        "speculation on the corrections); meta.json's budget_flops / baseline_step_flops are then "
+                        "in that unit")
+    p.add_argument("--correction-cost-share", type=float, default=1.0,
+                   help="charge this share of the correction phase's cost (1: its full cost; the break-even sweep)")
+    p.add_argument("--warmup-unit", choices=WARMUP_UNITS, default="budget",
+                   help="budget: warm up over --warmup-steps baseline steps' worth of the budget's unit; updates: "
+                        "over --warmup-steps optimizer updates")
     p.add_argument("--n", type=int, default=4)
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--lr", type=float, default=3e-4)
@@ -647,6 +821,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--max-steps must be >= 1, got {args.max_steps}")
     if not args.lr > 0:
         p.error(f"--lr must be > 0, got {args.lr}")
+    if not 0.0 <= args.correction_cost_share <= 1.0:
+        p.error(f"--correction-cost-share must be in [0, 1], got {args.correction_cost_share}")
     torch.set_num_threads(1)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -661,11 +837,12 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         p.error(f"--task: {exc}")
     meta = load_or_measure_meta(out / "meta.json", toy, chosen[0], args, argv)
-    print(f"[toy_loop] budget {meta['budget_flops']:.3g} FLOPs, warm start {meta['warm_start_sha256'][:12]} "
+    print(f"[toy_loop] budget {meta['budget_flops']:.3g} {args.budget_unit}, warm start {meta['warm_start_sha256'][:12]} "
           f"{args.eval_split} acc {meta[f'warm_start_{args.eval_split}_accuracy']:.3f}", flush=True)
     equal_steps = args.max_steps is not None
+    warmup = args.warmup_steps * (meta["baseline_step_flops"] if args.warmup_unit == "budget" else 1.0)
     common = dict(budget=float("inf") if equal_steps else meta["budget_flops"], n=args.n, batch_size=args.batch_size,
-                  lr=args.lr, warmup_flops=args.warmup_steps * meta["baseline_step_flops"],
+                  lr=args.lr, warmup_flops=warmup, schedule=schedule_from(args),
                   milestones=() if equal_steps else tuple(args.milestones),
                   max_steps=args.max_steps if equal_steps else 10_000)
     # seed-major order, so an interrupted comparison stays balanced across arms
