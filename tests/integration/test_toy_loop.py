@@ -150,3 +150,40 @@ def test_validation_split_runs_and_a_folder_keeps_one_protocol(toy, tmp_path):
     with pytest.raises(SystemExit, match="--lr 0.001 there, 0.0003 now"):
         toy_loop.main([*common, "--seeds", "1", "--lr", "3e-4"])
     assert not (tmp_path / "val" / "gspo_g_n_s1.json").exists()
+
+
+def test_modelled_gpu_budget_correction_share_and_coverage(toy, monkeypatch):
+    """The modelled-GPU-seconds unit: a step's charge is the sum of its priced phases; a correction share of 0
+    charges the correction phase nothing in either unit; warm-up in updates ramps per update; the localiser
+    arms localise wrong responses (coverage counted against the wrong rows) and charge their prefill."""
+    monkeypatch.setattr(toy_loop, "MAX_RESPONSE_TOKENS", 12)
+    arms = toy_loop.default_arms()
+    modelled = toy_loop.Schedule(unit="modelled_gpu_seconds")
+    full = toy_loop.run(toy, arms["IBPO G=n"], 3, budget=float("inf"), n=2, batch_size=2, lr=1e-3, warmup_flops=0,
+                        max_steps=2, schedule=modelled)
+    free = toy_loop.run(toy, arms["IBPO G=n"], 3, budget=float("inf"), n=2, batch_size=2, lr=1e-3, warmup_flops=0,
+                        max_steps=2, schedule=toy_loop.Schedule(unit="modelled_gpu_seconds", correction_share=0.0))
+    for step in full["steps"]:
+        assert step["modelled_gpu_seconds_by_phase"]["weight_sync"] > 0
+    first, first_free = full["steps"][0], free["steps"][0]
+    assert first["spent"] == pytest.approx(sum(first["modelled_gpu_seconds_by_phase"].values()))
+    phases = first["modelled_gpu_seconds_by_phase"]
+    corr = phases["correction_gen_prefill"] + phases["correction_gen_decode"]
+    assert first_free["spent"] == pytest.approx(first["spent"] - corr)
+    assert first_free["flops"] == pytest.approx(first["flops"] - first["flops_by_phase"]["correction_gen"])
+    # warm-up in updates: step k trains at lr * k / warmup whatever it cost
+    assert toy_loop.Schedule(warmup_unit="updates").lr_factor(1e30, 2, 4.0) == 0.5
+    assert toy_loop.Schedule().lr_factor(1.0, 2, 4.0) == 0.25
+    for name in ("first divergence", "greedy disagreements", "oracle mask", "GSPO G=n"):
+        result = toy_loop.run(toy, arms[name], 3, budget=float("inf"), n=2, batch_size=2, lr=1e-3, warmup_flops=0,
+                              max_steps=1)
+        step = result["steps"][0]
+        wrong = step["localised/wrong_rows"]
+        assert 0 <= step["localised/masked_rows"] <= wrong
+        if name == "GSPO G=n":
+            assert step["localised/masked_rows"] == 0
+        if name == "oracle mask":
+            assert step["localised/masked_rows"] == wrong
+        if name in ("first divergence", "greedy disagreements") and wrong:
+            assert step["flops_by_phase"]["correction_gen"] > 0  # the teacher-forced prefill is charged
+            assert step["modelled_gpu_seconds_by_phase"]["correction_gen_decode"] == 0.0  # and no decode pass

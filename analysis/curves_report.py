@@ -1,0 +1,185 @@
+"""Learning curves at one budget (``analysis.ablation --milestones 0.25 0.5 0.75 1.0``), per warm start and pooled:
+every arm against the baseline at every budget fraction, localisation coverage and quality against the oracle,
+and the cost per phase in both units (FLOPs and modelled GPU seconds).
+
+    python -m analysis.curves_report --out outputs/gpu_time_addition --baseline 'GSPO G=n' \\
+        --warm-start weak --warm-start medium --warm-start strong
+
+Statistics (fixed in ``docs/evidence.md`` before the runs): within a warm start, the paired t over the seeds
+every arm has finished; pooled, the stratified difference (``analysis.ablation.stratified_difference``: seeds
+nested in warm starts) and, beside it, the warm start as a random factor (:func:`random_warm_start_difference`);
+Holm's step-down adjustment over the family arms × warm starts at the full budget (:func:`holm`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from analysis.equal_compute_report import load_results
+from analysis.evaluation_stats import paired_difference, student_t_cdf, student_t_quantile
+
+LOCALISATION_KEYS = ("coverage", "precision", "recall", "first_position_error")
+
+
+def holm(p_values: dict[str, float]) -> dict[str, float]:
+    """Holm's step-down adjusted p-values: sorted ascending, p_(i) · (m − i + 1), made monotone, capped at 1."""
+    items = sorted(p_values.items(), key=lambda kv: kv[1])
+    m, running, out = len(items), 0.0, {}
+    for i, (key, p) in enumerate(items):
+        running = max(running, min(1.0, p * (m - i)))
+        out[key] = running
+    return out
+
+
+def random_warm_start_difference(means: list[float], alpha: float = 0.05) -> dict[str, float]:
+    """The warm start as a random factor: the mean of the W per-warm-start mean differences, with the t interval
+    on W − 1 degrees of freedom (its spread is the warm starts' own, seed noise included)."""
+    x = np.asarray([m for m in means if math.isfinite(m)], dtype=np.float64)
+    if x.size < 2:
+        return {"diff": float(x.mean()) if x.size else float("nan"), "low": float("nan"), "high": float("nan"),
+                "p_value": float("nan"), "warm_starts": int(x.size)}
+    se = float(x.std(ddof=1)) / math.sqrt(x.size)
+    diff = float(x.mean())
+    half = student_t_quantile(1 - alpha / 2, x.size - 1) * se
+    p = 2 * (1 - student_t_cdf(abs(diff) / se, x.size - 1)) if se > 0 else (0.0 if diff else 1.0)
+    return {"diff": diff, "low": diff - half, "high": diff + half, "p_value": float(p), "warm_starts": int(x.size)}
+
+
+def accuracy_at(result: dict, milestone: float) -> float | None:
+    e = next((e for e in result["evals"] if e["milestone"] is not None and abs(e["milestone"] - milestone) < 1e-9),
+             None)
+    return None if e is None else float(e["accuracy"])
+
+
+def paired_at(results: dict[str, dict[int, dict]], arm: str, baseline: str, milestone: float):
+    """Paired difference arm − baseline at ``milestone`` over the seeds both have evaluated there."""
+    pairs = [(accuracy_at(r, milestone), accuracy_at(results[baseline][s], milestone))
+             for s, r in sorted(results.get(arm, {}).items()) if s in results.get(baseline, {})]
+    pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
+    if len(pairs) < 2:
+        return None
+    return paired_difference([a for a, _ in pairs], [b for _, b in pairs])
+
+
+def step_mean(result: dict, key: str) -> float:
+    values = [s[key] for s in result["steps"] if key in s and s[key] is not None and math.isfinite(s[key])]
+    return float(np.mean(values)) if values else float("nan")
+
+
+def arm_cost(runs: dict[int, dict]) -> dict[str, float]:
+    """Means over the arm's runs: updates, FLOPs and modelled GPU seconds per step, the correction phase's share
+    of each, and localisation coverage / precision / recall / first-position error per step."""
+    out: dict[str, list[float]] = {}
+    for r in runs.values():
+        steps = r["steps"]
+        if not steps:
+            continue
+        flops = [s["flops_by_phase"] for s in steps]
+        secs = [s.get("modelled_gpu_seconds_by_phase", {}) for s in steps]
+        total_f = steps[-1]["flops"]
+        total_s = sum(sum(x.values()) for x in secs)
+        corr_f = sum(x.get("correction_gen", 0.0) for x in flops)
+        corr_s = sum(x.get("correction_gen_prefill", 0.0) + x.get("correction_gen_decode", 0.0) for x in secs)
+        row = {"updates": float(len(steps)), "flops_per_step": total_f / len(steps),
+               "modelled_s_per_step": total_s / len(steps),
+               "correction_flop_share": corr_f / total_f if total_f else float("nan"),
+               "correction_modelled_share": corr_s / total_s if total_s else float("nan")}
+        row.update({k: step_mean(r, f"localised/{k}") for k in LOCALISATION_KEYS})
+        for k, v in row.items():
+            out.setdefault(k, []).append(v)
+    return {k: float(np.nanmean(v)) if np.isfinite(v).any() else float("nan") for k, v in out.items()}
+
+
+def _fmt(d: dict | None, holm_p: float | None = None) -> str:
+    if d is None or not math.isfinite(d.get("diff", float("nan"))):
+        return "—"
+    text = f"{d['diff']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]"
+    if holm_p is not None:
+        text += f" (Holm p {holm_p:.3f})"
+    return text
+
+
+def report(out: Path, warm_starts: list[str], baseline: str, arms: list[str] | None = None) -> str:
+    """The markdown tables and ``runs.csv`` (one row per warm start, arm, seed, milestone) under ``out``."""
+    from analysis.ablation import stratified_difference
+
+    loaded = {w: load_results(out / f"ws_{w}") for w in warm_starts}
+    arms = arms or sorted({a for _, res in loaded.values() for a in res if a != baseline})
+    milestones = sorted({e["milestone"] for _, res in loaded.values() for runs in res.values() for r in runs.values()
+                         for e in r["evals"] if e["milestone"] is not None})
+    final = milestones[-1] if milestones else 1.0
+    per_ws = {(w, a, m): paired_at(res, a, baseline, m) for w, (_, res) in loaded.items() for a in arms
+              for m in milestones}
+    adjusted = holm({f"{a}|{w}": per_ws[(w, a, final)].p_value for w in warm_starts for a in arms
+                     if per_ws[(w, a, final)] is not None})
+    lines = [f"Baseline {baseline}; budget fractions {milestones}; Δ = arm − baseline, test accuracy, 95% interval.",
+             "", "| arm | fraction | " + " | ".join(f"{w} (seeds)" for w in warm_starts)
+             + " | pooled, stratified | pooled, warm start random |", "|---|---:|" + "---:|" * (len(warm_starts) + 2)]
+    for a in arms:
+        for m in milestones:
+            cells, strata = [], []
+            for w in warm_starts:
+                d = per_ws[(w, a, m)]
+                cells.append("—" if d is None else f"{_fmt(d.as_dict(), adjusted.get(f'{a}|{w}') if m == final else None)} ({d.seeds})")
+                if d is not None:
+                    strata.append((d.diff, d.sd_diff, d.seeds))
+            pooled = stratified_difference(strata)
+            rand = random_warm_start_difference([s[0] for s in strata])
+            lines.append(f"| {a} | {m:g} | " + " | ".join(cells) + f" | {_fmt(pooled)} | {_fmt(rand)} |")
+    lines += ["", "Cost and localisation (means over runs and warm starts; coverage = wrong responses trained with a "
+              "token mask / wrong responses; precision, recall and first-position error against the oracle's wrong "
+              "tokens, over the masked ones):", "",
+              "| arm | updates | FLOPs/step | modelled GPU s/step | correction share of FLOPs | of modelled s | "
+              "coverage | precision | recall | first-position error (tokens) |", "|---|" + "---:|" * 9]
+    for a in [baseline] + arms:
+        costs = [arm_cost(res.get(a, {})) for _, res in loaded.values() if res.get(a)]
+        if not costs:
+            continue
+        c = {k: float(np.nanmean([x[k] for x in costs])) if any(math.isfinite(x[k]) for x in costs) else float("nan")
+             for k in costs[0]}
+        lines.append(f"| {a} | {c['updates']:.1f} | {c['flops_per_step']:.3g} | {c['modelled_s_per_step']:.3f} | "
+                     f"{c['correction_flop_share']:.3f} | {c['correction_modelled_share']:.3f} | {c['coverage']:.3f} | "
+                     f"{c['precision']:.3f} | {c['recall']:.3f} | {c['first_position_error']:.1f} |")
+    write_runs_csv(out / "runs.csv", loaded, milestones)
+    return "\n".join(lines)
+
+
+def write_runs_csv(path: Path, loaded: dict, milestones: list[float]) -> None:
+    fields = ["warm_start", "warm_start_sha256", "arm", "seed", "updates", "budget_unit", "budget"] + [
+        f"accuracy_{m:g}" for m in milestones] + [f"{k}_mean" for k in LOCALISATION_KEYS]
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        for w, (meta, res) in loaded.items():
+            for arm, runs in sorted(res.items()):
+                for seed, r in sorted(runs.items()):
+                    row = {"warm_start": w, "warm_start_sha256": meta["warm_start_sha256"], "arm": arm, "seed": seed,
+                           "updates": len(r["steps"]), "budget_unit": meta.get("budget_unit", "flops"),
+                           "budget": meta["budget_flops"]}
+                    row.update({f"accuracy_{m:g}": accuracy_at(r, m) for m in milestones})
+                    row.update({f"{k}_mean": step_mean(r, f"localised/{k}") for k in LOCALISATION_KEYS})
+                    writer.writerow(row)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True, help="an analysis.ablation output folder (ws_<name>/ per warm start)")
+    p.add_argument("--warm-start", action="append", required=True, metavar="NAME")
+    p.add_argument("--baseline", default="GSPO G=n")
+    p.add_argument("--arms", nargs="+", default=None)
+    args = p.parse_args(argv)
+    missing = [w for w in args.warm_start if not (Path(args.out) / f"ws_{w}" / "meta.json").is_file()]
+    if missing:
+        p.error(f"--warm-start {missing}: no {args.out}/ws_<name>/meta.json")
+    print(report(Path(args.out), args.warm_start, args.baseline, args.arms))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

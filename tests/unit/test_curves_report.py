@@ -1,0 +1,54 @@
+"""analysis.curves_report: Holm's adjustment and the random-warm-start interval against hand computations, and
+the report over a folder of synthetic runs."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from analysis.curves_report import holm, random_warm_start_difference, report
+
+
+def test_holm_matches_the_step_down_rule():
+    adjusted = holm({"a": 0.01, "b": 0.04, "c": 0.03, "d": 0.5})
+    # sorted 0.01, 0.03, 0.04, 0.5 times 4, 3, 2, 1: 0.04, 0.09, 0.08 -> monotone 0.09, 0.5
+    assert adjusted == pytest.approx({"a": 0.04, "c": 0.09, "b": 0.09, "d": 0.5})
+    assert holm({"x": 0.6, "y": 0.7}) == pytest.approx({"x": 1.0, "y": 1.0})
+
+
+def test_random_warm_start_interval_is_a_t_interval_over_warm_starts():
+    out = random_warm_start_difference([0.01, 0.03, 0.05])
+    se = 0.02 / math.sqrt(3)
+    assert out["diff"] == pytest.approx(0.03)
+    assert out["high"] - out["diff"] == pytest.approx(4.302652729911275 * se, rel=1e-6)  # t_{0.975, 2}
+    assert math.isnan(random_warm_start_difference([0.02])["low"])
+
+
+def _run(arm, seed, accs, coverage):
+    steps = [{"flops": 10.0 * (i + 1), "flops_by_phase": {"main_gen": 4.0, "correction_gen": 1.0, "actor_update": 5.0},
+              "modelled_gpu_seconds_by_phase": {"main_gen_decode": 1.0, "correction_gen_decode": 0.5},
+              "localised/coverage": coverage, "localised/precision": 1.0, "localised/recall": 0.5,
+              "localised/first_position_error": 0.0} for i in range(4)]
+    evals = [{"milestone": m, "accuracy": a} for m, a in zip((0.5, 1.0), accs)]
+    return {"arm": arm, "seed": seed, "steps": steps, "evals": evals}
+
+
+def test_report_pairs_seeds_and_writes_the_csv(tmp_path):
+    for ws, shift in (("a", 0.0), ("b", 0.1)):
+        folder = tmp_path / f"ws_{ws}"
+        folder.mkdir()
+        (folder / "meta.json").write_text(json.dumps({"warm_start_sha256": "0" * 64, "budget_flops": 40.0}))
+        for seed in range(3):
+            base = 0.5 + 0.01 * seed
+            (folder / f"base_s{seed}.json").write_text(json.dumps(_run("B", seed, (base, base), 0.0)))
+            (folder / f"arm_s{seed}.json").write_text(json.dumps(_run("A", seed, (base + shift, base + 0.05), 0.4)))
+    text = report(tmp_path, ["a", "b"], "B")
+    final_row = next(line for line in text.splitlines() if line.startswith("| A | 1 |"))
+    assert "+0.050 [+0.050, +0.050]" in final_row  # every seed +0.05 on both warm starts
+    half_row = next(line for line in text.splitlines() if line.startswith("| A | 0.5 |"))
+    assert "+0.050 [" in half_row.split("|")[-3]  # pooled stratified: mean of 0.0 and 0.1
+    assert "| A | 4.0 |" in text and "0.400 | 1.000 | 0.500" in text
+    rows = (tmp_path / "runs.csv").read_text().splitlines()
+    assert len(rows) == 1 + 2 * 2 * 3 and rows[0].startswith("warm_start,")
