@@ -6,8 +6,10 @@ registry), ``advantages`` (Eq. 8-9, 23), ``pipeline`` (a batch's steps B-C), ``d
 statistics), ``lambda_schedule`` (λ per step), ``mechanism`` (what group normalisation does to the shaping),
 ``correction_lengths`` (the correction pass's token lengths: prompt budgets, per-correction max_tokens),
 ``prefix_sharing`` (prefix-cache proxy), ``lookup_decoding`` (draft-free speculation replayed), ``minibatch``
-(actor updates under joint training), ``compute`` (FLOPs and seconds per phase), ``compute_budget`` (every
-method's compute budget: options and ledger), ``grad_probe`` (per-sample policy-gradient variance).
+(actor updates under joint training), ``grad_probe`` (per-sample policy-gradient variance),
+``first_divergence`` (localisation without a correction: where the policy, shown the reference, first departs
+from the wrong response; beyond the paper). Compute accounting, shared by every method, is the package
+``compute_accounting``.
 ``verl_plugin`` is only the old path of ``recipe.verl_plugin`` (the verl registrations).
 """
 
