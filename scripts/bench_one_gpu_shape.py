@@ -59,22 +59,39 @@ def skip_reason() -> str | None:
     return None
 
 
-def write_random_model(out: Path, seed: int = 0) -> Path:
-    """A Qwen3-1.7B-shaped checkpoint with random weights and the project's tokenizer (ids < its vocab)."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+def qwen3_1p7b_config():
+    """``transformers``' config of :data:`QWEN3_1P7B_SHAPE`."""
+    from transformers import AutoConfig
 
+    config = AutoConfig.for_model(**{k: v for k, v in QWEN3_1P7B_SHAPE.items() if k != "architectures"})
+    config.architectures = QWEN3_1P7B_SHAPE["architectures"]
+    return config
+
+
+def write_model_config(out: Path) -> Path:
+    """The shape's config.json and the project's tokenizer, no weights (vLLM's ``load_format=dummy``)."""
     from verl_cpu.tiny_assets import build_tiny_tokenizer
+
+    out.mkdir(parents=True, exist_ok=True)
+    build_tiny_tokenizer(out)
+    qwen3_1p7b_config().save_pretrained(out)
+    return out
+
+
+def write_random_model(out: Path, seed: int = 0, device: str = "cpu") -> Path:
+    """A Qwen3-1.7B-shaped checkpoint with random weights and the project's tokenizer (ids < its vocab);
+    ``device="cuda"`` draws the weights on the GPU (seconds instead of a minute of CPU)."""
+    import torch
+    from transformers import AutoModelForCausalLM
 
     if (out / "config.json").exists() and any(out.glob("*.safetensors")):
         return out
-    out.mkdir(parents=True, exist_ok=True)
-    build_tiny_tokenizer(out)
-    config = AutoConfig.for_model(**{k: v for k, v in QWEN3_1P7B_SHAPE.items() if k != "architectures"})
-    config.architectures = QWEN3_1P7B_SHAPE["architectures"]
+    write_model_config(out)
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config, torch_dtype=torch.bfloat16)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(qwen3_1p7b_config(), torch_dtype=torch.bfloat16)
     model.save_pretrained(out)
+    del model
     return out
 
 

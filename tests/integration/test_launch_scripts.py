@@ -304,3 +304,31 @@ def test_shape_bench_command_runs_the_papers_rule_and_corrects_every_wrong_respo
     mixed = plan_corrections(groups, [False] * len(groups), messages, responses, decode,
                              IBPOConfig(correct_groups="mixed"), step=1)
     assert mixed == []  # the package default corrects none of them: why the bench passes the rule
+
+
+def test_gpu_bench_step_composes_against_verl(tmp_path):
+    """scripts/bench_gpu.py's one IBPO step: the one-GPU script at the bench's reduced shape, FAST_START, the
+    paper's rule and ngram speculation with vLLM's stats, composed against verl's config."""
+    import importlib.util
+    import sys
+
+    path = RECIPE_DIR.parent / "scripts" / "bench_gpu.py"
+    spec = importlib.util.spec_from_file_location("bench_gpu_cmd", path)
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = bench
+    spec.loader.exec_module(bench)
+    args = bench.parse_args([])
+    cmd, env = bench.step_command(args, tmp_path, tmp_path / "model", {"train": "/d/t.parquet", "val": "/d/v.parquet"})
+    (argv,) = recorded_invocations("run_ibpo_qwen3_1p7b_1gpu.sh", tmp_path / "b", env, args=cmd[2:])
+    cfg = composed(argv)
+    rollout, actor = cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.actor
+    assert ibpo_config_from(cfg).correct_groups == "all" and ibpo_config_from(cfg).enable
+    assert (cfg.data.train_batch_size, rollout.n, cfg.data.max_response_length) == (2, 8, 2048)
+    assert actor.ppo_mini_batch_size == 2 and cfg.trainer.total_training_steps == 1
+    assert actor.use_torch_compile is False and actor.fsdp_config.use_torch_compile is False
+    assert max(rollout.cudagraph_capture_sizes) == 2 * 8 * (1 + 8)  # requests x (1 + k) tokens per decode pass
+    assert dict(rollout.engine_kwargs.vllm.speculative_config) == {
+        "method": "ngram", "prompt_lookup_min": 2, "prompt_lookup_max": 5, "num_speculative_tokens": 8}
+    assert rollout.disable_log_stats is False and rollout.ignore_eos is True
+    assert cfg.actor_rollout_ref.model.override_config.attn_implementation == "sdpa"
+    assert cfg.compute_budget.limit == 0 and cfg.trainer.test_freq == -1 and cfg.trainer.val_before_train is False
