@@ -39,8 +39,11 @@ the budget lasts (:func:`plan_parts`; the estimates are planning guesses, :data:
   corrections run, ``rollout/spec_*``, ``training/rollout_probs_diff_mean`` (actor vs vLLM in bf16), the
   actor's peak memory and ``nvidia-smi``'s peak over the run.
 
-``--budget-s``: a part starts only if its estimate fits what is left; the step's run gets what is left as its
-time limit; a watchdog writes the table and JSON of what is done and exits at the budget whatever hangs.
+The coefficients and copy parts run in a child process of this script (vLLM's engine in-process there, so the
+actor's weights load into it directly), which leaves the GPU free for the step's verl run when it exits; it
+saves what it measured after each measurement. ``--budget-s``: a part starts only if its estimate fits what is
+left; each child's run is limited to its share; a watchdog writes the table and JSON of what is done (the
+child's saved results included) and exits at the budget whatever hangs.
 Without CUDA or vLLM it prints why and exits 0 (the planning, fit, parsing and table are tested on CPU:
 tests/unit/test_bench_gpu.py).
 """
@@ -234,7 +237,7 @@ def spec_row(workload: str, k: int, seconds: float, requests: int, prompt_tokens
     metrics = spec_counter_metrics(True, counts)
     row.update({key.split("/", 1)[1]: v for key, v in metrics.items()})
     row["generated_tokens"] = counts.generated_tokens
-    if coeff is not None and requests:
+    if coeff is not None and requests and counts.generated_tokens > 0:
         per_out = counts.generated_tokens / requests
         steps = max(0.0, metrics["rollout/spec_decode_steps"] / requests - 1.0)  # the prefill emits the first
         work = GenerationWork(prompt_tokens, [per_out] * requests, [min(steps, per_out - 1)] * requests,
@@ -376,6 +379,7 @@ class Watchdog(threading.Thread):
         super().__init__(daemon=True)
         self.report, self.out, self.budget, self.grace_s = report, out, budget, grace_s
         self.child_pgid: int | None = None
+        self.partial: Path | None = None  # the vLLM/actor child's results so far
         self.done = threading.Event()
 
     def run(self) -> None:
@@ -387,6 +391,8 @@ class Watchdog(threading.Thread):
                 os.killpg(self.child_pgid, signal.SIGTERM)
             except OSError:
                 pass
+        if self.partial is not None:
+            merge_partial(self.report, self.partial)
         write_report(self.report, self.out, self.budget)
         os._exit(3)
 
@@ -513,9 +519,9 @@ def measure_weight_load(llm, model) -> float:
     return time.perf_counter() - start
 
 
-def vllm_parts(args, model_dir: Path, budget: Budget, report: Report, runs: set[str]) -> None:
+def vllm_parts(args, model_dir: Path, budget: Budget, report: Report, runs: set[str], save=lambda: None) -> None:
     """The coefficients part and the copy part's speculation-off rows on one engine, then one engine per
-    draft length for the copy part."""
+    draft length for the copy part; ``save()`` after each measurement (a kill keeps what finished)."""
     cells = decode_grid(args.batches, args.contexts, args.new_tokens)
     xs = random_prompts(args.copy_prompts, args.copy_prompt_len, seed=100)
     reserve = (part_estimate("step", []) if "step" in runs else 0.0) + (
@@ -527,6 +533,7 @@ def vllm_parts(args, model_dir: Path, budget: Budget, report: Report, runs: set[
     try:
         if "coefficients" in runs:
             measure_decode_grid(llm, cells, budget, report, reserve_s=reserve + 40.0)
+            save()
             seconds, peak_gb, model = measure_actor(model_dir, args.actor_seqs, args.actor_len)
             tokens = args.actor_seqs * args.actor_len
             report.actor = {"tokens": tokens, "seconds": seconds, "peak_gb": peak_gb, "gradient_checkpointing": True}
@@ -536,9 +543,11 @@ def vllm_parts(args, model_dir: Path, budget: Budget, report: Report, runs: set[
             except Exception as exc:  # an engine API this vLLM lacks must not lose the rest
                 report.notes.append(f"weight load not measured ({type(exc).__name__}: {exc})")
             del model
+            save()
         if "copy" in runs:
             targets = timed_generate(llm, xs, args.copy_tokens)[1]  # y: the model's own greedy continuation
             copy_rows(llm, 0, xs, targets, args.copy_tokens, report)
+            save()
     finally:
         release_engine(llm)
     for k in args.draft_lengths if targets is not None else []:
@@ -548,6 +557,7 @@ def vllm_parts(args, model_dir: Path, budget: Budget, report: Report, runs: set[
         llm = build_engine(model_dir, longest, [args.copy_prompts * (1 + k)], args.copy_prompts, draft_k=k)
         try:
             copy_rows(llm, k, xs, targets, args.copy_tokens, report)
+            save()
         finally:
             release_engine(llm)
 
@@ -593,22 +603,10 @@ def run_step(args, out: Path, budget: Budget, report: Report, watchdog: Watchdog
         return
     monitor = shape.PeakMemory()
     monitor.start()
-    start, status = time.monotonic(), "finished"
-    with open(out / "train.log", "w") as log:
-        proc = subprocess.Popen(cmd, env={**base_env, **env}, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
-                                start_new_session=True)
-        watchdog.child_pgid = proc.pid
-        try:
-            proc.wait(timeout=limit)
-        except subprocess.TimeoutExpired:
-            status = f"stopped at the budget after {limit:.0f} s"
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+    start = time.monotonic()
+    status = run_child(cmd, limit, watchdog, out / "train.log", env={**base_env, **env})
     monitor.stop()
-    report.step_run = {"status": status, "returncode": proc.returncode, "seconds": time.monotonic() - start,
+    report.step_run = {"status": status, "seconds": time.monotonic() - start,
                        "peak_mib": monitor.peak_mib, "log": str(out / "train.log"),
                        "shape": {"prompts": args.step_prompts, "group": 8, "response": args.step_response,
                                  "draft_k": args.step_draft_k}}
@@ -633,7 +631,12 @@ def run_meta(args) -> dict:
             versions[name] = __import__(name).__version__
         except Exception:  # a missing package is reported, not fatal
             versions[name] = "absent"
-    return {"gpu": torch.cuda.get_device_name(0), "commit": commit, "budget_s": args.budget_s, "versions": versions,
+    try:  # nvidia-smi: this process keeps no CUDA context (the children need the memory)
+        gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=30).stdout.strip().splitlines()[0]
+    except (OSError, subprocess.SubprocessError, IndexError):
+        gpu = torch.cuda.get_device_name(0)
+    return {"gpu": gpu, "commit": commit, "budget_s": args.budget_s, "versions": versions,
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}}
 
@@ -655,14 +658,100 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--step-prompts", type=int, default=2, help="prompts of the step (x G = 8 responses)")
     p.add_argument("--step-response", type=int, default=2048, help="the step's response length (forced)")
     p.add_argument("--step-draft-k", type=int, default=8)
+    p.add_argument("--inner-vllm", default=None, help=argparse.SUPPRESS)  # the child's partial-results file
+    p.add_argument("--inner-parts", nargs="*", default=[], help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if any(k < 1 for k in args.draft_lengths):
         p.error("--draft-lengths: each must be >= 1 (speculation off is always measured)")
     return args
 
 
+PARTIAL_FIELDS = ("measured", "decode_rows", "actor", "spec_rows", "notes")
+
+
+def save_partial(report: Report, path: Path) -> None:
+    """What the vLLM/actor child has measured so far, for the parent (written whole, then renamed)."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({k: getattr(report, k) for k in PARTIAL_FIELDS}, default=float))
+    tmp.replace(path)
+
+
+def merge_partial(report: Report, path: Path) -> None:
+    """The child's measurements into the parent's report (nothing when it wrote none)."""
+    if not path.is_file():
+        return
+    data = json.loads(path.read_text())
+    report.measured.update(data["measured"])
+    report.decode_rows, report.actor = data["decode_rows"], data["actor"]
+    report.spec_rows = data["spec_rows"]
+    report.notes.extend(data["notes"])
+
+
+def inner_vllm_main(args) -> int:
+    """The child: the coefficients and copy parts in a process of their own, so that all the GPU memory vLLM's
+    in-process engine and the actor held is free when it exits (the step's verl run needs it)."""
+    gpu_environment()
+    budget = Budget(args.budget_s)
+    report = Report({}, [])
+    runs = set(args.inner_parts)
+    path = Path(args.inner_vllm)
+    try:
+        vllm_parts(args, args.out.resolve() / "model", budget, report, runs, save=lambda: save_partial(report, path))
+    except Exception as exc:  # reported with what finished
+        report.notes.append(f"vLLM/actor parts failed: {type(exc).__name__}: {exc}")
+    save_partial(report, path)
+    return 0
+
+
+def run_child(cmd: list[str], limit_s: float, watchdog: Watchdog, log_path: Path, env: dict | None = None) -> str:
+    """A child in its own process group, ended (TERM, then KILL) when ``limit_s`` passes; its status."""
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
+        watchdog.child_pgid = proc.pid
+        try:
+            proc.wait(timeout=max(1.0, limit_s))
+            return f"exited {proc.returncode}"
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+            return f"stopped at the budget after {limit_s:.0f} s"
+        finally:
+            watchdog.child_pgid = None
+
+
+def vllm_child(args, out: Path, budget: Budget, report: Report, watchdog: Watchdog, runs: set[str]) -> None:
+    """Runs :func:`inner_vllm_main` with what the parts before the step may use of the budget."""
+    shape.write_model_config(out / "model")
+    partial = out / "vllm_parts.partial.json"
+    partial.unlink(missing_ok=True)
+    watchdog.partial = partial
+    limit = budget.left() - (part_estimate("step", []) if "step" in runs else 0.0)
+    argv = [sys.executable, str(Path(__file__).resolve()), *child_options(args), "--out", str(out),
+            "--budget-s", str(limit), "--inner-vllm", str(partial), "--inner-parts", *sorted(runs & {"coefficients", "copy"})]
+    status = run_child(argv, limit + 30.0, watchdog, out / "vllm_parts.log")
+    merge_partial(report, partial)
+    watchdog.partial = None
+    if not status.startswith("exited 0"):
+        report.notes.append(f"vLLM/actor child {status} (log {out / 'vllm_parts.log'})")
+
+
+def child_options(args) -> list[str]:
+    """The measurement options of this command line, for the vLLM/actor child."""
+    out = []
+    for name in ("batches", "contexts", "new_tokens", "actor_seqs", "actor_len", "draft_lengths", "copy_prompts",
+                 "copy_prompt_len", "copy_tokens"):
+        value = getattr(args, name)
+        out += [f"--{name.replace('_', '-')}", *(str(v) for v in (value if isinstance(value, list) else [value]))]
+    return out
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.inner_vllm:
+        return inner_vllm_main(args)
     budget = Budget(args.budget_s)
     plan = plan_parts(args.budget_s, args.skip, args.draft_lengths)
     reason = shape.skip_reason()
@@ -670,30 +759,24 @@ def main(argv=None) -> int:
         print(f"bench_gpu: skipped: {reason}")
         print("\n".join(f"  {p.name}: {'would run' if p.runs else p.reason}" for p in plan))
         return 0
-    base_env = dict(os.environ)  # the step's process gets the caller's environment, not this process's vLLM one
-    gpu_environment()
     out = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
     report = Report(run_meta(args), plan)
     watchdog = Watchdog(report, out, budget)
     watchdog.start()
     runs = {p.name for p in plan if p.runs}
     try:
         if runs & {"coefficients", "copy"}:
-            model_dir = out / "model"
-            shape.write_model_config(model_dir)
-            try:
-                vllm_parts(args, model_dir, budget, report, runs)
-            except Exception as exc:  # reported with what finished; the step still runs
-                report.notes.append(f"vLLM/actor parts failed: {type(exc).__name__}: {exc}")
+            vllm_child(args, out, budget, report, watchdog, runs)
         if "step" in runs:
             try:
-                run_step(args, out / "step", budget, report, watchdog, base_env)
-            except Exception as exc:
+                run_step(args, out / "step", budget, report, watchdog, dict(os.environ))
+            except Exception as exc:  # reported with what finished
                 report.notes.append(f"step part failed: {type(exc).__name__}: {exc}")
     finally:
         watchdog.done.set()
     write_report(report, out, budget)
-    return 0 if not any("failed" in n for n in report.notes) else 1
+    return 0 if not any("failed" in n or "stopped" in n for n in report.notes) else 1
 
 
 if __name__ == "__main__":

@@ -92,6 +92,8 @@ def write_random_model(out: Path, seed: int = 0, device: str = "cpu") -> Path:
         model = AutoModelForCausalLM.from_config(qwen3_1p7b_config(), torch_dtype=torch.bfloat16)
     model.save_pretrained(out)
     del model
+    if device != "cpu":
+        torch.cuda.empty_cache()  # the launch that follows needs the memory
     return out
 
 

@@ -249,7 +249,7 @@ def test_every_table_script_names_its_reading_of_one_update_per_iteration(script
 
 @pytest.mark.parametrize("script", ["run_ibpo_qwen3_1p7b_1gpu.sh", "run_gspo_qwen3_1p7b_1gpu.sh"])
 def test_one_gpu_start_up_options_compose_against_verl(script, tmp_path):
-    """FAST_START and ENFORCE_EAGER set verl 0.9.1's own keys (their step-time cost: docs/gpu.md, unmeasured)."""
+    """FAST_START and ENFORCE_EAGER set the pinned verl's own keys (their step-time cost: docs/gpu.md, unmeasured)."""
     (plain,) = recorded_invocations(script, tmp_path / "plain")
     default = composed(plain)
     assert default.actor_rollout_ref.actor.use_torch_compile is True  # verl's default: what FAST_START turns off

@@ -235,3 +235,46 @@ def test_main_without_cuda_prints_the_plan_and_exits_0(capsys, monkeypatch):
     assert bench.main(["--budget-s", "200", "--skip", "copy"]) == 0
     out = capsys.readouterr().out
     assert "skipped: no CUDA device (test)" in out and "step: does not fit: needs ~270 s, 70 s of --budget-s left" in out
+
+
+# ------------------------------------------------------------------ stopping at the budget with what finished
+def test_child_partial_results_reach_the_report(tmp_path):
+    child = bench.Report({}, [])
+    child.measured["prefill_tokens_per_s"] = 4e4
+    child.spec_rows.append({"workload": "copy", "draft_k": 0, "seconds": 1.0, "requests": 2, "agreement": 1.0})
+    child.notes.append("decode grid stopped after 3 of 8 cells (budget)")
+    path = tmp_path / "partial.json"
+    bench.save_partial(child, path)
+    parent = bench.Report({"gpu": "G", "commit": "c", "date": "d", "budget_s": 60.0}, [])
+    bench.merge_partial(parent, path)
+    bench.merge_partial(parent, tmp_path / "absent.json")  # a child that wrote nothing adds nothing
+    assert parent.measured == {"prefill_tokens_per_s": 4e4} and parent.spec_rows == child.spec_rows
+    assert parent.notes == ["decode grid stopped after 3 of 8 cells (budget)"]
+    args = bench.parse_args(["--batches", "2", "4", "--draft-lengths", "3"])
+    again = bench.parse_args(bench.child_options(args))
+    assert (again.batches, again.draft_lengths, again.copy_tokens) == ([2, 4], [3], args.copy_tokens)
+
+
+def test_a_child_past_its_limit_is_ended(tmp_path):
+    watchdog = bench.Watchdog(bench.Report({}, []), tmp_path, bench.Budget(60))
+    status = bench.run_child(["sleep", "30"], 1.0, watchdog, tmp_path / "log")
+    assert status == "stopped at the budget after 1 s" and watchdog.child_pgid is None
+    assert bench.run_child(["true"], 10.0, watchdog, tmp_path / "log") == "exited 0"
+
+
+def test_watchdog_writes_what_finished_at_the_budget(tmp_path, monkeypatch):
+    exits = []
+    monkeypatch.setattr(bench.os, "_exit", exits.append)
+    report = report_with_everything()
+    report.step_rows, report.step_run = [], {}
+    partial = tmp_path / "partial.json"
+    child = bench.Report({}, [])
+    child.measured["decode_step_s"] = 5e-3
+    bench.save_partial(child, partial)
+    watchdog = bench.Watchdog(report, tmp_path, bench.Budget(0), grace_s=0.0)
+    watchdog.partial = partial
+    watchdog.run()  # the budget is spent: it writes and exits at once
+    assert exits == [3]
+    data = json.loads((tmp_path / "bench_gpu.json").read_text())
+    assert data["coefficients"]["decode_step_s"] == 5e-3  # the child's result made it in
+    assert "stopped at --budget-s by the watchdog" in (tmp_path / "bench_gpu.md").read_text()
