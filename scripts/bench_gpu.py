@@ -70,6 +70,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import bench_one_gpu_shape as shape  # noqa: E402  (the model shape, the launch command, the peak-memory poller)
+from bench_correction_pass import release_engine  # noqa: E402  (frees the GPU for the next engine)
 
 from compute_accounting.gpu_time import (  # noqa: E402
     DECODE_TERMS,
@@ -423,19 +424,6 @@ def build_engine(model_dir: Path, max_model_len: int, capture_sizes: list[int], 
                skip_tokenizer_init=True, enable_prefix_caching=False, seed=0, max_num_seqs=max_num_seqs,
                gpu_memory_utilization=gpu_memory_utilization, disable_log_stats=False,
                compilation_config={"cudagraph_capture_sizes": sorted(set(capture_sizes))}, **spec)
-
-
-def release_engine(llm) -> None:
-    import gc
-
-    import torch
-
-    shutdown = getattr(getattr(llm, "llm_engine", None), "shutdown", None)
-    if callable(shutdown):
-        shutdown()
-    del llm
-    gc.collect()
-    torch.cuda.empty_cache()
 
 
 def timed_generate(llm, prompts: list[list[int]], new_tokens: int) -> tuple[float, list[list[int]]]:
