@@ -360,7 +360,34 @@ def format_report(report: Report) -> str:
                      f"{fmt(report.actor.get('peak_gb'), '.1f')} GB")
     lines += ["", "## Speculation (ngram) by draft length", *speculation_lines(report.spec_rows)]
     lines += ["", "## One IBPO step through the trainer", *step_lines(report)]
+    lines += ["", "## Rows for docs/gpu.md (what this run did not measure stays unmeasured)", *docs_rows(report)]
     return "\n".join(lines)
+
+
+def docs_rows(report: Report) -> list[str]:
+    """docs/gpu.md's table rows (part, quantity, value, GPU, commit, date) of what this run measured."""
+    m = report.meta
+    stamp = f"{m['gpu']} | {m['commit']} | {m['date'][:10]} |"
+    rows = [("coefficients", name, f"{report.measured[name]:.4g}") for name in
+            ("decode_step_s", "decode_s_per_token", "decode_s_per_context_token", "prefill_tokens_per_s",
+             "train_forward_tokens_per_s") if name in report.measured]
+    sync = report.measured.get("weight_sync_s", report.measured.get("weight_sync_load_weights_s"))
+    if sync is not None:
+        rows.append(("coefficients / step", "weight_sync_s", f"{sync:.3g}"))
+    for r in report.spec_rows:
+        if r["draft_k"] and r.get("spec_acceptance_rate") is not None:
+            rows.append(("copy", f"{r['workload']}, draft length {r['draft_k']}: accepted / decode step, "
+                         "acceptance rate, agreement", f"{r['spec_accepted_per_decode_step']:.2f}, "
+                         f"{r['spec_acceptance_rate']:.2f}, {r['agreement']:.2f}"))
+    for r in report.step_rows:
+        rows.append(("step", "seconds: step, main gen, correction gen, actor update", f"{r['step_s']:.1f}, "
+                     f"{r['main_gen']:.1f}, {r['correction_gen']:.1f}, {r['update_actor']:.1f}"))
+        rows.append(("step", "training/rollout_probs_diff_mean", fmt(r["rollout_probs_diff_mean"], ".4g")))
+    if report.step_run.get("peak_mib"):
+        rows.append(("step", "peak GPU memory (nvidia-smi, all processes)", f"{report.step_run['peak_mib'] / 1024:.1f} GiB"))
+    rows.append(("whole command", "seconds, start-ups included", f"{m.get('used_s', 0.0):.0f}"))
+    return ["| part | quantity | value | GPU | commit | date |", "|---|---|---:|---|---|---|",
+            *(f"| {part} | {quantity} | {value} | {stamp}" for part, quantity, value in rows)]
 
 
 def write_report(report: Report, out: Path, budget: Budget) -> None:

@@ -224,6 +224,10 @@ def test_table_shows_each_part():
     assert "step 1: 16 corrections ran for 16 wrong responses" in table
     assert "training/rollout_probs_diff_mean 0.0011" in table and "40.0 GiB" in table
     assert "step: planned" in table
+    assert "| coefficients | decode_step_s | 0.004 | NVIDIA H100 80GB HBM3 | abc1234 | 2026-11-26 |" in table
+    assert "| copy | copy, draft length 8: accepted / decode step, acceptance rate, agreement | 4.50, 0.60, 1.00 |" in table
+    assert "| step | training/rollout_probs_diff_mean | 0.0011 |" in table
+    assert "| coefficients / step | weight_sync_s | 0.4 |" in table
     nothing = bench.Report({"gpu": "G", "commit": "c", "date": "d", "budget_s": 60.0}, [])
     nothing.step_run = {"status": "stopped at the budget after 200 s"}
     text = bench.format_report(nothing)
