@@ -265,3 +265,56 @@ def step_seconds(work: StepWork, main: GenerationWork, correction: GenerationWor
         "grad_probe": (3 + int(work.gradient_checkpointing)) * float(sum(work.grad_probe)) * per_fwd,
         "weight_sync": coeff.weight_sync_s,
     })
+
+
+# ------------------------------------------------------------------ measured coefficients (scripts/bench_gpu.py)
+DECODE_TERMS = ("decode_step_s", "decode_s_per_token", "decode_s_per_context_token")
+
+
+def fit_decode_coefficients(batch_sizes: Sequence[float], context_tokens: Sequence[float],
+                            pass_seconds: Sequence[float]) -> dict[str, float]:
+    """Least-squares fit of the decode pass model (module docstring) to measured passes: a pass over ``B``
+    sequences reading ``C`` KV-cache tokens in all took ``decode_step_s + B·decode_s_per_token +
+    C·decode_s_per_context_token`` seconds. Each coefficient is a cost, so the fit is non-negative least squares
+    (a term the data cannot tell from noise is 0, not negative); at least three passes of independent
+    (1, B, C) are needed."""
+    b = np.asarray(batch_sizes, dtype=np.float64)
+    c = np.asarray(context_tokens, dtype=np.float64)
+    y = np.asarray(pass_seconds, dtype=np.float64)
+    if not (b.shape == c.shape == y.shape) or b.ndim != 1:
+        raise ValueError(f"one batch size, context and time per pass: got {b.shape}, {c.shape}, {y.shape}")
+    design = np.stack([np.ones_like(b), b, c], axis=1)
+    if b.size < 3 or np.linalg.matrix_rank(design) < 3:
+        raise ValueError(f"{b.size} decode measurements cannot separate the per-pass, per-token and per-context "
+                         "terms: measure at least two batch sizes and two context lengths")
+    if not (np.isfinite(y).all() and (y > 0).all()):
+        raise ValueError("every pass time must be a finite number > 0")
+    return dict(zip(DECODE_TERMS, (float(v) for v in nonnegative_least_squares(design, y))))
+
+
+def nonnegative_least_squares(design: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """argmin ||design·x - y|| over x >= 0, for a few columns: the best unconstrained least-squares solution on
+    every subset of columns (the others 0) that is itself >= 0 (the NNLS optimum is one of them: on its support
+    it is the unconstrained optimum)."""
+    k = design.shape[1]
+    best, best_residual = np.zeros(k), float(np.sum(y ** 2))
+    for mask in range(1, 2 ** k):
+        cols = [j for j in range(k) if mask >> j & 1]
+        sol, *_ = np.linalg.lstsq(design[:, cols], y, rcond=None)
+        if (sol < 0).any():
+            continue
+        x = np.zeros(k)
+        x[cols] = sol
+        residual = float(np.sum((design @ x - y) ** 2))
+        if residual < best_residual:
+            best, best_residual = x, residual
+    return best
+
+
+def train_forward_tokens_per_s(tokens: float, update_seconds: float, gradient_checkpointing: bool) -> float:
+    """Forward-equivalent tokens per second of an actor update that trained ``tokens`` tokens in
+    ``update_seconds``: forward + backward is 3 forward-equivalents, 4 with gradient checkpointing (the forward
+    runs again in the backward), as :func:`compute_accounting.flops.step_flops` counts them."""
+    if tokens <= 0 or update_seconds <= 0:
+        raise ValueError(f"tokens={tokens} and update_seconds={update_seconds} must be > 0")
+    return (3 + int(gradient_checkpointing)) * tokens / update_seconds

@@ -8,11 +8,14 @@ correction pass. One command, a table at the end:
 It writes a Qwen3-1.7B-shaped model with *random* weights (``transformers`` ``from_config``, bf16, saved
 locally with the project's tokenizer: no hub access), the synthetic task's parquet files, and runs
 ``recipe/ibpo/run_ibpo_qwen3_1p7b_1gpu.sh`` unchanged (its sizes: G = 8, 32 prompts, 8k responses in a 32k
-context with whole correction candidates) for ``--steps`` steps with responses forced to the full length (``rollout.ignore_eos=True``;
-random weights never answer right, so every response is wrong and every one gets a correction: a heavier
-correction pass than the 6 of 8 wrong the other tables use). A thread polls ``nvidia-smi`` for the peak GPU
-memory. The table: per step, seconds per phase (``ibpo/time/*``, verl's ``timing_s``), the correction
-pass's share of the step and of generation, and the peak memory. Without CUDA it prints why and exits 0.
+context with whole correction candidates) for ``--steps`` steps with responses forced to the full length
+(``rollout.ignore_eos=True``). Random weights never answer right, so every response is wrong and every group is
+all-wrong: the package default ``ibpo.correct_groups=mixed`` would skip them all, so the bench passes the paper's
+rule, ``ibpo.correct_groups=all`` (Alg. 1: every wrong response gets a correction; a heavier correction pass than
+the 6 of 8 wrong the other tables use), and prints per step how many corrections ran (``ibpo/num_corrections`` of
+``ibpo/num_wrong``). A thread polls ``nvidia-smi`` for the peak GPU memory. The table: per step, seconds per phase
+(``ibpo/time/*``, verl's ``timing_s``), the correction pass's share of the step and of generation, and the peak
+memory. Without CUDA it prints why and exits 0.
 """
 
 from __future__ import annotations
@@ -56,22 +59,41 @@ def skip_reason() -> str | None:
     return None
 
 
-def write_random_model(out: Path, seed: int = 0) -> Path:
-    """A Qwen3-1.7B-shaped checkpoint with random weights and the project's tokenizer (ids < its vocab)."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+def qwen3_1p7b_config():
+    """``transformers``' config of :data:`QWEN3_1P7B_SHAPE`."""
+    from transformers import AutoConfig
 
+    config = AutoConfig.for_model(**{k: v for k, v in QWEN3_1P7B_SHAPE.items() if k != "architectures"})
+    config.architectures = QWEN3_1P7B_SHAPE["architectures"]
+    return config
+
+
+def write_model_config(out: Path) -> Path:
+    """The shape's config.json and the project's tokenizer, no weights (vLLM's ``load_format=dummy``)."""
     from verl_cpu.tiny_assets import build_tiny_tokenizer
+
+    out.mkdir(parents=True, exist_ok=True)
+    build_tiny_tokenizer(out)
+    qwen3_1p7b_config().save_pretrained(out)
+    return out
+
+
+def write_random_model(out: Path, seed: int = 0, device: str = "cpu") -> Path:
+    """A Qwen3-1.7B-shaped checkpoint with random weights and the project's tokenizer (ids < its vocab);
+    ``device="cuda"`` draws the weights on the GPU (seconds instead of a minute of CPU)."""
+    import torch
+    from transformers import AutoModelForCausalLM
 
     if (out / "config.json").exists() and any(out.glob("*.safetensors")):
         return out
-    out.mkdir(parents=True, exist_ok=True)
-    build_tiny_tokenizer(out)
-    config = AutoConfig.for_model(**{k: v for k, v in QWEN3_1P7B_SHAPE.items() if k != "architectures"})
-    config.architectures = QWEN3_1P7B_SHAPE["architectures"]
+    write_model_config(out)
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config, torch_dtype=torch.bfloat16)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(qwen3_1p7b_config(), torch_dtype=torch.bfloat16)
     model.save_pretrained(out)
+    del model
+    if device != "cpu":
+        torch.cuda.empty_cache()  # the launch that follows needs the memory
     return out
 
 
@@ -80,8 +102,9 @@ def launch_command(model: Path, data: dict, out: Path, steps: int, extra: list[s
     env = {"MODEL_PATH": str(model), "TRAIN_FILES": f"['{data['train']}']", "VAL_FILES": f"['{data['val']}']",
            "CKPTS_DIR": str(out / "ckpts"), "TOTAL_STEPS": str(steps), "LOGGER": "['console','file']",
            "VERL_FILE_LOGGER_PATH": str(out / "metrics.jsonl")}
+    # random weights: every group is all-wrong; the paper's rule corrects them (mixed would correct none)
     overrides = ["trainer.val_before_train=False", "trainer.test_freq=-1", "trainer.save_freq=-1",
-                 "actor_rollout_ref.rollout.ignore_eos=True", *extra]
+                 "actor_rollout_ref.rollout.ignore_eos=True", "ibpo.correct_groups=all", *extra]
     return ["bash", str(ROOT / "recipe" / "ibpo" / "run_ibpo_qwen3_1p7b_1gpu.sh"), *overrides], env
 
 
@@ -118,6 +141,7 @@ def step_rows(metrics: dict[int, dict[str, float]]) -> list[dict]:
         row["correction_vs_main"] = row["correction_gen"] / row["main_gen"] if row["main_gen"] else 0.0
         row["correction_share_gen"] = row["correction_gen"] / gen if gen else 0.0
         row["lookup_steps_saved"] = m.get("ibpo/correction/lookup_decode_step_reduction")
+        row["corrections"], row["wrong"] = m.get("ibpo/num_corrections"), m.get("ibpo/num_wrong")
         # the rollout's own vLLM counters (recipe/ibpo/correction/rollout.py spec_counter_metrics): None without
         # speculation; drafted-step share 0 = speculation was off
         for key in ("spec_accepted_per_decode_step", "spec_drafted_step_share", "spec_stats_reported"):
@@ -135,7 +159,16 @@ def format_table(rows: list[dict], peak_mib: int) -> str:
         lines.append(f"| {r['step']} | {r['step_s']:.1f} | " + " | ".join(f"{r[k]:.1f}" for k, _ in PHASES) +
                      f" | {r['correction_vs_main']:.2f} | {100 * r['correction_share_step']:.0f}% | {saved} |")
     lines.append(f"\npeak GPU memory (nvidia-smi, all processes): {peak_mib / 1024:.1f} GiB")
+    lines.extend(corrections_line(r) for r in rows)
     return "\n".join(lines)
+
+
+def corrections_line(row: dict) -> str:
+    """How many corrections ran in a step, for how many wrong responses (the trainer's own counts)."""
+    ran, wrong = row.get("corrections"), row.get("wrong")
+    if ran is None or wrong is None:
+        return f"step {row['step']}: corrections not reported (no ibpo/num_corrections in the metrics)"
+    return f"step {row['step']}: {ran:.0f} corrections ran for {wrong:.0f} wrong responses"
 
 
 def main(argv=None) -> int:

@@ -5,7 +5,7 @@
 # about a third of IBPO's, so the budget stops it after ~550 steps (ARM_STEPS ~1.2x that: the cosine length).
 # N_RESP=64 is the paper's G = 64 baseline (~70 steps: set ARM_STEPS=85). What differs from the paper's
 # settings, and why, and its reading of "one update per iteration" (UPDATE_READING): the header of
-# run_ibpo_qwen3_1p7b_1gpu.sh.
+# run_ibpo_qwen3_1p7b_1gpu.sh; its start-up options (FAST_START, ENFORCE_EAGER) apply here too.
 set -xeuo pipefail
 N_RESP=${N_RESP:-8}
 if [ "${N_RESP}" = "64" ]; then DEFAULT_ARM_STEPS=85; else DEFAULT_ARM_STEPS=660; fi

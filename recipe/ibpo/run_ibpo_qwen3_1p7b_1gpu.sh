@@ -18,6 +18,9 @@
 #   - validation: AIME 2025 only, 16 samples per problem (Table 1: AIME, HMMT, LiveCodeBench v6, avg@64).
 # The same as the paper: G, λ, β, α, the lr and its schedule, the GSPO clip range and aggregation. The GSPO
 # baseline gets the same compute budget (COMPUTE_BUDGET, BUDGET_UNIT), not the same steps.
+# What fits in 80 GB is CHOSEN, NOT MEASURED: no run of these sizes (32 prompts x G = 8, 8k responses, a 32k vLLM
+# context, GPU_MEM=0.45) has been measured on a GPU; `python scripts/bench_gpu.py` measures peak memory and
+# per-phase seconds of one step at a reduced batch (docs/gpu.md, whose table says which rows are measured).
 set -xeuo pipefail
 
 MODEL_PATH=${MODEL_PATH:-"${HOME}/models/Qwen3-1.7B"}
@@ -62,6 +65,24 @@ ARM_STEPS=${ARM_STEPS:-240}
 TOTAL_STEPS=${TOTAL_STEPS:-${ARM_STEPS}}
 if [ "${COMPUTE_BUDGET}" = "0" ]; then TEST_FREQ=${TEST_FREQ:-10}; else TEST_FREQ=-1; fi
 LOGGER=${LOGGER:-"['console','file']"}
+# Start-up options for a short run or a GPU check (docs/gpu.md, "Start-up"); what each saves at start and costs
+# per step is unmeasured (no GPU in the session that added them):
+#   FAST_START=1    the actor's FSDP engine without torch.compile (its first pass compiles otherwise) and vLLM's
+#                   CUDA graphs captured for batches up to CUDAGRAPH_MAX only (default: the step's TRAIN_BATCH x
+#                   N_RESP requests, at most 512; vLLM captures up to 512 otherwise). With speculation a decode
+#                   pass carries 1 + k tokens per request: set CUDAGRAPH_MAX to requests x (1 + k) to keep graphs.
+#   ENFORCE_EAGER=1 vLLM without CUDA graphs or compilation (the slowest decode; for a check, not a run).
+FAST_START=${FAST_START:-0}
+ENFORCE_EAGER=${ENFORCE_EAGER:-0}
+START_OPTS=()
+if [ "${FAST_START}" = "1" ]; then
+    CUDAGRAPH_MAX=${CUDAGRAPH_MAX:-$(( TRAIN_BATCH * N_RESP < 512 ? TRAIN_BATCH * N_RESP : 512 ))}
+    SIZES=1; s=2; while [ "${s}" -lt "${CUDAGRAPH_MAX}" ]; do SIZES="${SIZES},${s}"; s=$((s * 2)); done
+    if [ "${CUDAGRAPH_MAX}" -gt 1 ]; then SIZES="${SIZES},${CUDAGRAPH_MAX}"; fi
+    START_OPTS+=(actor_rollout_ref.actor.use_torch_compile=False actor_rollout_ref.actor.fsdp_config.use_torch_compile=False
+                 "actor_rollout_ref.rollout.cudagraph_capture_sizes=[${SIZES}]")
+fi
+if [ "${ENFORCE_EAGER}" = "1" ]; then START_OPTS+=(actor_rollout_ref.rollout.enforce_eager=True); fi
 
 python3 -m recipe.ibpo.main_ibpo \
     data.train_files="${TRAIN_FILES}" \
@@ -107,4 +128,5 @@ python3 -m recipe.ibpo.main_ibpo \
     compute_budget.limit=${COMPUTE_BUDGET} \
     compute_budget.unit=${BUDGET_UNIT} \
     trainer.save_freq=50 \
+    ${START_OPTS[@]+"${START_OPTS[@]}"} \
     "$@"

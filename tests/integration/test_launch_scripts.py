@@ -22,7 +22,8 @@ SCRIPT_PATHS = {p.name: p for p in sorted(RECIPE_DIR.glob("*/run_*.sh"))}  # eac
 SCRIPTS = sorted(SCRIPT_PATHS)
 
 
-def recorded_invocations(script: str, tmp_path: Path, env_vars: dict | None = None) -> list[list[str]]:
+def recorded_invocations(script: str, tmp_path: Path, env_vars: dict | None = None,
+                         args: list[str] | None = None) -> list[list[str]]:
     shim_dir = tmp_path / "bin"
     shim_dir.mkdir(parents=True)
     record = tmp_path / "calls.jsonl"
@@ -31,7 +32,8 @@ def recorded_invocations(script: str, tmp_path: Path, env_vars: dict | None = No
                     f'open("{record}","a").write(json.dumps(sys.argv[1:])+"\\n")\' "$@"\n')
     shim.chmod(shim.stat().st_mode | stat.S_IEXEC)
     env = {**os.environ, "PATH": f"{shim_dir}:{os.environ['PATH']}", "HOME": str(tmp_path), **(env_vars or {})}
-    out = subprocess.run(["bash", str(SCRIPT_PATHS[script])], env=env, capture_output=True, text=True, timeout=60)
+    out = subprocess.run(["bash", str(SCRIPT_PATHS[script]), *(args or [])], env=env, capture_output=True, text=True,
+                         timeout=60)
     assert out.returncode == 0, out.stderr[-2000:]
     return [json.loads(line) for line in record.read_text().splitlines()]
 
@@ -243,3 +245,90 @@ def test_every_table_script_names_its_reading_of_one_update_per_iteration(script
     if "counterfactual" in script:
         return  # not a Table-1-5 launcher of the IBPO paper
     assert "UPDATE_READING" in header, script
+
+
+@pytest.mark.parametrize("script", ["run_ibpo_qwen3_1p7b_1gpu.sh", "run_gspo_qwen3_1p7b_1gpu.sh"])
+def test_one_gpu_start_up_options_compose_against_verl(script, tmp_path):
+    """FAST_START and ENFORCE_EAGER set the pinned verl's own keys (their step-time cost: docs/gpu.md, unmeasured)."""
+    (plain,) = recorded_invocations(script, tmp_path / "plain")
+    default = composed(plain)
+    assert default.actor_rollout_ref.actor.use_torch_compile is True  # verl's default: what FAST_START turns off
+    assert default.actor_rollout_ref.rollout.cudagraph_capture_sizes is None
+    assert default.actor_rollout_ref.rollout.enforce_eager is False
+    (fast,) = recorded_invocations(script, tmp_path / "fast", {"FAST_START": "1", "TRAIN_BATCH": "2"})
+    cfg = composed(fast)
+    actor, rollout = cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.rollout
+    assert actor.use_torch_compile is False and actor.fsdp_config.use_torch_compile is False
+    assert list(rollout.cudagraph_capture_sizes) == [1, 2, 4, 8, 16]  # up to the step's 2 x G = 8 requests
+    assert rollout.enforce_eager is False
+    assert {a for a in fast if a not in plain and str(tmp_path) not in a} == {  # nothing else moves
+        "data.train_batch_size=2", "actor_rollout_ref.actor.use_torch_compile=False",
+        "actor_rollout_ref.actor.fsdp_config.use_torch_compile=False",
+        "actor_rollout_ref.rollout.cudagraph_capture_sizes=[1,2,4,8,16]"}
+    (capped,) = recorded_invocations(script, tmp_path / "cap", {"FAST_START": "1", "CUDAGRAPH_MAX": "24"})
+    assert list(composed(capped).actor_rollout_ref.rollout.cudagraph_capture_sizes) == [1, 2, 4, 8, 16, 24]
+    (full,) = recorded_invocations(script, tmp_path / "full", {"FAST_START": "1"})
+    assert max(composed(full).actor_rollout_ref.rollout.cudagraph_capture_sizes) == 256  # 32 x 8
+    (eager,) = recorded_invocations(script, tmp_path / "eager", {"ENFORCE_EAGER": "1"})
+    cfg = composed(eager)
+    assert cfg.actor_rollout_ref.rollout.enforce_eager is True and cfg.actor_rollout_ref.actor.use_torch_compile
+
+
+def test_shape_bench_command_runs_the_papers_rule_and_corrects_every_wrong_response(tmp_path):
+    """scripts/bench_one_gpu_shape.py's launch: random weights answer every problem wrong (all groups all-wrong);
+    its command, composed against verl's config, corrects each of them (the count its table prints)."""
+    import importlib.util
+    import sys
+
+    from ibpo.options import IBPOConfig
+    from ibpo.pipeline import plan_corrections
+
+    path = RECIPE_DIR.parent / "scripts" / "bench_one_gpu_shape.py"
+    spec = importlib.util.spec_from_file_location("bench_one_gpu_shape_cmd", path)
+    shape = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = shape
+    spec.loader.exec_module(shape)
+    cmd, env = shape.launch_command(tmp_path / "m", {"train": "/d/t.parquet", "val": "/d/v.parquet"}, tmp_path, 1, [])
+    assert cmd[1] == str(SCRIPT_PATHS["run_ibpo_qwen3_1p7b_1gpu.sh"])
+    (argv,) = recorded_invocations("run_ibpo_qwen3_1p7b_1gpu.sh", tmp_path / "b", env, args=cmd[2:])
+    cfg = composed(argv)
+    ibpo = ibpo_config_from(cfg)
+    assert ibpo.correct_groups == "all" and IBPOConfig().correct_groups == "mixed"
+    prompts, group = int(cfg.data.train_batch_size), int(cfg.actor_rollout_ref.rollout.n)
+    groups = [g for g in range(prompts) for _ in range(group)]
+    messages = [[{"role": "user", "content": f"problem {g}"}] for g in groups]
+    responses = [[7, i % 50 + 1] for i in range(len(groups))]
+    decode = lambda ids: " ".join(map(str, ids))  # noqa: E731
+    planned = plan_corrections(groups, [False] * len(groups), messages, responses, decode, ibpo, step=1)
+    assert len(planned) == prompts * group == 256  # every wrong response of 32 all-wrong groups of G = 8
+    mixed = plan_corrections(groups, [False] * len(groups), messages, responses, decode,
+                             IBPOConfig(correct_groups="mixed"), step=1)
+    assert mixed == []  # the package default corrects none of them: why the bench passes the rule
+
+
+def test_gpu_bench_step_composes_against_verl(tmp_path):
+    """scripts/bench_gpu.py's one IBPO step: the one-GPU script at the bench's reduced shape, FAST_START, the
+    paper's rule and ngram speculation with vLLM's stats, composed against verl's config."""
+    import importlib.util
+    import sys
+
+    path = RECIPE_DIR.parent / "scripts" / "bench_gpu.py"
+    spec = importlib.util.spec_from_file_location("bench_gpu_cmd", path)
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = bench
+    spec.loader.exec_module(bench)
+    args = bench.parse_args([])
+    cmd, env = bench.step_command(args, tmp_path, tmp_path / "model", {"train": "/d/t.parquet", "val": "/d/v.parquet"})
+    (argv,) = recorded_invocations("run_ibpo_qwen3_1p7b_1gpu.sh", tmp_path / "b", env, args=cmd[2:])
+    cfg = composed(argv)
+    rollout, actor = cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.actor
+    assert ibpo_config_from(cfg).correct_groups == "all" and ibpo_config_from(cfg).enable
+    assert (cfg.data.train_batch_size, rollout.n, cfg.data.max_response_length) == (2, 8, 2048)
+    assert actor.ppo_mini_batch_size == 2 and cfg.trainer.total_training_steps == 1
+    assert actor.use_torch_compile is False and actor.fsdp_config.use_torch_compile is False
+    assert max(rollout.cudagraph_capture_sizes) == 2 * 8 * (1 + 8)  # requests x (1 + k) tokens per decode pass
+    assert dict(rollout.engine_kwargs.vllm.speculative_config) == {
+        "method": "ngram", "prompt_lookup_min": 2, "prompt_lookup_max": 5, "num_speculative_tokens": 8}
+    assert rollout.disable_log_stats is False and rollout.ignore_eos is True
+    assert cfg.actor_rollout_ref.model.override_config.attn_implementation == "sdpa"
+    assert cfg.compute_budget.limit == 0 and cfg.trainer.test_freq == -1 and cfg.trainer.val_before_train is False

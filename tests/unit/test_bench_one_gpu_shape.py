@@ -53,3 +53,16 @@ def test_skips_without_cuda(capsys, monkeypatch):
     monkeypatch.setattr(shape, "skip_reason", lambda: "no CUDA device (test)")
     assert shape.main(["--out", "x"]) == 0
     assert "skipped: no CUDA device (test)" in capsys.readouterr().out
+
+
+def test_prints_how_many_corrections_ran():
+    rows = shape.step_rows({1: {"ibpo/num_corrections": 256.0, "ibpo/num_wrong": 256.0},
+                            2: {"ibpo/num_wrong": 8.0}})
+    table = shape.format_table(rows, 1024)
+    assert "step 1: 256 corrections ran for 256 wrong responses" in table
+    assert "step 2: corrections not reported" in table  # a missing count is said, never printed as 0
+
+
+def test_command_passes_the_papers_rule(tmp_path):
+    cmd, _ = shape.launch_command(tmp_path / "m", {"train": "t", "val": "v"}, tmp_path, 1, [])
+    assert "ibpo.correct_groups=all" in cmd

@@ -71,6 +71,8 @@ VERSION_ALLOWED = {
     ("docs/gpu.md", 'pip install "verl[vllm]=='): "the GPU install as verified on the H100 (the verified set)",
     ("docs/gpu.md", "Verified set:"): "the environment line of the GPU measurements",
     ("docs/verl_on_cpu.md", "2.13.0+cpu, verl "): "the environment line of the CPU observations",
+    ("deploy/gpu_pins.txt", "verl=="): "the GPU stack as run on the H100/H200 (tests/unit/test_gpu_bundle.py "
+                                      "requires it to equal the pin)",
 }
 
 
