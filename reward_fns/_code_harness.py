@@ -558,9 +558,11 @@ def kill_descendants(monitor, job):
     """SIGKILL every process descended from this harness, including those that left the process group with
     setsid (a group kill misses them; without a per-run uid no sweep reaches them either), until none is left."""
     kill_group(monitor.main_child) if monitor.main_child else None
-    for _ in range(200):
+    sweep_uid(job)  # as root: every process of the per-run uid at once
+    give_up = time.monotonic() + 1.0  # bounded: the parent's own kill (group, cgroup, uid) follows in any case
+    while time.monotonic() < give_up:
         try:
-            pids = monitor.descendants()
+            pids = [pid for pid in monitor.descendants() if not _is_zombie(pid)]
         except Violation:
             break
         if not pids:
@@ -571,8 +573,6 @@ def kill_descendants(monitor, job):
             except OSError:
                 pass
         reap_orphans()
-        time.sleep(0.001)
-    sweep_uid(job)
     reap_orphans()
 
 
