@@ -24,14 +24,16 @@ BACKENDS = ["bwrap", "fallback"]
 
 @pytest.fixture(autouse=True)
 def no_memory_cgroup(monkeypatch):
-    """The monitor is the only memory bound here (as on a machine without a memory cgroup)."""
+    """The monitor is the only memory bound and CPU time over the tree the only CPU bound here (as on a machine
+    without cgroups); :func:`test_a_hostile_neighbour_cannot_starve_a_sample_into_a_timeout` also runs with them."""
     from reward_fns import sandbox
     monkeypatch.setenv("IBPO_SANDBOX_CGROUP", "0")
-    sandbox.memory_cgroup_parent.cache_clear()
-    sandbox.detect_isolation.cache_clear()
+    for cached in (sandbox.memory_cgroup_parent, sandbox.cpu_cgroup_parent, sandbox.detect_isolation):
+        cached.cache_clear()
     yield
-    sandbox.memory_cgroup_parent.cache_clear()
-    sandbox.detect_isolation.cache_clear()
+    monkeypatch.undo()
+    for cached in (sandbox.memory_cgroup_parent, sandbox.cpu_cgroup_parent, sandbox.detect_isolation):
+        cached.cache_clear()
 
 
 def run(backend, code, inputs, outputs, limits):
@@ -129,8 +131,14 @@ def _victim() -> tuple[str, str]:
     return code, str(sum(i * i % 7 for i in range(n)))
 
 
+@pytest.mark.parametrize("cgroups", [False, True], ids=["tree-cpu", "cgroups-where-available"])
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_a_hostile_neighbour_cannot_starve_a_sample_into_a_timeout(backend):
+def test_a_hostile_neighbour_cannot_starve_a_sample_into_a_timeout(backend, cgroups, monkeypatch):
+    if cgroups:
+        from reward_fns import sandbox
+        monkeypatch.delenv("IBPO_SANDBOX_CGROUP")
+        for cached in (sandbox.memory_cgroup_parent, sandbox.cpu_cgroup_parent, sandbox.detect_isolation):
+            cached.cache_clear()
     victim_code, expected = _victim()
     limits = CodeLimits(timeout_s=3.0, memory_mb=1024)  # the spinners would hold both cores for 3 s of wall time
     results = {}
