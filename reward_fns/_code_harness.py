@@ -54,6 +54,7 @@ PR_SET_CHILD_SUBREAPER = 36
 PR_SET_NO_NEW_PRIVS = 38
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
 MONITOR_INTERVAL_S = 0.02
+HARNESS_SAVED_GID = 999_999_999  # below the per-run uid range; held only as the harness's saved gid
 OK_REPLY_PREFIX = '{"status": "ok", "value": '  # json.dumps of the child's {"status": "ok", "value": ...}
 MAX_DECODED_REPLY = 1 << 16  # other replies (errors) are small; longer ones are garbled, never decoded
 MAX_WIRE_DEPTH = 150  # JSON nesting of a returned value; the trusted parent decodes with bounded recursion
@@ -243,7 +244,10 @@ def isolate_harness(job):
         # which is why we drop privileges; setresuid clears all capabilities.
         set_limit(resource.RLIMIT_NPROC, job["max_processes"])
         os.setgroups([])
-        os.setresgid(uid, uid, uid)
+        # The saved gid stays HARNESS_SAVED_GID, which no program process keeps (child_limits drops it): prlimit()
+        # and ptrace need every id of the target to match the caller's, so the program can never change this
+        # harness's resource limits (README "the harness's limits are out of the sample's reach").
+        os.setresgid(uid, uid, HARNESS_SAVED_GID)
         os.setresuid(uid, uid, uid)
         report["uid"] = os.getuid()
     # A fresh anonymous session keyring owned by the per-run uid: nothing of the trainer's session keyring is
@@ -279,8 +283,9 @@ def preimport():
 
 
 # ----------------------------------------------------------------------------------- whole-sample limits
-def sysv_segments():
-    """{shmid: bytes} of the SysV shared-memory segments visible in this IPC namespace."""
+def sysv_segments(strict=False):
+    """{shmid: bytes} of the SysV shared-memory segments visible in this IPC namespace. ``strict`` (the monitor):
+    a failed read other than a kernel without SysV IPC (ENOENT) refuses the sample."""
     out = {}
     try:
         with open("/proc/sysvipc/shm") as fh:
@@ -289,9 +294,42 @@ def sysv_segments():
                 row = dict(zip(header, line.split()))
                 resident = int(row.get("rss", row.get("size", 0))) + int(row.get("swap", 0))
                 out[int(row["shmid"])] = resident
-    except (OSError, ValueError, KeyError):
+    except FileNotFoundError:
         pass
+    except (OSError, ValueError, KeyError) as exc:
+        if strict:
+            raise Violation("runtime_error", f"the sandbox's memory monitor could not read SysV segments: "
+                                             f"{type(exc).__name__}") from None
     return out
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+GONE_ERRNOS = (2, 3)  # ENOENT, ESRCH: the process (or the fd) no longer exists
+
+
+def refuse_unless_gone(exc, pid):
+    """README "a process the monitor cannot read is refused": any failed read of a process that still exists
+    (EMFILE after the program lowered our fd limit, ENOMEM, EIO, EACCES ...) ends the sample; only a process
+    (or fd) that vanished in between is skipped."""
+    if exc.errno in GONE_ERRNOS or _is_zombie(pid):
+        return
+    raise Violation("runtime_error", f"the sandbox's memory monitor could not read process {pid} "
+                                     f"({os.strerror(exc.errno) if exc.errno else type(exc).__name__})")
+
+
+def _stat_cpu_ticks(data):
+    """utime + stime + cutime + cstime (clock ticks) from /proc/<pid>/stat: the process and its reaped children."""
+    fields = data.rsplit(b")", 1)[1].split()
+    return int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
+
+
+def run_delay_s(pid):
+    """Seconds ``pid`` has spent runnable but waiting for a CPU (/proc/<pid>/schedstat): time a neighbour took."""
+    try:
+        with open(f"/proc/{pid}/schedstat", "rb") as fh:
+            return int(fh.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 HARNESS_STOPS = []  # set by the SIGCONT handler: the harness was stopped (SIGSTOP/SIGTSTP) and continued
@@ -342,6 +380,30 @@ class Monitor:
         # floor, because they did coexist with a live interpreter (otherwise 512 MiB of SysV segments under a
         # 512 MiB limit passes whenever the program exits between two polls).
         self.live_anon_floor = 0
+        # CPU: a test may use timeout_s of CPU time over ALL its processes (as on a judge's one core), the sample
+        # cpu_seconds_total; and the harness's own limits must stay as set (a same-uid program could prlimit them)
+        self.timeout_s = float(job["timeout_s"])
+        self.sample_cpu_s = float(job["cpu_seconds_total"])
+        self.live_cpu_s = 0.0
+        self.test_cpu_start = 0.0
+        self.own_limits = harness_limits()
+
+    def sample_cpu(self):
+        """CPU seconds of the whole sample so far: the live processes (with their reaped children, as of the last
+        poll) plus every descendant this harness reaped."""
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return self.live_cpu_s + usage.ru_utime + usage.ru_stime
+
+    def start_test(self, persistent_pid=None):
+        """Mark the start of a test (``persistent_pid``: the functional solution process that serves every call)."""
+        self.live_cpu_s = 0.0
+        if persistent_pid is not None:
+            try:
+                with open(f"/proc/{persistent_pid}/stat", "rb") as fh:
+                    self.live_cpu_s = _stat_cpu_ticks(fh.read()) / CLOCK_TICKS
+            except (OSError, IndexError, ValueError):
+                pass
+        self.test_cpu_start = self.sample_cpu()
 
     def descendants(self):
         out, stack = [], [self.me]
@@ -349,13 +411,15 @@ class Monitor:
             pid = stack.pop()
             try:
                 tids = os.listdir(f"/proc/{pid}/task")
-            except OSError:
+            except OSError as exc:
+                refuse_unless_gone(exc, pid)
                 continue
             for tid in tids:
                 try:
                     with open(f"/proc/{pid}/task/{tid}/children") as fh:
                         kids = [int(k) for k in fh.read().split()]
-                except OSError:
+                except OSError as exc:
+                    refuse_unless_gone(exc, pid)
                     continue
                 for kid in kids:
                     if pid == self.me and kid != self.main_child:  # orphan re-parented to us: reap if dead
@@ -377,6 +441,9 @@ class Monitor:
         self.next_check = time.monotonic() + MONITOR_INTERVAL_S
         if HARNESS_STOPS:
             raise Violation("runtime_error", "the sandbox harness was stopped (SIGSTOP) while the program ran")
+        if harness_limits() != self.own_limits:
+            raise Violation("runtime_error", "the sandbox harness's resource limits were changed while the program "
+                                             "ran (prlimit)")
         pids = self.descendants()
         if len(pids) > self.max_processes:
             raise Violation("runtime_error", f"more than {self.max_processes} processes")
@@ -386,9 +453,14 @@ class Monitor:
             if total > self.limit:
                 raise Violation("memory_limit",
                                 f"sandbox uses {total >> 20} MiB in all (limit {self.limit >> 20} MiB)")
+        cpu = self.sample_cpu()
+        if cpu - self.test_cpu_start > self.timeout_s:
+            raise Violation("timeout", f"CPU time of the test's processes together over {self.timeout_s:g} s")
+        if cpu > self.sample_cpu_s:
+            raise Violation("timeout", f"CPU time of the sample's processes together over {self.sample_cpu_s:g} s")
 
     def usage(self, pids, precise):
-        anon = shmem = objects = 0
+        anon = shmem = objects = cpu_ticks = 0
         seen, unreadable, now = set(), {}, time.monotonic()
         for pid in pids:
             try:
@@ -399,6 +471,8 @@ class Monitor:
                     with open(f"/proc/{pid}/status", "rb") as fh:
                         data = fh.read()
                 fds = os.listdir(f"/proc/{pid}/fd")
+                with open(f"/proc/{pid}/stat", "rb") as fh:
+                    cpu_ticks += _stat_cpu_ticks(fh.read())
             except PermissionError:
                 # Only the harness's own fresh fork (the main child, before its prctl) may be unreadable, and for
                 # at most half a second. Every other process inherited dumpable=1 and the seccomp filter refuses
@@ -409,7 +483,8 @@ class Monitor:
                     raise Violation("runtime_error", "a process hid from the sandbox's memory monitor (not readable)")
                 unreadable[pid] = first
                 continue
-            except OSError:
+            except OSError as exc:  # EMFILE, ENOMEM, EIO ...: a read that fails hides the process: refused
+                refuse_unless_gone(exc, pid)
                 continue
             fields = {}
             for line in data.split(b"\n"):
@@ -428,19 +503,22 @@ class Monitor:
                     if not os.readlink(path).startswith("/memfd:"):  # tmpfs files: counted by statvfs
                         continue
                     st = os.stat(path)
-                except OSError:
+                except OSError as exc:  # the fd was closed in between (ENOENT) is fine; any other failure is not
+                    refuse_unless_gone(exc, pid)
                     continue
                 if (st.st_dev, st.st_ino) not in seen:
                     seen.add((st.st_dev, st.st_ino))
                     objects += st.st_blocks * 512
         self.unreadable = unreadable
-        objects += sum(v for k, v in sysv_segments().items() if k not in self.ignore_shm)
+        self.live_cpu_s = cpu_ticks / CLOCK_TICKS
+        objects += sum(v for k, v in sysv_segments(strict=True).items() if k not in self.ignore_shm)
         for directory in self.tmpfs:
             try:
                 st = os.statvfs(directory)
-                objects += (st.f_blocks - st.f_bfree) * st.f_frsize
-            except OSError:
-                pass
+            except OSError as exc:
+                raise Violation("runtime_error", f"the sandbox's memory monitor could not read {directory}: "
+                                                 f"{exc.strerror}") from None
+            objects += (st.f_blocks - st.f_bfree) * st.f_frsize
         anon_bytes = anon * 1024
         if pids and anon_bytes:
             self.live_anon_floor = min(self.live_anon_floor or anon_bytes, anon_bytes)
@@ -452,6 +530,52 @@ class Monitor:
         return anon_bytes + max(shmem * 1024, objects)
 
 
+def harness_limits():
+    """Every resource limit of this harness process (compared at each poll: see :meth:`Monitor.check`)."""
+    return tuple(resource.getrlimit(getattr(resource, name)) for name in sorted(dir(resource))
+                 if name.startswith("RLIMIT_"))
+
+
+class TestClock:
+    """A test's own time (README "a time-out is the sample's own"): wall time since the test started MINUS the
+    time its main process spent runnable but waiting for a CPU (``/proc/<pid>/schedstat`` run_delay), so a
+    neighbour that eats the CPUs cannot push an honest program over its limit, while a program that sleeps or
+    spins still reaches it. CPU time over all the test's processes is bounded separately (:class:`Monitor`)."""
+
+    def __init__(self, pid, timeout_s, start=None):
+        self.pid, self.timeout_s = pid, timeout_s
+        self.start = time.monotonic() if start is None else start
+        self.delay_at_start = run_delay_s(pid) if start is None else 0.0
+
+    def over(self):
+        elapsed = time.monotonic() - self.start
+        if elapsed <= self.timeout_s:
+            return False
+        return elapsed - max(0.0, run_delay_s(self.pid) - self.delay_at_start) > self.timeout_s
+
+
+def kill_descendants(monitor, job):
+    """SIGKILL every process descended from this harness, including those that left the process group with
+    setsid (a group kill misses them; without a per-run uid no sweep reaches them either), until none is left."""
+    kill_group(monitor.main_child) if monitor.main_child else None
+    sweep_uid(job)  # as root: every process of the per-run uid at once
+    give_up = time.monotonic() + 1.0  # bounded: the parent's own kill (group, cgroup, uid) follows in any case
+    while time.monotonic() < give_up:
+        try:
+            pids = [pid for pid in monitor.descendants() if not _is_zombie(pid)]
+        except Violation:
+            break
+        if not pids:
+            break
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        reap_orphans()
+    reap_orphans()
+
+
 PF_EXITING = 0x4
 
 
@@ -461,11 +585,16 @@ def _is_zombie(pid):
         with open(f"/proc/{pid}/stat") as fh:
             fields = fh.read().rsplit(")", 1)[1].split()
         return fields[0] in ("Z", "X") or bool(int(fields[6]) & PF_EXITING)
-    except (OSError, IndexError, ValueError):
+    except OSError as exc:  # gone: dead; any other failure (EMFILE ...) proves nothing: not dead
+        return exc.errno in GONE_ERRNOS
+    except (IndexError, ValueError):
         return True
 
 
 def child_limits(job, cpu_seconds):
+    if job.get("sandbox_uid") is not None:  # drop the harness's saved gid: the program's ids differ from ours
+        gid = os.getgid()
+        os.setresgid(gid, gid, gid)
     # Deep recursion on the main thread (sys.setrecursionlimit + @lru_cache, whose C frames use the C stack):
     # the main thread's stack grows on demand up to RLIMIT_STACK, checked when it grows, so raising it here lets
     # the program recurse until the stack meets the mappings below it (>= 128 MiB away), as on a judge with a
@@ -639,7 +768,7 @@ def drain_nonblocking(fd, limit):
     return bytes(data)
 
 
-def collect(pid, out_r, err_r, deadline, out_cap, monitor, last, job_delay_s=0.0):
+def collect(pid, out_r, err_r, clock, out_cap, monitor, last, job_delay_s=0.0):
     """Read a stdin-mode child's stdout (up to ``out_cap`` bytes) and stderr tail until it exits or times out;
     once it has exited, what is still in the pipes is read to the end (a grandchild may keep them open)."""
     out, err = bytearray(), bytearray()
@@ -660,11 +789,10 @@ def collect(pid, out_r, err_r, deadline, out_cap, monitor, last, job_delay_s=0.0
         except Violation as exc:
             verdict = (exc.status, exc.detail)
             break
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            verdict = ("timeout", "wall-clock limit per test")
+        if clock.over():
+            verdict = ("timeout", "time limit per test (wall-clock time, waits for a CPU excluded)")
             break
-        ready, _, _ = select.select(list(open_fds), [], [], min(remaining, MONITOR_INTERVAL_S))
+        ready, _, _ = select.select(list(open_fds), [], [], MONITOR_INTERVAL_S)
         for fd in ready:
             chunk = os.read(fd, 1 << 16)
             if not chunk:
@@ -684,9 +812,7 @@ def collect(pid, out_r, err_r, deadline, out_cap, monitor, last, job_delay_s=0.0
                     verdict = take(fd, chunk) or verdict
                 break
     if verdict is None and status is None:
-        status = reap(pid, deadline)
-        if status is None:
-            verdict = ("timeout", "wall-clock limit per test")
+        status, verdict = wait_exit(pid, clock, monitor)
     if verdict is None:
         try:  # what the test leaves behind (other processes, shared memory) counts too; always after the last
             monitor.check() if last else monitor.maybe_check()
@@ -700,10 +826,29 @@ def collect(pid, out_r, err_r, deadline, out_cap, monitor, last, job_delay_s=0.0
     return verdict, bytes(out), bytes(err)
 
 
+def wait_exit(pid, clock, monitor):
+    """Wait for ``pid`` to exit (its pipes are closed) under the test's clock and the monitor: (status, verdict)."""
+    while True:
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return 0, ("runtime_error", "the program's process vanished")
+        if done:
+            return status, None
+        try:
+            monitor.maybe_check()
+        except Violation as exc:
+            return None, (exc.status, exc.detail)
+        if clock.over():
+            return None, ("timeout", "time limit per test (wall-clock time, waits for a CPU excluded)")
+        time.sleep(0.001)
+
+
 def run_stdin_tests(job, code_obj, monitor):
     for index, input_text in enumerate(job["inputs"]):
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
+        monitor.start_test()
         start = time.monotonic()
         pid = os.fork()
         if pid == 0:
@@ -713,13 +858,12 @@ def run_stdin_tests(job, code_obj, monitor):
         monitor.main_child = pid
         os.close(out_w)
         os.close(err_w)
-        (status, detail), out, err = collect(pid, out_r, err_r, start + job["timeout_s"], job["max_output_bytes"],
-                                             monitor, index == len(job["inputs"]) - 1,
+        (status, detail), out, err = collect(pid, out_r, err_r, TestClock(pid, job["timeout_s"], start),
+                                             job["max_output_bytes"], monitor, index == len(job["inputs"]) - 1,
                                              float(job.get("test_exit_check_delay_s") or 0.0))
         os.close(out_r)
         os.close(err_r)
-        sweep_uid(job)
-        reap_orphans()
+        kill_descendants(monitor, job)
         if status == "runtime_error" and err:
             detail = err.decode("utf-8", "replace").strip().splitlines()[-1:] or [detail]
             detail = detail[0]
@@ -846,13 +990,12 @@ def run_functional_child(job, code_text, req_r, rep_w):
     finish_child(EXIT_OK)
 
 
-def read_reply(fd, buffer, deadline, cap, monitor):
+def read_reply(fd, buffer, clock, cap, monitor):
     while b"\n" not in buffer:
         monitor.maybe_check()
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
+        if clock.over():
             return None
-        ready, _, _ = select.select([fd], [], [], min(remaining, MONITOR_INTERVAL_S))
+        ready, _, _ = select.select([fd], [], [], MONITOR_INTERVAL_S)
         if not ready:
             continue
         chunk = os.read(fd, 1 << 16)
@@ -872,7 +1015,7 @@ def run_functional_tests(job, monitor):
     except Violation as exc:
         kill_group(monitor.main_child)
         reap(monitor.main_child, time.monotonic() + 5)
-        sweep_uid(job)
+        kill_descendants(monitor, job)
         emit({"event": "test", "i": monitor.current, "status": exc.status, "detail": exc.detail})
         raise
 
@@ -890,15 +1033,16 @@ def run_functional_calls(job, monitor):
     os.close(req_r)
     os.close(rep_w)
     buffer = bytearray()
-    start = time.monotonic()
+    monitor.start_test()
 
     def stop(event):
         kill_group(pid)
         reap(pid, time.monotonic() + 5)
-        sweep_uid(job)
+        kill_descendants(monitor, job)
         emit(event)
 
-    line = read_reply(rep_r, buffer, start + job["timeout_s"], job["max_output_bytes"], monitor)
+    line = read_reply(rep_r, buffer, TestClock(pid, job["timeout_s"], time.monotonic()), job["max_output_bytes"],
+                      monitor)
     if line is None:
         return stop({"event": "test", "i": 0, "status": "timeout", "detail": "loading the solution timed out"})
     hello = json.loads(line) if line else {"ready": False, "status": "runtime_error", "detail": "solution died"}
@@ -911,13 +1055,15 @@ def run_functional_calls(job, monitor):
                      "detail": hello.get("detail", "")})
     for index, args in enumerate(job["inputs"]):
         monitor.current = index
+        monitor.start_test(pid)
         start = time.monotonic()
+        clock = TestClock(pid, job["timeout_s"])
         try:
             os.write(req_w, (json.dumps(args) + "\n").encode("utf-8"))
         except OSError:
             line = ""
         else:
-            line = read_reply(rep_r, buffer, start + job["timeout_s"], job["max_output_bytes"], monitor)
+            line = read_reply(rep_r, buffer, clock, job["max_output_bytes"], monitor)
         seconds = round(time.monotonic() - start, 4)
         if line is None:
             return stop({"event": "test", "i": index, "status": "timeout", "detail": "wall-clock limit per test",
@@ -946,7 +1092,7 @@ def run_functional_calls(job, monitor):
         return stop(event)
     kill_group(pid)
     reap(pid, time.monotonic() + 5)
-    sweep_uid(job)
+    kill_descendants(monitor, job)
 
 
 def main():

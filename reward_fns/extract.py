@@ -10,6 +10,7 @@ them under the same wall-clock deadline as math-verify. This module imports noth
 from __future__ import annotations
 
 import re
+import unicodedata
 
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
@@ -38,6 +39,61 @@ def strip_thinking(text: str) -> str | None:
     if THINK_OPEN in text:
         return None
     return text
+
+
+# --- what the reader sees: ONE normalisation of the response text before any math extraction (README "Reading
+# the text") --------------------------------------------------------------------------------------------------
+# Invisible characters, removed: soft hyphen, combining grapheme joiner, Arabic letter mark, Mongolian vowel
+# separator, zero-width space/non-joiner/joiner, left-to-right/right-to-left marks and embeddings/overrides/isolates,
+# word joiner, invisible function application/times/separator/plus, byte-order mark (zero-width no-break space),
+# variation selectors, Hangul fillers, Khmer inherent vowels, and every other control character but tab, line feed
+# and carriage return.
+INVISIBLE_CHARS = ("\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180e\u200b\u200c\u200d\u200e\u200f"
+                   "\u202a\u202b\u202c\u202d\u202e\u2060\u2061\u2062\u2063\u2064\u2066\u2067\u2068\u2069"
+                   "\u3164\ufeff\uffa0" + "".join(chr(c) for c in range(0xfe00, 0xfe10)))
+_INVISIBLE_RE = re.compile("[" + INVISIBLE_CHARS + "\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+# Terminal escape sequences (ANSI colour codes such as ESC[31m, OSC titles): the reader sees none of it.
+_ANSI_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
+# Characters NFKC would misread, left for RULE "Unicode math": vulgar fractions (NFKC: 2½ -> "21⁄2") and
+# super/subscripts (NFKC: x² -> "x2").
+_NFKC_KEPT = "½⅓⅔¼¾⅕⅖⅗⅘⅙⅚⅛⅜⅝⅞⅐⅑⅒⁰¹²³⁴⁵⁶⁷⁸⁹⁻⁺₀₁₂₃₄₅₆₇₈₉₊₋"
+_NFKC_KEPT_RE = re.compile("([" + _NFKC_KEPT + "]+)")
+_NON_ASCII_DIGIT_RE = re.compile(r"(?![0-9])\d")  # every other Unicode decimal digit (category Nd)
+
+
+def reader_text(text: str) -> str:
+    """What a reader sees, as plain text (README "Reading the text"; applied once to a math response before
+    extraction): terminal escape sequences and :data:`INVISIBLE_CHARS` removed, HTML comments removed (an
+    unclosed ``<!--`` hides the rest, as a browser does), Unicode NFKC (full-width letters and digits, math
+    bold/double-struck digits, the full-width minus, every space such as the figure, thin, narrow no-break and
+    no-break space -> ASCII) except the characters RULE "Unicode math" reads, then every decimal digit of any
+    script (Arabic-Indic, Devanagari, ...) -> its ASCII digit. Each step is one pass: linear time."""
+    if "\x1b" in text:
+        text = _ANSI_RE.sub("", text)
+    text = _without_html_comments(text)
+    if text.isascii():
+        return _INVISIBLE_RE.sub("", text)
+    text = _INVISIBLE_RE.sub("", text)
+    text = "".join(part if i % 2 else unicodedata.normalize("NFKC", part)
+                   for i, part in enumerate(_NFKC_KEPT_RE.split(text)))
+    return _NON_ASCII_DIGIT_RE.sub(lambda m: str(unicodedata.decimal(m.group(), 0)), text)
+
+
+def _without_html_comments(text: str) -> str:
+    """``text`` without ``<!-- ... -->`` (linear: each comment's end is searched once, from its start)."""
+    start = text.find("<!--")
+    if start < 0:
+        return text
+    parts, pos = [], 0
+    while start >= 0:
+        parts.append(text[pos:start])
+        close = text.find("-->", start + 4)
+        if close < 0:
+            return "".join(parts)
+        pos = close + 3
+        start = text.find("<!--", pos)
+    parts.append(text[pos:])
+    return "".join(parts)
 
 
 # One token per match: a box opening, an escaped character (skipped, so \{ and \} never count), or a brace.
@@ -136,25 +192,73 @@ _BEFORE_BOX_RE = re.compile(r"(?:(?<![-=*])[-+0-9]|(?<!\*)\*(?!\*)|(?:[}^_]|\\(?
                             r"(?:\[[^\]]{0,8}\])?)\{[ \t]{0,16}"
                             r"|(?:[/^_<|≈≠≤≥±]|(?<![-=])>|\\(?:cdot|times|div|pm|mp|approx|sim|frac|sqrt|dfrac|tfrac|"
                             r"le|ge|leq|geq|lt|gt|ne|neq|cancel|not)(?![A-Za-z]))[ \t]{0,16})\Z")
-# A remark right after the final box (same line): "\text{ (or 71)}", "(approximately)". Hedges there void the box.
-_AFTER_ASIDE_RE = re.compile(r"[ \t]{0,8}(\\text[a-z]*\s*\{[^{}\n]{0,60}\}|\([^()\n]{0,60}\)|or\b[^\n]{0,40})")
 # HTML emphasis around an answer ("<b>\boxed{70}</b>"); never <sup>/<sub>, which carry math.
 _HTML_TAG_RE = re.compile(r"</?(?:b|strong|i|em|u|span|div|p|mark|center|code|br|font|big|small)\b[^<>\n]{0,80}>",
                           re.IGNORECASE)
 
 
 def boxes_embedded(text: str) -> bool:
-    """Whether the final box(es) are an operand of a larger expression (then the box is not the answer)."""
+    """Whether the final box(es) are an operand of a larger expression, or hedged on their line (then the box is
+    not the answer): ``\\boxed{70}+1``, ``2\\boxed{35}``, ``$\\boxed{70}$ (or 71)``, ``\\boxed{70} OR 71``."""
     group = _final_box_group(text)
     if not group:
         return False
     start, end = group[0][0], group[-1][2]
-    end = _AFTER_DECORATION_RE.match(text, end).end()
-    aside = _AFTER_ASIDE_RE.match(text, end)
-    if aside and (_HEDGE_RE.search(aside.group(1)) or re.search(r"(?i)(?<![A-Za-z])or(?![A-Za-z])", aside.group(1))
-                  or any(ch.isdigit() for ch in aside.group(1))):
-        return True  # "\boxed{70} \text{ (or 71)}", "\boxed{70} (maybe 71)": a hedge right after the box
-    return bool(_AFTER_BOX_RE.match(text, end) or _BEFORE_BOX_RE.search(text[max(0, start - 24):start]))
+    if line_after_box_hedged(text, end):
+        return True
+    after = _AFTER_DECORATION_RE.match(text, end).end()
+    return bool(_AFTER_BOX_RE.match(text, after) or _BEFORE_BOX_RE.search(text[max(0, start - 24):start]))
+
+
+# RULE "hedge after the box" (README): what follows the final box on its line -- past the closing math delimiters
+# ``$``, ``$$``, ``\)``, ``\]``, ``\end{...}`` (the last three also when they open the next line) -- may hold
+# decoration, punctuation and explanatory words, but no second value and no hedge.
+_BOX_OPEN_RE = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
+_CLOSER_ON_NEXT_LINE_RE = re.compile(r"[ \t$*}]*\n[ \t]*(?:\\\]|\\\)|\\end\s*\{)")
+_TAIL_UNIT_EXPONENT_RE = re.compile(r"(?<=[A-Za-z}])\^\s*\{?\s*-?[123]\s*\}?|\[\^[^\]\s]{1,8}\]")
+_LATEX_COMMAND_NAME_RE = re.compile(r"\\[A-Za-z]+|\\.")
+# Hedge words after a box, answer value or unit, any case (README "hedges after the answer"): a second value
+# ("or", "alternatively", "also"), doubt ("maybe", "wait", "no", "not sure"), an approximation, a retraction
+# ("actually", "wrong", "sorry", "scratch that"), a value-changing word; in English and in a named list of other
+# languages (German, French, Spanish, Italian, Portuguese, Russian, Chinese, Japanese).
+_TAIL_HEDGE_RE = re.compile(
+    r"(?i)(?<![^\W\d_])(?:or|nor|alternatively|also|else|otherwise|maybe|perhaps|possibly|probably|likely|no|nope|not|"
+    r"wait|hmm+|sorry|oops|correction|actually|instead|rather|unless|except|either|approx[a-z.]*|about|around|"
+    r"roughly|nearly|almost|circa|ca|estimat[a-z]*|guess[a-z]*|unsure|uncertain|doubt[a-z]*|wrong|incorrect|"
+    r"mistake[a-z]*|retract[a-z]*|scratch|round(?:ed|ing)?|nearest|truncat[a-z]*|plus|minus|if|least|most|more|"
+    r"less|"
+    r"oder|vielleicht|ungef[aä]hr|etwa|ou|peut-[eê]tre|environ|quiz[aá]s?|aproximadamente|forse|circa|"
+    r"talvez|или|примерно|может|около)(?![^\W\d_])|或|还是|還是|可能|大约|大概|约|左右|または|くらい|ぐらい|約")
+# Spelled-out numbers are numbers: "(seventy-one also works)", "\text{ or seventy-one}".
+_NUMBER_WORD_RE = re.compile(
+    r"(?i)(?<![A-Za-z])(?:zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|"
+    r"fifteen|sixteen|seventeen|eighteen|nineteen|twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety|hundred|"
+    r"thousand|million|billion|trillion|dozen|half|twice|double|triple)(?![A-Za-z])")
+
+
+def line_after_box_hedged(text: str, end: int) -> bool:
+    """RULE "hedge after the box": whether the rest of the box's line (from ``end``) holds a second value or a
+    hedge: a digit or spelled-out number (``(or 71)``, ``[or 71]``, ``— 71``, ``\\quad\\text{or}\\quad 71``),
+    a hedge word in any case (``OR``, ``(maybe)``, ``(approximately)``, ``. Or``, ``— wait, no``), a relation,
+    or a question mark. Allowed: decoration and a unit (``^\\circ``, ``\\text{ cm}^2``, a footnote mark),
+    punctuation, explanatory words (``(in dollars)``, ``is the final answer.``). The next line is outside the
+    answer (RULE "next line"), unless it opens with a closing ``\\]``/``\\)``/``\\end{}`` of the box's math.
+    One pass over the line: linear."""
+    line_end = text.find("\n", end)
+    line_end = len(text) if line_end < 0 else line_end
+    closer = _CLOSER_ON_NEXT_LINE_RE.match(text, end)
+    if closer and closer.end() > line_end:  # the box's display math closes on the next line: judge that line too
+        nxt = text.find("\n", closer.end())
+        line_end = len(text) if nxt < 0 else nxt
+    tail = text[end:line_end]
+    cut = _BOX_OPEN_RE.search(tail)  # a later box is unbalanced (truncated): skipped, as in the extraction
+    tail = tail[:cut.start()] if cut else tail
+    if not tail.strip(" \t$.,;:!*}"):
+        return False
+    tail = _TAIL_UNIT_EXPONENT_RE.sub(" ", tail)
+    plain = _LATEX_COMMAND_NAME_RE.sub(" ", tail)
+    return bool(re.search(r"[0-9?]", plain) or _NUMBER_WORD_RE.search(plain) or _TAIL_HEDGE_RE.search(plain)
+                or _relation_tokens(tail) - {"\\to", "\\Rightarrow", "\\implies"})
 
 
 def math_final_text(text: str) -> str | None:
@@ -223,30 +327,35 @@ def _is_prose_or_placeholder(value: str) -> bool:
         len(_WORD_RE.findall(plain)) >= 2 and not re.search(r"[0-9$\\]", value))
 
 
-_FOOTNOTE_RE = re.compile(r"(?<=\S)\[\^[^\]\s]{1,8}\]\s*$")  # a markdown footnote mark: "70[^1]"
+_FOOTNOTE_RE = re.compile(r"(?<=\S)\[\^[^\]\s]{1,8}\]\s*")  # a markdown footnote mark: "70[^1]"
 
 
 def normalise_answer(answer: str) -> str:
     """Strip decoration around an extracted answer: whitespace, ``**bold**``, ``$...$``, ``\\(...\\)``,
-    ``\\[...\\]`` and a trailing ``.``/``,``/``;`` (a bounded number of passes: linear time)."""
-    s = answer.strip()
-    for _ in range(8):
-        previous = s
-        if s.startswith("**"):
-            s = s[2:]
-        if s.endswith("**"):
-            s = s[:-2]
-        s = s.strip().strip("$").strip()
+    ``\\[...\\]``, a code span, a footnote mark and a trailing ``.``/``,``/``;``, however deeply repeated.
+    Each pass moves two indices inwards (no copy), so the whole is linear time."""
+    s = answer
+    lo, hi = 0, len(s)
+    while True:
+        before = (lo, hi)
+        while lo < hi and (s[lo].isspace() or s[lo] == "$"):
+            lo += 1
+        while hi > lo and (s[hi - 1].isspace() or s[hi - 1] in "$.,;"):
+            hi -= 1
+        if s.startswith("**", lo) and hi - lo >= 2:
+            lo += 2
+        if s.endswith("**", lo, hi) and hi - lo >= 2:
+            hi -= 2
         for left, right in (("\\(", "\\)"), ("\\[", "\\]")):
-            if s.startswith(left) and s.endswith(right) and len(s) >= 4:
-                s = s[2:-2].strip()
-        s = s.rstrip(".,;").strip()
-        if len(s) >= 2 and s.startswith("`") and s.endswith("`"):  # a code span
-            s = s.strip("`").strip()
-        s = _FOOTNOTE_RE.sub("", s).strip()
-        if s == previous:
-            break
-    return s
+            if hi - lo >= 4 and s.startswith(left, lo) and s.endswith(right, lo, hi):
+                lo, hi = lo + 2, hi - 2
+        if hi - lo >= 2 and s[lo] == "`" and s[hi - 1] == "`":  # a code span
+            lo, hi = lo + 1, hi - 1
+        footnote = _FOOTNOTE_RE.search(s, max(lo, hi - 16), hi)
+        if footnote and footnote.end() == hi and footnote.start() > lo:
+            hi = footnote.start()
+        if (lo, hi) == before:
+            return s[lo:hi]
 
 
 def extract_math_answer(final_text: str) -> tuple[str | None, str]:
@@ -260,8 +369,8 @@ def extract_math_answer(final_text: str) -> tuple[str | None, str]:
     ``how == "boxed_embedded"``: the stated answer is the expression, not the box, and is scored wrong.
     Returns ``(answer, how)`` with ``how`` in ``{"boxed", "boxed_list", "boxed_embedded", "answer_line", "none"}``.
     """
-    final_text = _HTML_TAG_RE.sub("", final_text)
-    contents = [normalise_answer(c) for c in final_boxes(final_text)]
+    final_text = _HTML_TAG_RE.sub("", _without_html_comments(final_text))
+    contents = [strip_grouping_braces(normalise_answer(c)) for c in final_boxes(final_text)]
     contents = [c for c in contents if c]
     if contents and boxes_embedded(final_text):
         return ", ".join(contents), "boxed_embedded"
@@ -372,8 +481,12 @@ RELATION_CHARS = frozenset("<>≈≠≤≥∼≃≅≡≪≫∝⩽⩾≲≳±∓
 _COMMAND_RE = re.compile(r"\\([A-Za-z]+)")
 _HEDGE_RE = re.compile(r"(?i)(?<![A-Za-z])(?:approx[a-z]*|about|around|roughly|nearly|almost|circa|ca|estimat[a-z]*|"
                        r"maybe|perhaps|possibly|probably|likely|either|guess|close|not|wrong|incorrect|actually|"
-                       r"instead|rather|except|unless|if|otherwise|round(?:ed|ing)?|nearest|truncat[a-z]*)(?![A-Za-z])")
+                       r"instead|rather|except|unless|if|otherwise|round(?:ed|ing)?|nearest|truncat[a-z]*|wait|hmm+|sorry|oops|"
+                       r"alternatively|also|else|unsure|uncertain|mistake[a-z]*|retract[a-z]*|scratch|"
+                       r"oder|vielleicht|ungef[aä]hr|etwa|environ|quiz[aá]s?|aproximadamente|forse|talvez|или|"
+                       r"примерно|около)(?![A-Za-z])|或|还是|還是|可能|大约|大概|约|左右|または|くらい|ぐらい|約")
 _TEXT_GROUP_RE = re.compile(r"\\(?:text[a-z]*|mbox|mathrm|operatorname|mathit|mathbf)\s*\{([^{}]*)\}")
+_LIST_TEXT_RE = re.compile(r"\s*(?:and|or)?\s*")
 _LIST_WORD_RE = re.compile(r"\\(?:text|mbox|textrm)\{\s*(?:and|or)\s*\}|(?<![A-Za-z])(?:and|or)(?![A-Za-z])")
 _LHS_RE = re.compile(rf"\s*(?:(?:{_NAME}\s*){{1,4}}(?:\(\s*{_NAME}\s*\))?|\(\s*{_NAME}(?:\s*,\s*{_NAME})*\s*\))\s*")
 _PERCENT_RE = re.compile(r"\s*\\?%\s*$")
@@ -423,9 +536,14 @@ def answer_problem(answer: str, gold: str) -> str | None:
         return "relation, approximation or hedge in the answer: " + " ".join(sorted(extra))
     gold_texts = "".join(_TEXT_GROUP_RE.findall(gold))
     texts = "".join(_TEXT_GROUP_RE.findall(answer))
-    if any(ch.isdigit() for ch in texts) and not any(ch.isdigit() for ch in gold_texts) \
-            and _TEXT_GROUP_RE.sub("", answer).strip():
+    beside_math = bool(_TEXT_GROUP_RE.sub("", answer).strip())
+    if beside_math and (any(ch.isdigit() for ch in texts) or _NUMBER_WORD_RE.search(texts)) \
+            and not (any(ch.isdigit() for ch in gold_texts) or _NUMBER_WORD_RE.search(gold_texts)):
         return "number inside \\text{} next to other math"
+    for words in _TEXT_GROUP_RE.findall(answer):  # "70 \text{ or seventy-one}": a hedge, not a list connective
+        if beside_math and not _LIST_TEXT_RE.fullmatch(words) and _TAIL_HEDGE_RE.search(words) \
+                and not _TAIL_HEDGE_RE.search(gold_texts):
+            return "hedge inside \\text{} next to other math"
     if answer.count("\\boxed") + answer.count("\\fbox"):
         inner = answer.replace("\\boxed", "").replace("\\fbox", "")
         return answer_problem(inner, gold)
@@ -445,24 +563,31 @@ def answer_for_parsing(answer: str, keep_percent: bool = False) -> str:
     """The string math-verify parses (wrapped in ``\\boxed{}``): nested box commands removed (their braces
     stay), grouping braces around the whole answer removed, a trailing percent sign dropped (``70\\%`` ≡ 70, a
     documented leniency)."""
-    s = answer.replace("\\boxed", "").replace("\\fbox", "").strip()
-    for _ in range(4):  # redundant grouping braces around the whole answer: {(1, 2)}
-        if not (s.startswith("{") and s.endswith("}")) or not _outer_braces_match(s):
-            break
-        s = s[1:-1].strip()
+    s = strip_grouping_braces(answer.replace("\\boxed", "").replace("\\fbox", ""))
     return s if keep_percent else (_PERCENT_RE.sub("", s) or s)  # a gold "50\\%" parses only as text
 
 
-def _outer_braces_match(s: str) -> bool:
-    depth = 0
-    for i, ch in enumerate(s):
-        if ch == "{" and (i == 0 or s[i - 1] != "\\"):
-            depth += 1
-        elif ch == "}" and s[i - 1] != "\\":
-            depth -= 1
-            if depth == 0:
-                return i == len(s) - 1
-    return False
+def strip_grouping_braces(s: str) -> str:
+    """``s`` without the grouping braces around the whole of it, however many (``{{{(1, 2)}}}`` -> ``(1, 2)``;
+    ``{1}{2}`` is kept): one scan pairs the braces, a second walks inwards. Linear time."""
+    s = s.strip()
+    if not s.startswith("{"):
+        return s
+    partner, stack = {}, []
+    for match in re.finditer(r"\\.|[{}]", s, re.DOTALL):
+        token = match.group()
+        if token == "{":
+            stack.append(match.start())
+        elif token == "}" and stack:
+            partner[stack.pop()] = match.start()
+    lo, hi = 0, len(s) - 1
+    while lo < hi and s[lo] == "{" and partner.get(lo) == hi:
+        lo, hi = lo + 1, hi - 1
+        while lo <= hi and s[lo].isspace():
+            lo += 1
+        while hi >= lo and s[hi].isspace():
+            hi -= 1
+    return s[lo:hi + 1]
 
 
 def extract_code_lcb(text: str) -> str:
@@ -522,7 +647,8 @@ def _unit_is_hedge(unit: str) -> bool:
         return True
     words = [w.lower() for w in re.findall(r"[A-Za-z]+", re.sub(r"\\[A-Za-z]+", " ", text))]
     words = [w for i, w in enumerate(words) if not (w == "per" and 0 < i < len(words) - 1)]
-    return bool(set(words) & _HEDGE_WORDS) or _HEDGE_RE.search(" ".join(words)) is not None
+    return bool(set(words) & _HEDGE_WORDS) or _HEDGE_RE.search(" ".join(words)) is not None \
+        or _TAIL_HEDGE_RE.search(text) is not None or _NUMBER_WORD_RE.search(text) is not None
 # a row break ``\\`` (matrices, arrays, cases) is matched first so that its second backslash is never read as
 # the start of a LaTeX space ``\ `` (``1 & 2 \\ 3 & 4`` kept, not ``1 & 2 \  3 & 4``)
 _LATEX_SPACE_RE = re.compile(r"\\\\|\\[,;:! ]|~|\\q?quad(?![A-Za-z])")

@@ -21,7 +21,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from .extract import gold_problem, math_final_text, truncate_middle
+from .extract import gold_problem, math_final_text, reader_text, truncate_middle
 from .worker_pool import WorkerDied, WorkerPool, WorkerTimeout
 
 logger = logging.getLogger(__name__)
@@ -142,7 +142,7 @@ def compute_math_score(solution_str: str, ground_truth: str, *, fallback_extract
     problem = gold_problem(ground_truth)
     if problem is not None:
         raise BadGroundTruth(f"math ground truth {ground_truth!r} {problem}")
-    final_text = math_final_text(solution_str)
+    final_text = math_final_text(reader_text(solution_str))  # README "Reading the text": one normalisation
     if final_text is None or not final_text.strip():
         return math_result(False, "no_answer", "")
     request = {"gold": ground_truth.strip(), "text": final_text[-MAX_FINAL_TEXT_CHARS:],

@@ -149,12 +149,13 @@ def _fallback_report(is_root: bool, bwrap: str | None, note: str) -> IsolationRe
         enforced += ["private_uid", "network_namespace", "ipc_namespace", "sample_process_limit",
                      "minimal_filesystem", "hidden_home", "private_keyrings"]
         limits = (("memory", memory), ("pids", "RLIMIT_NPROC of the per-run uid"),
-                  ("ipc", "private IPC namespace, SysV capped at the memory limit"), ("trusted_side", TRUSTED_SIDE))
+                  ("ipc", "private IPC namespace, SysV capped at the memory limit"), ("cpu", cpu_mechanism()),
+                  ("trusted_side", TRUSTED_SIDE))
     else:
         limits = (("memory", memory_mechanism(" (SysV segments of the host namespace not attributed)")[0]),
                   ("pids", "harness monitor count only (racy: no RLIMIT_NPROC without root)"),
                   ("ipc", "none: host IPC namespace; SysV msg/sem and POSIX mqueues refused (seccomp)"),
-                  ("trusted_side", TRUSTED_SIDE))
+                  ("cpu", cpu_mechanism()), ("trusted_side", TRUSTED_SIDE))
     if _seccomp_supported():
         enforced.append("no_user_namespaces")
         if "private_keyrings" not in enforced:
@@ -192,7 +193,8 @@ def detect_isolation(mode: str | None = None) -> IsolationReport:
             memory, cgroup = memory_mechanism("; /tmp and /dev/shm tmpfs capped")
             limits = (("memory", memory),
                       ("pids", "RLIMIT_NPROC of the per-run uid" if is_root else "harness monitor count only"),
-                      ("ipc", "private IPC namespace (--unshare-ipc)"), ("trusted_side", TRUSTED_SIDE))
+                      ("ipc", "private IPC namespace (--unshare-ipc)"), ("cpu", cpu_mechanism()),
+                      ("trusted_side", TRUSTED_SIDE))
             report = IsolationReport("bwrap", enforced, missing, is_root, bwrap, note, limits, cgroup)
             if missing:
                 logger.warning(report.describe())
@@ -364,8 +366,8 @@ def _cgroup_mounts() -> list[tuple[str, str, str, str]]:
     return out
 
 
-def _memory_cgroup_candidates() -> list[tuple[str, int]]:
-    """Directories of this process's own memory cgroup, (path, version): v1 first, then v2."""
+def _memory_cgroup_candidates(controller: str = "memory") -> list[tuple[str, int]]:
+    """Directories of this process's own ``controller`` cgroup, (path, version): v1 first, then v2."""
     try:
         with open("/proc/self/cgroup") as fh:
             lines = fh.read().splitlines()
@@ -378,11 +380,11 @@ def _memory_cgroup_candidates() -> list[tuple[str, int]]:
         if len(parts) != 3:
             continue
         _, controllers, path = parts
-        v1 = "memory" in controllers.split(",")
+        v1 = controller in controllers.split(",")
         if not v1 and controllers != "":
             continue
         for root, point, fstype, options in mounts:
-            if (fstype == "cgroup" and v1 and "memory" in options.split(",")) or (fstype == "cgroup2" and not v1):
+            if (fstype == "cgroup" and v1 and controller in options.split(",")) or (fstype == "cgroup2" and not v1):
                 if path == root or path.startswith(root.rstrip("/") + "/") or root == "/":
                     rel = path[len(root):] if root != "/" else path
                     found.append((os.path.join(point, rel.lstrip("/")), 1 if v1 else 2))
@@ -503,6 +505,79 @@ def new_memory_cgroup(limit_bytes: int) -> MemoryCgroup | None:
         return None
 
 
+# ------------------------------------------------------------------------ kernel bound on the sample's CPU
+# A per-sample cpu cgroup with a quota of one CPU (v1 ``cpu.cfs_quota_us`` = ``cpu.cfs_period_us``, v2 ``cpu.max``):
+# however many processes or sessions a sample makes, together they get at most one CPU, and as a group of its own
+# the sample competes with its neighbours as ONE entity (autogrouping gives each session its own share only in
+# the root cgroup). The harness also bounds CPU time over the whole process tree, with or without this cgroup.
+CPU_QUOTA_PERIOD_US = 100_000
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_cgroup_parent() -> tuple[str, int] | None:
+    """Where per-sample cpu cgroups can be made here, ``(directory, version)``, or None (probed once).
+    ``IBPO_SANDBOX_CGROUP=0`` disables them too."""
+    if os.environ.get("IBPO_SANDBOX_CGROUP", "1") == "0":
+        return None
+    for directory, version in _memory_cgroup_candidates("cpu"):
+        if version == 2 and not os.path.exists(os.path.join(directory, "cgroup.subtree_control")):
+            continue
+        try:
+            probe = CpuCgroup(directory, version)
+        except OSError:
+            continue
+        probe.remove()
+        return directory, version
+    return None
+
+
+class CpuCgroup:
+    """One sample's cpu cgroup (one CPU for all its processes), entered by the launcher like :class:`MemoryCgroup`."""
+
+    def __init__(self, parent: str, version: int):
+        self.path = os.path.join(parent, f"{CGROUP_PREFIX}cpu-{os.getpid()}-{secrets.token_hex(6)}")
+        os.mkdir(self.path)
+        try:
+            if version == 1:
+                with open(os.path.join(self.path, "cpu.cfs_period_us"), "w") as fh:
+                    fh.write(str(CPU_QUOTA_PERIOD_US))
+                with open(os.path.join(self.path, "cpu.cfs_quota_us"), "w") as fh:
+                    fh.write(str(CPU_QUOTA_PERIOD_US))
+            else:
+                with open(os.path.join(self.path, "cpu.max"), "w") as fh:
+                    fh.write(f"{CPU_QUOTA_PERIOD_US} {CPU_QUOTA_PERIOD_US}")
+        except BaseException:
+            os.rmdir(self.path)
+            raise
+
+    wrap = MemoryCgroup.wrap
+    pids = MemoryCgroup.pids
+    kill_all = MemoryCgroup.kill_all
+    remove = MemoryCgroup.remove
+
+
+def new_cpu_cgroup() -> CpuCgroup | None:
+    parent = cpu_cgroup_parent()
+    if parent is None:
+        return None
+    try:
+        return CpuCgroup(*parent)
+    except OSError as exc:
+        logger.error("could not make a cpu cgroup under %s (%s); CPU time over the process tree bounds this "
+                     "sample", parent[0], exc)
+        return None
+
+
+def cpu_mechanism() -> str:
+    """How the sample's CPU is bounded here (``limit_mechanisms["cpu"]``)."""
+    tree = ("harness: CPU time over every process of the sample (timeout_s per test, the global budget per sample), "
+            "and a test's time excludes its waits for a CPU (schedstat run_delay)")
+    parent = cpu_cgroup_parent()
+    if parent is None:
+        return tree
+    return f"kernel: a cpu cgroup v{parent[1]} per sample (quota one CPU), plus the {tree}"
+
+
 @dataclass
 class SandboxProcess:
     """A launched harness: the process, the per-run uid (or None) and the host work dir (fallback only)."""
@@ -512,6 +587,7 @@ class SandboxProcess:
     host_workdir: str | None
     report: IsolationReport
     cgroup: MemoryCgroup | None = None
+    cpu_cgroup: CpuCgroup | None = None
 
     def memory_limit_hit(self) -> bool:
         """Whether the kernel OOM-killed inside the sample's memory cgroup (the sample as a whole went over)."""
@@ -524,8 +600,9 @@ class SandboxProcess:
             os.killpg(self.proc.pid, 9)
         except (ProcessLookupError, PermissionError):
             pass
-        if self.cgroup is not None:
-            self.cgroup.kill_all()
+        for group in (self.cgroup, self.cpu_cgroup):
+            if group is not None:
+                group.kill_all()
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -535,8 +612,9 @@ class SandboxProcess:
 
     def cleanup(self) -> None:
         """Remove the sample's cgroup and the host work dir (fallback only); the bwrap tmpfs vanishes by itself."""
-        if self.cgroup is not None:
-            self.cgroup.remove()
+        for group in (self.cgroup, self.cpu_cgroup):
+            if group is not None:
+                group.remove()
         if self.host_workdir:
             try:
                 remove_tree(self.host_workdir)
@@ -627,7 +705,18 @@ def launch(job: dict, report: IsolationReport) -> SandboxProcess:
     cgroup = new_memory_cgroup(job["sample_memory_bytes"]) if report.memory_cgroup else None
     # Without a kernel bound the monitor is the bound: it refuses any process it cannot read.
     job["kernel_memory_bound"] = cgroup is not None
-    wrap = cgroup.wrap if cgroup is not None else (lambda argv: argv)
+    cpu = new_cpu_cgroup()
+    groups = [g for g in (cgroup, cpu) if g is not None]
+
+    def wrap(argv: list[str]) -> list[str]:
+        for group in groups:
+            argv = group.wrap(argv)
+        return argv
+
+    def remove_groups() -> None:
+        for group in groups:
+            group.remove()
+
     if report.backend == "bwrap":
         job.update(workdir="/tmp", unshare_network=False, network_isolated_by_launcher=True,
                    in_pid_namespace=True, in_ipc_namespace=True, tmpfs_dirs=["/tmp", "/dev/shm"])
@@ -637,10 +726,9 @@ def launch(job: dict, report: IsolationReport) -> SandboxProcess:
                                     stderr=subprocess.PIPE, env=MINIMAL_ENV, cwd="/", start_new_session=True,
                                     close_fds=True)
         except BaseException:
-            if cgroup is not None:
-                cgroup.remove()
+            remove_groups()
             raise
-        return SandboxProcess(proc, uid, None, report, cgroup)
+        return SandboxProcess(proc, uid, None, report, cgroup, cpu)
     workdir = tempfile.mkdtemp(prefix="ibpo-sandbox-")
     os.chmod(workdir, 0o700)
     if uid is not None:
@@ -655,7 +743,6 @@ def launch(job: dict, report: IsolationReport) -> SandboxProcess:
                                 stderr=subprocess.PIPE, env=env, cwd=workdir, start_new_session=True, close_fds=True)
     except BaseException:
         shutil.rmtree(workdir, ignore_errors=True)
-        if cgroup is not None:
-            cgroup.remove()
+        remove_groups()
         raise
-    return SandboxProcess(proc, uid, workdir, report, cgroup)
+    return SandboxProcess(proc, uid, workdir, report, cgroup, cpu)

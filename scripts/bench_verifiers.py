@@ -100,6 +100,115 @@ def compare_with_verl(threads: int, rounds: int) -> list[tuple[str, float, str]]
     return rows
 
 
+# --- a NEUTRAL mix: real LiveCodeBench tests, every verdict kind in a stated share -----------------------------
+# The real row 1873_A (tests/fixtures/reward/lcb_1873_A.json: its public test, then its 4 decoded private tests;
+# the only real LCB row whose private tests this project holds offline) with 28 responses in the shares of the
+# issue-36 mix of real LCB responses: 12 right, 9 wrong answer, 4 runtime error, 1 compile error, 2 time-outs
+# (43% right, 32% wrong, 14% runtime error, 4% compile error, 7% time-out). Each response is a full chat answer
+# (prose, then a fenced program), written as a model writes them.
+_RIGHT = [
+    "t = int(input())\nfor _ in range(t):\n    s = input().strip()\n    print('YES' if sum(a != b for a, b in zip(s, 'abc')) <= 2 else 'NO')",
+    "import sys\ndata = sys.stdin.read().split()\nfor s in data[1:]:\n    print('NO' if s in ('bca', 'cab') else 'YES')",
+    "t = int(input())\nfor _ in range(t):\n    s = input()\n    ok = s == 'abc' or any(''.join(x) == 'abc' for x in [\n        (s[1], s[0], s[2]), (s[2], s[1], s[0]), (s[0], s[2], s[1])])\n    print('YES' if ok else 'NO')",
+    "def solve(s):\n    if s == 'abc':\n        return True\n    for i in range(3):\n        for j in range(i + 1, 3):\n            t = list(s)\n            t[i], t[j] = t[j], t[i]\n            if ''.join(t) == 'abc':\n                return True\n    return False\n\nfor _ in range(int(input())):\n    print('YES' if solve(input().strip()) else 'NO')",
+    "n = int(input())\nout = []\nfor _ in range(n):\n    s = input().strip()\n    diff = sum(1 for i in range(3) if s[i] != 'abc'[i])\n    out.append('YES' if diff != 3 else 'NO')\nprint('\\n'.join(out))",
+    "import sys\ninput = sys.stdin.readline\nt = int(input())\nfor _ in range(t):\n    s = input().strip()\n    print('YES' if s[0] == 'a' or s[1] == 'b' or s[2] == 'c' else 'NO')",
+    "from itertools import permutations\ngood = {'abc'}\nfor i in range(3):\n    for j in range(i + 1, 3):\n        t = list('abc'); t[i], t[j] = t[j], t[i]; good.add(''.join(t))\nfor _ in range(int(input())):\n    print('YES' if input().strip() in good else 'NO')",
+    "def main():\n    t = int(input())\n    for _ in range(t):\n        s = input()\n        cnt = 0\n        for a, b in zip(s, 'abc'):\n            if a != b:\n                cnt += 1\n        print('YES' if cnt in (0, 2) else 'NO')\n\nif __name__ == '__main__':\n    main()",
+    "lines = open(0).read().split()\nprint('\\n'.join('YES' if sum(c != d for c, d in zip(w, 'abc')) < 3 else 'NO' for w in lines[1:]))",
+    "t = int(input())\nres = []\nfor _ in range(t):\n    s = input().strip()\n    res.append('NO' if s in ['bca', 'cab'] else 'YES')\nfor r in res:\n    print(r)",
+    "import sys\nfor line in sys.stdin.readlines()[1:]:\n    s = line.strip()\n    if not s:\n        continue\n    print('YES' if sorted(s) == list('abc') and sum(x != y for x, y in zip(s, 'abc')) <= 2 else 'NO')",
+    "T = int(input())\nfor _ in range(T):\n    s = list(input().strip())\n    wrong = [i for i in range(3) if s[i] != 'abc'[i]]\n    print('YES' if len(wrong) <= 2 else 'NO')",
+]
+_WRONG = [
+    "t = int(input())\nfor _ in range(t):\n    input()\n    print('YES')",
+    "t = int(input())\nfor _ in range(t):\n    s = input().strip()\n    print('YES' if sum(a != b for a, b in zip(s, 'abc')) <= 1 else 'NO')",
+    "t = int(input())\nfor _ in range(t):\n    s = input().strip()\n    print('yes' if s != 'bca' and s != 'cab' else 'no')",
+    "t = int(input())\nfor _ in range(t):\n    s = input().strip()\n    print('NO' if s in ('bca', 'cba') else 'YES')",
+    "t = int(input())\nfor _ in range(t):\n    s = input().strip()\n    print('YES' if s == 'abc' else 'NO')",
+    "t = int(input())\nans = 0\nfor _ in range(t):\n    s = input().strip()\n    ans += s in ('bca', 'cab')\nprint(ans)",
+    "t = int(input())\nfor _ in range(t):\n    s = input().strip()\n    print('YES' if s[0] == 'a' and s[2] == 'c' else 'NO')",
+    "t = int(input())\nfor _ in range(t):\n    s = input().strip()\n    print('NO' if sum(a == b for a, b in zip(s, 'abc')) == 0 else 'YES', end=' ')",
+    "t = int(input())\nfor _ in range(t - 1):\n    s = input().strip()\n    print('NO' if s in ('bca', 'cab') else 'YES')",
+]
+_RUNTIME_ERROR = [
+    "t = int(input())\nfor _ in range(t):\n    s = input().strip()\n    print('YES' if s[3] == 'c' else 'NO')",
+    "t = int(input())\nfor _ in range(t):\n    s = input().strip()\n    print(answer(s))",
+    "t, s = map(int, input().split())\nprint(t + s)",
+    "import sys\nsys.setrecursionlimit(100)\ndef f(n):\n    return f(n + 1)\nt = int(input())\nprint(f(t))",
+]
+_COMPILE_ERROR = ["t = int(input())\nfor _ in range(t)\n    print('YES')"]
+_TIMEOUT = [
+    "t = int(input())\nfor _ in range(t):\n    s = input().strip()\n    while s != 'abc':\n        s = s[1:] + s[0]\n    print('YES')",
+    "t = int(input())\ncount = 0\nfor i in range(10 ** 12):\n    count += i % 3\nprint('YES')",
+]
+NEUTRAL_MIX = ([(p, "correct") for p in _RIGHT] + [(p, "wrong_answer") for p in _WRONG]
+               + [(p, "runtime_error") for p in _RUNTIME_ERROR] + [(p, "compile_error") for p in _COMPILE_ERROR]
+               + [(p, "timeout") for p in _TIMEOUT])
+
+
+def neutral_mix_samples() -> list[tuple[str, str, dict]]:
+    """(response, expected verdict, LCB tests) for the neutral mix, interleaved so kinds spread over the run."""
+    import json
+    with open(_FIXTURE, encoding="utf-8") as fh:
+        row = json.load(fh)
+    tests = {"inputs": row["inputs"], "outputs": row["outputs"]}
+    ordered = sorted(enumerate(NEUTRAL_MIX), key=lambda item: (item[0] * 7919) % len(NEUTRAL_MIX))
+    return [(f"Let me think about the swaps.\n\n```python\n{prog}\n```\nThis reads the input and prints the answers.",
+             verdict, tests) for _, (prog, verdict) in ordered]
+
+
+def compare_on_neutral_mix(threads: int) -> tuple[list[tuple], dict]:
+    """Run ours and verl's prime_code (``continuous=True``, as verl's default reward calls it) on the neutral mix
+    with ``threads`` caller threads; per-sample latency and verdicts. Returns (rows, totals)."""
+    from verl.utils.reward_score import prime_code
+    samples = neutral_mix_samples()
+
+    def ours(item):
+        t0 = time.perf_counter()
+        out = compute_score("livecodebench_v6", item[0], encode_tests(dict(item[2], fn_name=None)))
+        return out["verdict"], time.perf_counter() - t0
+
+    def theirs(item):
+        t0 = time.perf_counter()
+        ok = prime_code.compute_score(item[0], item[2], continuous=True)[0]
+        return ("correct" if ok is True or ok == 1 else "not correct"), time.perf_counter() - t0
+
+    totals = {}
+    results = {}
+    for name, fn in (("ours", ours), ("prime_code", theirs)):
+        with ThreadPoolExecutor(max_workers=threads) as pool:  # warm-up outside the timed region
+            list(pool.map(fn, samples[:2]))
+        start = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            results[name] = list(pool.map(fn, samples))
+        totals[name] = time.perf_counter() - start
+    rows = []
+    for kind in ("correct", "wrong_answer", "runtime_error", "compile_error", "timeout"):
+        idx = [i for i, s in enumerate(samples) if s[1] == kind]
+        ours_ok = sum(results["ours"][i][0] == kind for i in idx)
+        prime_ok = sum((results["prime_code"][i][0] == "correct") == (kind == "correct") for i in idx)
+        rows.append((kind, len(idx), sum(results["ours"][i][1] for i in idx) / len(idx),
+                     sum(results["prime_code"][i][1] for i in idx) / len(idx), ours_ok, prime_ok))
+    return rows, totals
+
+
+def print_neutral_mix(threads: int) -> None:
+    rows, totals = compare_on_neutral_mix(threads)
+    n = sum(r[1] for r in rows)
+    print(f"\nNeutral mix, real LCB row 1873_A (5 tests), {threads} thread(s), load average "
+          f"{os.getloadavg()[0]:.1f}: " + ", ".join(f"{r[0]} {r[1]} ({r[1] / n:.0%})" for r in rows))
+    print(f"| {'verdict':<14} | {'n':>2} | {'ours s/sample':>13} | {'prime_code s/sample':>19} | {'ours right':>10} |"
+          f" {'prime right':>11} |\n|{'-' * 16}|{'-' * 4}|{'-' * 15}|{'-' * 21}|{'-' * 12}|{'-' * 13}|")
+    for kind, count, ours_s, prime_s, ours_ok, prime_ok in rows:
+        print(f"| {kind:<14} | {count:>2} | {ours_s:>13.3f} | {prime_s:>19.3f} | {ours_ok:>7}/{count:<2} |"
+              f" {prime_ok:>8}/{count:<2} |")
+    print(f"| {'total (wall)':<14} | {n:>2} | {totals['ours']:>12.2f}s | {totals['prime_code']:>18.2f}s |"
+          f" {'':>10} | {'':>11} |")
+    print(f"samples/s: ours {n / totals['ours']:.2f}, prime_code {n / totals['prime_code']:.2f}, "
+          f"ratio {totals['prime_code'] / totals['ours']:.2f}x", flush=True)
+
+
 def per_call_seconds(fn, repeats: int) -> float:
     fn()  # warm
     start = time.perf_counter()
@@ -115,9 +224,17 @@ def main() -> None:
     parser.add_argument("--compare-rounds", type=int, default=2,
                         help="passes over the comparison samples (7 code, 16 math per pass); 0 skips the comparison")
     parser.add_argument("--only-compare", action="store_true", help="print only the comparison with verl")
+    parser.add_argument("--neutral-mix", type=int, default=1, help="1: also run the neutral mix of real LCB tests")
+    parser.add_argument("--only-neutral-mix", action="store_true", help="print only the neutral-mix comparison")
     args = parser.parse_args()
     report = detect_isolation()
     print(report.describe(), file=sys.stderr)
+    if args.neutral_mix or args.only_neutral_mix:
+        for threads in (1, 2):
+            set_max_concurrent_sandboxes(threads)
+            print_neutral_mix(threads)
+        if args.only_neutral_mix:
+            return
     if args.compare_rounds:
         print(f"\n| {'same samples: ours vs verl':<58} | {'samples/s':>9} | {'agreement':<12} |\n"
               f"|{'-' * 60}|{'-' * 11}|{'-' * 14}|")

@@ -16,7 +16,7 @@ import pytest
 import reward_fns
 from reward_fns import compute_score, encode_tests, self_test
 from reward_fns.code_verifier import CodeLimits, json_depth_exceeds, prepare_tests, run_code_tests
-from reward_fns.sandbox import MemoryCgroup, detect_isolation, memory_cgroup_parent
+from reward_fns.sandbox import MemoryCgroup, cpu_cgroup_parent, detect_isolation, memory_cgroup_parent
 
 REPO = Path(__file__).resolve().parents[2]
 BACKENDS = ["bwrap"] + (["fallback"] if os.geteuid() == 0 else [])
@@ -204,13 +204,15 @@ def test_sequential_allocations_under_the_limit_pass(backend):
 def test_report_names_each_limit_mechanism_honestly():
     for backend in BACKENDS:
         limits = detect_isolation(backend).limit_mechanisms
-        assert set(limits) == {"memory", "pids", "ipc", "trusted_side"}
+        assert set(limits) == {"memory", "pids", "ipc", "cpu", "trusted_side"}
+        assert "CPU time over every process" in limits["cpu"]
+        assert ("kernel: a cpu cgroup" in limits["cpu"]) == (cpu_cgroup_parent() is not None), limits
         assert "64 KiB" in limits["trusted_side"] and "200 levels" in limits["trusted_side"]
         # A cgroup is claimed exactly when this machine lets the sandbox make one (see README).
         has_cgroup = memory_cgroup_parent() is not None
         assert ("kernel: a memory cgroup" in limits["memory"]) == has_cgroup, limits
         assert detect_isolation(backend).memory_cgroup == has_cgroup
-        assert all("cgroup" not in how for key, how in limits.items() if key != "memory"), limits
+        assert all("cgroup" not in how for key, how in limits.items() if key not in ("memory", "cpu")), limits
     if os.geteuid() == 0:
         assert "namespace" in detect_isolation("fallback").limit_mechanisms["ipc"]
         assert "RLIMIT_NPROC" in detect_isolation("fallback").limit_mechanisms["pids"]
