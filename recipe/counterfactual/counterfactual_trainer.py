@@ -18,8 +18,8 @@ from verl.utils.debug import marked_timer
 from recipe.counterfactual import batch as cf
 from counterfactual.importance import CounterfactualConfig
 from compute_accounting.flops import StepWork, step_flops
+from recipe.common.methods import method_options
 from recipe.common.preflight.model import model_flop_shape
-from recipe.counterfactual.method import counterfactual_config_from
 from recipe.common.trainer_base import HookedRayPPOTrainer
 
 
@@ -30,7 +30,7 @@ class RayCounterfactualTrainer(HookedRayPPOTrainer):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.counterfactual: CounterfactualConfig = counterfactual_config_from(self.config)
+        self.counterfactual: CounterfactualConfig = method_options(self.config, "counterfactual")
         self.model_shape = model_flop_shape(self.config.actor_rollout_ref.model.path)
 
     def _after_advantage(self, batch: DataProto, metrics: dict, timing_raw: dict) -> None:

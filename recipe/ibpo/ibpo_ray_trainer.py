@@ -43,7 +43,7 @@ from ibpo.pipeline import shape_batch
 from ibpo.variants import get_variant
 from recipe.ibpo.correction import batch as corr
 from recipe.ibpo.correction.rollout import SpecCounterReader, proxy_params, spec_counter_metrics, speculation_on
-from recipe.ibpo.method import ibpo_config_from
+from recipe.common.methods import method_options
 from recipe.common.preflight.model import configured_context_length, model_flop_shape
 from recipe.ibpo.start_checks import check_trainer_config
 from recipe.common.trainer_base import HookedRayPPOTrainer, write_json_atomically
@@ -99,7 +99,7 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
 
     def _init_ibpo_state(self, model_context: int | None, model_shape) -> None:
         """The validated ``ibpo:`` block, the start checks, the λ schedule and the compute counter."""
-        self.ibpo: IBPOConfig = ibpo_config_from(self.config)
+        self.ibpo: IBPOConfig = method_options(self.config, "ibpo")
         # the checked config, with max_candidate_tokens = 0 resolved to the budget derived from the context
         self.ibpo = check_trainer_config(self.config, self.ibpo, self.tokenizer, model_context)
         self.lambda_schedule = LambdaSchedule(self.ibpo.lambda_schedule, self.ibpo.lam,

@@ -31,7 +31,7 @@ from ibpo.references import register_reference_rule, unregister_reference_rule
 from recipe.ibpo.correction import batch as corr
 from recipe.ibpo.ibpo_ray_trainer import RayIBPOTrainer
 from recipe.common.preflight import SetupError
-from recipe.ibpo.method import ibpo_config_from
+from recipe.common.methods import method_options
 from recipe.ibpo.start_checks import check_trainer_config
 
 PROMPT_LEN, RESP_LEN = 24, 6
@@ -298,15 +298,15 @@ def test_start_checks_name_the_key():
             check_trainer_config(cfg, trainer.ibpo, FakeTokenizer())
     check_trainer_config(cfg, trainer.ibpo.replace(enable=False), FakeTokenizer())  # the baseline may use any
     with pytest.raises(Exception, match="group_size is not an option"):
-        ibpo_config_from(OmegaConf.create({"ibpo": {"group_size": 3}, "actor_rollout_ref": {"rollout": {"n": 4}}}))
+        method_options(OmegaConf.create({"ibpo": {"group_size": 3}, "actor_rollout_ref": {"rollout": {"n": 4}}}), "ibpo")
     with pytest.raises(Exception, match="unknown ibpo option"):
-        ibpo_config_from(OmegaConf.create({"ibpo": {"lamda": 3}, "actor_rollout_ref": {"rollout": {"n": 4}}}))
+        method_options(OmegaConf.create({"ibpo": {"lamda": 3}, "actor_rollout_ref": {"rollout": {"n": 4}}}), "ibpo")
     with pytest.raises(Exception, match="ibpo.reference_per_group was replaced by ibpo.reference_rule"):
-        ibpo_config_from(OmegaConf.create({"ibpo": {"reference_per_group": True},
-                                           "actor_rollout_ref": {"rollout": {"n": 4}}}))
+        method_options(OmegaConf.create({"ibpo": {"reference_per_group": True},
+                                           "actor_rollout_ref": {"rollout": {"n": 4}}}), "ibpo")
     with pytest.raises(Exception, match="ibpo.reference_rule='nearest'.*registered reference rules"):
-        ibpo_config_from(OmegaConf.create({"ibpo": {"reference_rule": "nearest"},
-                                           "actor_rollout_ref": {"rollout": {"n": 4}}}))
+        method_options(OmegaConf.create({"ibpo": {"reference_rule": "nearest"},
+                                           "actor_rollout_ref": {"rollout": {"n": 4}}}), "ibpo")
 
 
 def test_a_registered_reference_rule_is_selected_by_name_in_the_trainer():
@@ -352,13 +352,13 @@ def test_config_yaml_composes_against_verl(tmp_path):
         off = compose(config_name="ibpo_trainer", overrides=["data.max_prompt_length=100", "ibpo.enable=False"])
     assert off.actor_rollout_ref.rollout.prompt_length == 100  # no correction prompts, no widening
     assert IBPOConfig.from_mapping(OmegaConf.to_container(cfg.ibpo)).variant == "binary"
-    assert ibpo_config_from(cfg) == IBPOConfig()  # the generated block composes to the dataclass defaults
+    assert method_options(cfg, "ibpo") == IBPOConfig()  # the generated block composes to the dataclass defaults
     with initialize_config_module(config_module="recipe.ibpo.config", version_base=None):
         per_group = compose(config_name="ibpo_trainer", overrides=["ibpo.reference_rule=per_group"])
         old = compose(config_name="ibpo_trainer", overrides=["+ibpo.reference_per_group=true"])  # a key Hydra appends
-    assert ibpo_config_from(per_group).reference_rule == "per_group"
+    assert method_options(per_group, "ibpo").reference_rule == "per_group"
     with pytest.raises(Exception, match="ibpo.reference_per_group was replaced by ibpo.reference_rule"):
-        ibpo_config_from(old)
+        method_options(old, "ibpo")
 
 
 def test_several_corrections_per_target_and_rewrite_penalty():
