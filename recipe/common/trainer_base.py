@@ -22,8 +22,11 @@ the cumulative FLOPs and GPU-seconds, the stop at the budget (by shortening ``to
 verl's own last step, with its checkpoint, ends the run) and validation at fixed fractions of the budget. A
 subclass names the metric holding its step FLOPs (:attr:`HookedRayPPOTrainer.STEP_FLOPS_METRIC`).
 
-The hooks are no-ops here, so this class *is* verl's trainer. ReMax's second (greedy) generation rows
-are in ``combined_gen_batch`` too; ``RayIBPOTrainer`` rejects ReMax at start (``check_trainer_config``).
+The hooks are no-ops here, so this class *is* verl's trainer. It names no method: an advantage estimator that
+only one method's trainer may run is refused for every other method by the registry
+(``recipe.common.methods.method_of``: in the pre-flight and again when the task runner picks the trainer), and
+a method's own guards live in its trainer. ReMax's second (greedy) generation rows are in
+``combined_gen_batch`` too; a method that cannot serve them rejects ReMax at start.
 """
 
 from __future__ import annotations
@@ -89,9 +92,6 @@ def require_finite_scores(scores: torch.Tensor, data_sources, what: str) -> None
 class HookedRayPPOTrainer(RayPPOTrainer):
     """verl's ``RayPPOTrainer`` whose ``fit`` calls six (no-op) hooks; subclasses put a method in them."""
 
-    # True only for a trainer whose hooks place IBPO's shaped reward before the advantage: the registered
-    # `ibpo` estimator serves no other (init_workers refuses algorithm.adv_estimator=ibpo elsewhere).
-    shapes_ibpo_rewards: bool = False
     # The metric a subclass logs its step's FLOPs under (``compute_accounting.flops.step_flops``), read by the compute
     # ledger at the end of the step; None: the trainer counts no FLOPs (a FLOP budget is then refused).
     STEP_FLOPS_METRIC: str | None = None
@@ -223,17 +223,6 @@ class HookedRayPPOTrainer(RayPPOTrainer):
         rollout = self.config.actor_rollout_ref.rollout
         micro = 1 if rollout.get("log_prob_use_dynamic_bsz", False) else int(rollout.log_prob_micro_batch_size_per_gpu or 1)
         return int(self.actor_rollout_wg.world_size) * micro
-
-    def init_workers(self):
-        from recipe.verl_plugin import HOW_TO_RUN_IBPO, IBPONeedsItsTrainer, assert_registered
-
-        if self.config.algorithm.adv_estimator == "ibpo":
-            # Only a trainer that shapes the reward may announce itself to the estimator (assert_registered
-            # marks the process): any other trainer would train unshaped rewards under IBPO's name.
-            if not self.shapes_ibpo_rewards:
-                raise IBPONeedsItsTrainer(f"{type(self).__name__} runs no correction pass; {HOW_TO_RUN_IBPO}")
-            assert_registered()  # verl swallows entry-point failures at DEBUG: fail here, loudly
-        super().init_workers()
 
     # ------------------------------------------------------------------ the pinned verl's fit + the hook calls
     # Do not edit by hand: docs/upgrading_verl.md (python -m recipe.common.upstream check).

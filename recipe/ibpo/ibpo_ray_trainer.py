@@ -87,7 +87,6 @@ class IBPOResumeError(RuntimeError):
 class RayIBPOTrainer(HookedRayPPOTrainer):
     """verl's PPO trainer with IBPO's counterfactual correction pass in every training step."""
 
-    shapes_ibpo_rewards = True  # the `ibpo` estimator may run under this trainer (HookedRayPPOTrainer.init_workers)
     STEP_FLOPS_METRIC = "ibpo/compute/step_flops"  # the compute budget's FLOPs (trainer_base)
 
     def __init__(self, *args, **kwargs):
@@ -133,6 +132,17 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
                   f"({error}): rollout/spec_stats_reported=0, speculation on/off unknown for this step")
         self._spec_read_error = error
         return step
+
+    def init_workers(self):
+        """The ``ibpo`` estimator's guard: this trainer shapes the reward it normalises, so it announces itself
+        (``recipe.verl_plugin.assert_registered`` marks the process; the estimator refuses a run no IBPO trainer
+        started). Another method's trainer never gets here with ``algorithm.adv_estimator=ibpo``: the registry
+        refuses it (``recipe.common.methods.method_of``)."""
+        from recipe.verl_plugin import assert_registered
+
+        if self.config.algorithm.adv_estimator == "ibpo":
+            assert_registered()  # verl swallows entry-point failures at DEBUG: fail here, loudly
+        super().init_workers()
 
     # ------------------------------------------------------------------ hooks of HookedRayPPOTrainer.fit
     def _before_generation(self, gen_batch: DataProto, metrics: dict, timing_raw: dict) -> None:

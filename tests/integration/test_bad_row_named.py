@@ -58,7 +58,7 @@ def test_main_ibpo_names_the_bad_row_with_the_shipped_defaults(files, config_nam
     with pytest.raises(SystemExit) as info:
         run_preflight(cfg)
     assert info.value.code == 2
-    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("[ibpo] configuration error")]
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("[recipe] configuration error")]
     assert len(lines) == 1, lines
     assert_names_the_row(lines[0], files["bad"])
 

@@ -93,7 +93,7 @@ def test_a_wrong_reward_name_stops_main_ibpo_before_ray_within_seconds(tiny_run,
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     assert out.returncode == 2, out.stderr[-3000:]
-    errors = [ln for ln in out.stderr.splitlines() if ln.startswith("[ibpo] configuration error")]
+    errors = [ln for ln in out.stderr.splitlines() if ln.startswith("[recipe] configuration error")]
     assert len(errors) == 1 and "reward.custom_reward_function.name=compute_scores" in errors[0], out.stderr[-3000:]
     assert "Traceback" not in out.stderr
     assert "ray" not in (out.stdout + out.stderr).lower().replace("array", ""), "Ray started before the check"
@@ -360,4 +360,4 @@ def test_the_preflight_prints_the_candidate_share_and_the_sampling_check(tiny_ru
     preflight(cfg)
     out = capsys.readouterr().out
     assert "[ibpo] correction candidates (whole text):" in out
-    assert "[ibpo] validation sampling (rollout.val_kwargs): temperature 0.6" in out
+    assert "[recipe] validation sampling (rollout.val_kwargs): temperature 0.6" in out

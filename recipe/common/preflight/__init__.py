@@ -10,7 +10,7 @@ run fails in seconds with one line naming the option (``recipe.common.main.run_p
 - ``reward_function``: the reward function loaded as verl loads it, its keyword arguments, the self-test;
 - ``data_files``: the data files and every row in them.
 
-A method's own check lives in its folder (IBPO's: ``recipe/ibpo/start_checks.py``) and is given to the
+A method's own check lives in its folder and is given to the
 registry (``recipe.common.methods.Method.check``) by the method's registration; nothing here imports a method's
 folder."""
 
@@ -31,8 +31,8 @@ __all__ = ["SetupError", "preflight", "resolve_config"]
 
 def resolve_config(config: DictConfig) -> None:
     """Resolve the config's interpolations in place, after checking the option types the interpolations read
-    (``ibpo.num_references=abc`` would otherwise fail inside ``${ibpo_prompt_length:...}`` with a
-    traceback naming rollout.prompt_length); a resolution failure raises naming the key."""
+    (a wrong-typed option would otherwise fail inside a method's resolver with a traceback naming the key that
+    interpolates it); a resolution failure raises naming the key."""
     from omegaconf.errors import OmegaConfBaseException
 
     from recipe.common.methods import check_option_block_types  # the registry imports this package's checks
@@ -66,7 +66,7 @@ def preflight(config: DictConfig) -> None:
     check_model_path(str(model.path))
     val_kwargs = config.actor_rollout_ref.rollout.get("val_kwargs")
     if val_kwargs is not None and val_kwargs.get("do_sample", False):
-        print("[ibpo] " + sampling_report(val_kwargs, str(model.path), "validation sampling (rollout.val_kwargs)"),
+        print("[recipe] " + sampling_report(val_kwargs, str(model.path), "validation sampling (rollout.val_kwargs)"),
               flush=True)
     reward_fn = load_reward_function(config)
     check_reward_kwargs(config, reward_fn)

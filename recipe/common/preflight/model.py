@@ -47,7 +47,7 @@ def context_length(hf_config: Mapping[str, Any], override: Mapping[str, Any] | N
     ``actor_rollout_ref.model.override_config`` applied), times a rope-scaling ``factor`` where the scaling
     extends it (``yarn``/``dynamic``/``linear``: of ``original_max_position_embeddings`` when given), as vLLM
     derives its max_model_len. None when the config has no such field. The one reader of a model's context:
-    the pre-flight, the trainer's start checks and the ``ibpo_prompt_length`` resolver all use it."""
+    the pre-flight, the trainers' start checks and a method's config resolvers all use it."""
     text = dict(hf_config.get("text_config") or hf_config)
     text.update(override or {})
     positions = text.get("max_position_embeddings")
