@@ -18,9 +18,12 @@ work lives in a hook of a subclass:
   the compute ledger of every method (``compute_accounting.budget``): an override calls it last.
 
 The base also runs the ``compute_budget:`` block for every method (:meth:`HookedRayPPOTrainer._budget_step`):
-the cumulative FLOPs and GPU-seconds, the stop at the budget (by shortening ``total_training_steps`` so that
-verl's own last step, with its checkpoint, ends the run) and validation at fixed fractions of the budget. A
-subclass names the metric holding its step FLOPs (:attr:`HookedRayPPOTrainer.STEP_FLOPS_METRIC`).
+the cumulative FLOPs, GPU-seconds and modelled GPU-seconds, the stop at the budget (by shortening
+``total_training_steps`` so that verl's own last step, with its checkpoint, ends the run) and validation at
+fixed fractions of the budget. A subclass names the metric holding its step FLOPs
+(:attr:`HookedRayPPOTrainer.STEP_FLOPS_METRIC`) and prices its step's work with the GPU-time model
+(:meth:`HookedRayPPOTrainer._model_gpu_seconds`: ``compute/modelled_gpu_seconds/<phase>``); a trainer that does
+not is priced as verl's plain step (every row generated once and trained on).
 
 The hooks are no-ops here, so this class *is* verl's trainer. It names no method: an advantage estimator that
 only one method's trainer may run is refused for every other method by the registry
@@ -61,6 +64,13 @@ from verl.utils.debug import marked_timer
 from verl.utils.metric import reduce_metrics
 from verl.utils.skip.skip_manager import SkipManager
 
+from compute_accounting.flops import StepWork
+from compute_accounting.gpu_time import GenerationWork, step_seconds
+
+# the step's modelled GPU seconds (``compute_accounting.gpu_time.StepSeconds.as_metrics``): the total under this
+# name, each phase under ``<name>/<phase>``
+MODELLED_SECONDS_METRIC = "compute/modelled_gpu_seconds"
+
 
 class NonFiniteRewardError(RuntimeError):
     """A reward function returned nan or ±inf: training on it would turn the advantages and then the weights
@@ -73,6 +83,13 @@ def write_json_atomically(path: str, data) -> None:
     with open(path + ".tmp", "w") as f:
         json.dump(data, f)
     os.replace(path + ".tmp", path)
+
+
+def generation_work(output: DataProto) -> GenerationWork:
+    """The GPU-time model's view of a generation (``compute_accounting.gpu_time.GenerationWork``): each row's
+    prompt tokens (valid tokens less the response) and response tokens, decoded without speculation."""
+    generated = output.batch["response_mask"].sum(-1)
+    return GenerationWork((output.batch["attention_mask"].sum(-1) - generated).tolist(), generated.tolist())
 
 
 def require_finite_scores(scores: torch.Tensor, data_sources, what: str) -> None:
@@ -102,11 +119,13 @@ class HookedRayPPOTrainer(RayPPOTrainer):
         self._init_compute_budget()
 
     def _init_compute_budget(self) -> None:
-        """The validated ``compute_budget:`` block and an empty ledger (a resumed run restores it)."""
+        """The validated ``compute_budget:`` block, what prices the modelled GPU seconds, and an empty ledger
+        (a resumed run restores it)."""
         from compute_accounting.budget import ComputeBudgetError, ComputeLedger
-        from recipe.common.preflight.compute_budget import compute_budget_from
+        from recipe.common.preflight.compute_budget import compute_budget_from, gpu_time_coefficients
 
         budget = compute_budget_from(self.config)
+        self.gpu_time_coefficients = gpu_time_coefficients(self.config, budget)  # None: not modelled
         if budget.enabled and budget.unit == "flops" and self.STEP_FLOPS_METRIC is None:
             raise ComputeBudgetError(f"compute_budget.unit=flops but {type(self).__name__} counts no FLOPs; "
                                      "use compute_budget.unit=gpu_seconds")
@@ -144,16 +163,44 @@ class HookedRayPPOTrainer(RayPPOTrainer):
     def _step_metrics(self, batch: DataProto, metrics: dict, timing_raw: dict) -> None:
         """End of the step, before ``logger.log(metrics)``: add this step's metrics (``timing_raw["step"]``
         is final). The base keeps the compute ledger here; an override adds its metrics, then calls this."""
-        self._budget_step(metrics, timing_raw)
+        self._budget_step(metrics, timing_raw, batch)
 
     # ------------------------------------------------------------------ the compute budget (every method)
-    def _budget_step(self, metrics: dict, timing_raw: dict) -> None:
+    def _model_gpu_seconds(self, work: StepWork, main: GenerationWork, correction: GenerationWork | None,
+                           metrics: dict) -> None:
+        """Price the step's work with the GPU-time model (``compute_accounting.gpu_time.step_seconds``, the
+        coefficients of ``compute_budget.cost_model``): ``compute/modelled_gpu_seconds/<phase>`` and their total,
+        which the compute ledger reads at the end of the step. Nothing when the run has no cost model."""
+        if self.gpu_time_coefficients is not None:
+            metrics.update(step_seconds(work, main, correction, self.gpu_time_coefficients)
+                           .as_metrics(MODELLED_SECONDS_METRIC + "/"))
+
+    def _plain_step_work(self, batch: DataProto, **extra) -> StepWork:
+        """The training passes of verl's step over ``batch`` (every row trained on, ``extra``: more fields of
+        ``compute_accounting.flops.StepWork``), with the run's epochs, gradient checkpointing, old-log-prob and
+        reference forwards."""
+        rows = batch.batch["attention_mask"].sum(-1).tolist()
+        rollout_corr = self.config.algorithm.get("rollout_correction", None)
+        return StepWork(**{
+            "main_gen": rows, "train_main": rows,
+            "ppo_epochs": int(self.config.actor_rollout_ref.actor.ppo_epochs),
+            "gradient_checkpointing": bool(self.config.actor_rollout_ref.model.get("enable_gradient_checkpointing",
+                                                                                 False)),
+            "old_log_prob_forward": not (rollout_corr and rollout_corr.get("bypass_mode", False)),
+            "reference_forward": bool(self.use_reference_policy), **extra})
+
+    def _budget_step(self, metrics: dict, timing_raw: dict, batch: DataProto | None = None) -> None:
         """Add the step to the compute ledger (its FLOPs from :attr:`STEP_FLOPS_METRIC`, its seconds times the
-        run's GPUs), validate when the spend crossed a budget fraction or the run ends, and, when the next step
+        run's GPUs, its modelled GPU seconds), validate when the spend crossed a budget fraction or the run ends, and, when the next step
         would reach the budget, make it verl's last step (``compute_accounting.budget``: overshoot < one step)."""
         ledger = self.compute_ledger
         flops = float(metrics.get(self.STEP_FLOPS_METRIC, 0.0)) if self.STEP_FLOPS_METRIC else 0.0
-        ledger.add_step(flops, float(timing_raw.get("step", 0.0)) * self.resource_pool_manager.get_n_gpus())
+        if MODELLED_SECONDS_METRIC not in metrics and batch is not None:  # a trainer that prices nothing of its own
+            self._model_gpu_seconds(self._plain_step_work(batch), generation_work(batch), None, metrics)
+        modelled = float(metrics.get(MODELLED_SECONDS_METRIC, 0.0))
+        if self.gpu_time_coefficients is not None:  # the model's wall seconds on the GPUs it was measured on
+            modelled *= self.gpu_time_coefficients.gpus
+        ledger.add_step(flops, float(timing_raw.get("step", 0.0)) * self.resource_pool_manager.get_n_gpus(), modelled)
         budget = ledger.budget
         is_last_step = self.global_steps >= self.total_training_steps
         if budget.enabled and not is_last_step and ledger.next_step_is_last():

@@ -46,7 +46,7 @@ from recipe.ibpo.correction.rollout import SpecCounterReader, proxy_params, spec
 from recipe.common.methods import method_options
 from recipe.common.preflight.model import configured_context_length, model_flop_shape
 from recipe.ibpo.start_checks import check_trainer_config
-from recipe.common.trainer_base import HookedRayPPOTrainer, write_json_atomically
+from recipe.common.trainer_base import HookedRayPPOTrainer, generation_work, write_json_atomically
 
 
 def generation_tokens(output: DataProto | None) -> tuple[float, float]:
@@ -236,6 +236,9 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
         )
         self._extra_forward_lengths = {}
         flops = step_flops(work, self.model_shape)
+        self._model_gpu_seconds(work, generation_work(batch.select_idxs(corr.main_rows(batch))),
+                                None if result is None or result.correction_output is None
+                                else generation_work(result.correction_output), metrics)
         generated = metrics.get("ibpo/main_gen_tokens", 0.0) + metrics.get("ibpo/correction_gen_tokens", 0.0)
         prompt_tokens = metrics.get("ibpo/main_prompt_tokens", 0.0) + metrics.get("ibpo/correction_prompt_tokens", 0.0)
         self.compute_totals["generated_tokens"] += generated

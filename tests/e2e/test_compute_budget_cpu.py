@@ -79,6 +79,22 @@ def test_each_method_stops_at_the_budget(budgeted_runs, method):
     assert all(any(key.startswith("val-core/") for key in metrics[k]) for k in validated)
 
 
+@pytest.mark.parametrize("method", ["ibpo", "counterfactual"])
+def test_each_method_prices_its_steps_with_the_gpu_time_model(budgeted_runs, method):
+    """The modelled GPU seconds (``compute_accounting.gpu_time``, the default roofline cost model on the run's own
+    model) are logged every step and summed by the ledger (``compute_budget.unit=modelled_gpu_seconds`` budgets
+    on this sum); each method's own phase is priced: IBPO's correction generation, counterfactual's forwards."""
+    (_, metrics), _ = budgeted_runs[method]
+    running = 0.0
+    for k in sorted(metrics):
+        step = metrics[k]["compute/modelled_gpu_seconds"]
+        assert step > 0, k
+        running += step
+        assert metrics[k]["compute_budget/modelled_gpu_seconds"] == pytest.approx(running, rel=1e-9), k
+    own = "correction_gen_decode" if method == "ibpo" else "counterfactual_forward"
+    assert any(m[f"compute/modelled_gpu_seconds/{own}"] > 0 for m in metrics.values())
+
+
 def test_the_methods_have_different_step_costs(budgeted_runs):
     mean_cost = {}
     for method, ((_, metrics), step_key) in budgeted_runs.items():

@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from recipe.common.preflight.data_files import check_data_rows, data_files
 from recipe.common.preflight.errors import SetupError
 from recipe.common.preflight.legacy_reward_keys import check_legacy_reward_keys
-from recipe.common.preflight.compute_budget import compute_budget_from
+from recipe.common.preflight.compute_budget import compute_budget_from, gpu_time_coefficients
 from recipe.common.preflight.model import check_context_length, check_model_path, configured_context_length, sampling_report
 from recipe.common.preflight.reward_function import check_reward_kwargs, load_reward_function, run_verifier_self_test
 from recipe.common.preflight.verl_validation import check_verl_option_types, run_verl_validation
@@ -57,7 +57,7 @@ def preflight(config: DictConfig) -> None:
     from recipe.common.methods import method_of, run_method_check  # the registry imports this package's checks
 
     method = method_of(config)  # validates the method's option block, rejects the other method's
-    compute_budget_from(config)  # the compute budget's options, and validation by budget, not by step count
+    budget = compute_budget_from(config)  # the compute budget's options, and validation by budget, not by step count
     check_legacy_reward_keys(config)
     check_verl_option_types(config)
     train_files = data_files(config, "train_files")
@@ -75,6 +75,7 @@ def preflight(config: DictConfig) -> None:
     sources = check_data_rows(config, reward_fn, train_files + [f for f in val_files if f not in train_files])
     context = configured_context_length(model)
     check_context_length(config, context)
+    gpu_time_coefficients(config, budget)  # compute_budget.cost_model names a known GPU or a readable JSON
     run_method_check(config, method, context)
     run_verl_validation(config)  # after the method's checks: they name the method-specific reason for a setting
     run_verifier_self_test(config, sources)
