@@ -38,7 +38,7 @@ def test_stock_trainer_dispatch_is_refused_with_how_to_run_ibpo(monkeypatch):
     message = str(info.value)
     assert "\n" not in message
     assert message.startswith("algorithm.adv_estimator=ibpo needs the IBPO trainer")
-    assert "python -m recipe.ibpo.main_ibpo" in message and "algorithm.adv_estimator=grpo" in message
+    assert "python -m recipe.main method=ibpo" in message and "algorithm.adv_estimator=grpo" in message
 
 
 def test_after_an_ibpo_trainer_started_the_estimator_runs(monkeypatch):

@@ -190,3 +190,36 @@ def test_the_registry_imports_only_method_modules_and_each_method_lives_in_its_f
         if entry.actor_worker is not None:
             assert entry.actor_worker().__module__.startswith(package + "."), name
     assert methods["ibpo"].check is not None and methods["counterfactual"].check is None
+
+
+def packaged_recipe_files(patterns: list[str], recipe_dir: Path) -> set[Path]:
+    """The files of ``recipe_dir`` that setup.py's ``package_data`` patterns for ``recipe`` select (setuptools
+    globs each pattern relative to the package's folder)."""
+    return {p for pattern in patterns for p in recipe_dir.glob(pattern) if p.is_file()}
+
+
+def test_package_data_is_by_pattern_and_ships_every_file_of_recipe(monkeypatch, tmp_path):
+    """A method is one folder: setup.py names no method, and its patterns select every non-Python file of
+    ``recipe/`` (a launch script, a Hydra config, the pin, the stored verl texts) and a new folder's too."""
+    import runpy
+
+    import setuptools
+
+    captured = {}
+    monkeypatch.setattr(setuptools, "setup", lambda **kw: captured.update(kw))
+    monkeypatch.chdir(ROOT)
+    runpy.run_path(str(ROOT / "setup.py"))
+    assert list(captured["package_data"]) == ["recipe"]
+    patterns = captured["package_data"]["recipe"]
+    assert not [p for p in patterns for m in METHOD_FOLDERS if m in p], patterns
+    tracked = subprocess.run(["git", "ls-files", "recipe"], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout.split()
+    data = {ROOT / f for f in tracked if not f.endswith((".py", ".md"))}
+    assert data and data <= packaged_recipe_files(patterns, ROOT / "recipe"), sorted(
+        data - packaged_recipe_files(patterns, ROOT / "recipe"))
+    new = tmp_path / "recipe" / "third"
+    (new / "config").mkdir(parents=True)
+    for name in ("run_third.sh", "config/third_trainer.yaml", "config/third_block.yaml"):
+        (new / name).write_text("")
+    assert {p.relative_to(new).as_posix() for p in packaged_recipe_files(patterns, tmp_path / "recipe")} == {
+        "run_third.sh", "config/third_trainer.yaml", "config/third_block.yaml"}
