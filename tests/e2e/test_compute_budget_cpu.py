@@ -1,5 +1,5 @@
 """End-to-end: one FLOP budget for two methods of different step cost (IBPO with joint training, and
-counterfactual weighting) through the real trainer on CPU (``python -m recipe.ibpo.main_ibpo``). Both must
+counterfactual weighting) through the real trainer on CPU (``python -m recipe.main method=...``). Both must
 stop at the budget by the rule of ``compute_accounting/budget.py`` (the last step starts below the budget, ends
 past it by less than one step, and no earlier step was predicted to reach it) and validate at its fractions,
 well before the step cap."""
@@ -26,12 +26,12 @@ def _budget(model_path) -> float:
     return 10 * 5 * forward_flops([MAX_LEN] * ROWS, model_flop_shape(str(model_path)))
 
 
-def _run(assets, tmp_path_factory, name, overrides, config_name=None):
+def _run(assets, tmp_path_factory, name, overrides, method="ibpo"):
     budget = _budget(assets["model"])
     out = tmp_path_factory.mktemp(name)
     overrides = overrides + [f"compute_budget.limit={budget!r}", "compute_budget.unit=flops",
                              "compute_budget.val_fractions=[0.5,1.0]", "trainer.test_freq=-1"]
-    result, metrics = run_cpu_training(assets, out, name, overrides, CAP, RUN_TIMEOUT_S, None, config_name)
+    result, metrics = run_cpu_training(assets, out, name, overrides, CAP, RUN_TIMEOUT_S, None, method)
     print(f"\n[e2e {name}] rc={result.returncode} wall={result.wall_s:.1f}s log={result.log_path}")
     assert not result.timed_out, f"{name} hung:\n{result.log_tail()}"
     assert result.returncode == 0, f"{name} failed (rc={result.returncode}):\n{result.log_tail()}"
@@ -44,7 +44,7 @@ def budgeted_runs(cpu_demo_assets, tmp_path_factory):
                 + ["ibpo.lam=0.6", "ibpo.correct_groups=all", "ibpo.shaping=reward"])
     cf = _run(cpu_demo_assets, tmp_path_factory, "counterfactual_budget",
               ["actor_rollout_ref.actor.optim.lr=1e-4", "counterfactual.min_sentence_tokens=2"],
-              config_name="counterfactual_trainer")
+              method="counterfactual")
     return {"ibpo": (ibpo, "ibpo/compute/step_flops"), "counterfactual": (cf, "counterfactual/compute/step_flops")}
 
 

@@ -339,7 +339,7 @@ def test_config_yaml_composes_against_verl(tmp_path):
     from recipe.ibpo.config import register_config_resolvers
     from recipe.common.methods import trainer_class_for
 
-    register_config_resolvers()  # ${ibpo_prompt_length:...}, as main_ibpo.main does before resolving
+    register_config_resolvers()  # ${ibpo_prompt_length:...}, as recipe.main does before resolving
     with initialize_config_module(config_module="recipe.ibpo.config", version_base=None):
         cfg = compose(config_name="ibpo_trainer",
                       overrides=["data.max_prompt_length=100", "data.max_response_length=50"])
