@@ -175,19 +175,22 @@ class HookedRayPPOTrainer(RayPPOTrainer):
             metrics.update(step_seconds(work, main, correction, self.gpu_time_coefficients)
                            .as_metrics(MODELLED_SECONDS_METRIC + "/"))
 
-    def _plain_step_work(self, batch: DataProto, **extra) -> StepWork:
-        """The training passes of verl's step over ``batch`` (every row trained on, ``extra``: more fields of
-        ``compute_accounting.flops.StepWork``), with the run's epochs, gradient checkpointing, old-log-prob and
-        reference forwards."""
-        rows = batch.batch["attention_mask"].sum(-1).tolist()
+    def _training_passes(self) -> dict:
+        """The run's training passes per step, as fields of ``compute_accounting.flops.StepWork``: actor epochs,
+        gradient checkpointing, the old-log-prob forward (not under verl's rollout-correction bypass mode) and
+        the reference forward."""
         rollout_corr = self.config.algorithm.get("rollout_correction", None)
-        return StepWork(**{
-            "main_gen": rows, "train_main": rows,
-            "ppo_epochs": int(self.config.actor_rollout_ref.actor.ppo_epochs),
-            "gradient_checkpointing": bool(self.config.actor_rollout_ref.model.get("enable_gradient_checkpointing",
-                                                                                 False)),
-            "old_log_prob_forward": not (rollout_corr and rollout_corr.get("bypass_mode", False)),
-            "reference_forward": bool(self.use_reference_policy), **extra})
+        return {"ppo_epochs": int(self.config.actor_rollout_ref.actor.ppo_epochs),
+                "gradient_checkpointing": bool(self.config.actor_rollout_ref.model.get(
+                    "enable_gradient_checkpointing", False)),
+                "old_log_prob_forward": not (rollout_corr and rollout_corr.get("bypass_mode", False)),
+                "reference_forward": bool(self.use_reference_policy)}
+
+    def _plain_step_work(self, batch: DataProto, **extra) -> StepWork:
+        """verl's step over ``batch``: every row generated once and trained on with :meth:`_training_passes`
+        (``extra``: more fields of ``compute_accounting.flops.StepWork``)."""
+        rows = batch.batch["attention_mask"].sum(-1).tolist()
+        return StepWork(main_gen=rows, train_main=rows, **self._training_passes(), **extra)
 
     def _budget_step(self, metrics: dict, timing_raw: dict, batch: DataProto | None = None) -> None:
         """Add the step to the compute ledger (its FLOPs from :attr:`STEP_FLOPS_METRIC`, its seconds times the
