@@ -3,7 +3,7 @@
 - ``recipe.ibpo.correction.batch.apply_token_mask`` (the trainer's ``_after_advantage``: advantages ·= m_t by the
   sign of Â, Eq. 7/17, ``ibpo.mask_sign``) against a row-by-row reference on random batches, every mask
   sign, with unshaped rows of positive advantage (what ``complement_when_positive`` must leave alone);
-- ``recipe.ibpo.ibpo_ray_trainer.step_work`` (the rows the FLOP count charges: main, joint, padding,
+- ``recipe.ibpo.step_compute.step_work`` (the rows the FLOP count charges: main, joint, padding,
   correction generation) on a batch with every kind of row.
 """
 
