@@ -33,6 +33,11 @@ EXTRAS = {
     "plots": ["matplotlib>=3.8"],
 }
 
+# The non-Python files of recipe/, by pattern (relative to recipe/): each folder's launch scripts and Hydra
+# config, the verl pin, the stored verl texts and their manifest. A new method folder recipe/<name>/ ships
+# without an edit here (docs/architecture.md, "Adding a method").
+RECIPE_DATA = ["*/*.sh", "*/*.txt", "*/config/*.yaml", "*/upstream/*.txt", "*/upstream/*.toml"]
+
 setup(
     name="ibpo-verl",
     version="0.1.0",
@@ -45,10 +50,7 @@ setup(
     packages=find_packages(include=["compute_accounting", "compute_accounting.*", "ibpo", "ibpo.*", "counterfactual", "counterfactual.*", "analysis", "analysis.*",
                                     "verl_cpu", "verl_cpu.*", "recipe", "recipe.*", "reward_fns", "reward_fns.*",
                                     "data_prep", "data_prep.*", "toy_task", "toy_task.*"]),
-    package_data={"recipe.ibpo": ["*.sh"], "recipe.ibpo.config": ["*.yaml"], "recipe.counterfactual": ["*.sh"],
-                  "recipe.counterfactual.config": ["*.yaml"], "recipe.common": ["REQUIRED_VERL.txt"],
-                  "recipe.common.config": ["*.yaml"],
-                  "recipe.common.upstream": ["*.txt", "*.toml"]},
+    package_data={"recipe": RECIPE_DATA},
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS,
     entry_points={

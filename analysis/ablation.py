@@ -18,60 +18,10 @@ Welch-Satterthwaite degrees of freedom rounded down), so a warm start with noisi
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 
-import numpy as np
-
-from analysis.evaluation_stats import student_t_cdf, student_t_quantile
-
-
-def parse_seeds(spec: list[str]) -> list[int]:
-    """``['0-29']`` or ``['0', '1', '5-7']`` → the seeds, in order."""
-    seeds: list[int] = []
-    for item in spec:
-        lo, _, hi = item.partition("-")
-        seeds += list(range(int(lo), int(hi) + 1)) if hi else [int(lo)]
-    return seeds
-
-
-def parse_warm_starts(items: list[str]) -> dict[str, str]:
-    """``NAME=MODEL_DIR`` pairs, in the order given; a malformed pair or a missing directory stops here."""
-    out: dict[str, str] = {}
-    for item in items:
-        name, sep, path = item.partition("=")
-        if not sep or not name or not path:
-            raise SystemExit(f"--warm-start {item!r}: expected NAME=MODEL_DIR")
-        if not (Path(path) / "config.json").is_file():
-            raise SystemExit(f"--warm-start {item!r}: {path} holds no model (no config.json)")
-        out[name] = path
-    return out
-
-
-def stratified_difference(per_stratum: list[tuple[float, float, int]], alpha: float = 0.05) -> dict[str, float]:
-    """Pooled paired difference over strata given (mean difference, SD of the differences, seeds) per stratum.
-
-    Estimate: the unweighted mean of the stratum means (each warm start counts once); variance Σ s_w²/n_w / W²;
-    degrees of freedom by Welch-Satterthwaite; two-sided t test and (1 − alpha) interval."""
-    strata = [(d, sd, n) for d, sd, n in per_stratum if n >= 2 and math.isfinite(sd)]
-    if not strata:
-        return {"diff": float("nan"), "low": float("nan"), "high": float("nan"), "p_value": float("nan"),
-                "df": float("nan"), "strata": 0}
-    w = len(strata)
-    diff = float(np.mean([d for d, _, _ in strata]))
-    var_terms = [sd * sd / n / (w * w) for _, sd, n in strata]
-    var = float(sum(var_terms))
-    denominator = sum(v * v / (n - 1) for v, (_, _, n) in zip(var_terms, strata))
-    # Welch-Satterthwaite, rounded down (conservative; evaluation_stats' t distribution takes integer df)
-    df = max(1, math.floor(var * var / denominator)) if denominator > 0 else sum(n - 1 for _, _, n in strata)
-    se = math.sqrt(var)
-    if se == 0:
-        return {"diff": diff, "low": diff, "high": diff, "p_value": 0.0 if diff else 1.0, "df": df, "strata": w}
-    crit = student_t_quantile(1 - alpha / 2, df)
-    p = 2 * (1 - student_t_cdf(abs(diff) / se, df))
-    return {"diff": diff, "low": diff - crit * se, "high": diff + crit * se, "p_value": float(p), "df": df,
-            "strata": w}
+from analysis.ablation_stats import parse_seeds, parse_warm_starts
 
 
 def main(argv: list[str] | None = None) -> int:

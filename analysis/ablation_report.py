@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.ablation import stratified_difference
+from analysis.ablation_stats import stratified_difference
 from analysis.equal_compute_report import load_results
 from analysis.evaluation_stats import paired_difference, t_interval
 from ibpo.mechanism import alarm_steps

@@ -1,4 +1,4 @@
-"""Does the plain PyTorch loop (``analysis.toy_loop``) train like verl's trainer (``recipe.ibpo.main_ibpo``)?
+"""Does the plain PyTorch loop (``analysis.toy_loop``) train like verl's trainer (``python -m recipe.main method=ibpo``)?
 
 The published equal-compute table comes from the loop; this checks it against the verl path on a few seeds at
 **equal steps**, the same warm start, n, batch, learning rate (constant: ``--warmup-steps 0`` in both, because

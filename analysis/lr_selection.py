@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.ablation import parse_seeds
+from analysis.ablation_stats import parse_seeds
 from analysis.ablation_report import final_eval, format_interval
 from analysis.equal_compute_report import load_results
 from analysis.evaluation_stats import t_interval

@@ -14,7 +14,8 @@ The ledger (:class:`ComputeLedger`) counts both units every step, budget or not:
   saving included, validation excluded) times the GPUs of the run's resource pool;
 - ``modelled_gpu_seconds``: the step's GPU seconds as the cost model of ``compute_accounting.gpu_time`` prices
   its work (decode passes, prefill tokens, speculative verification, training tokens, weight sync; every
-  coefficient names its source: a measured bench row or a roofline), times the run's GPUs. Unlike wall time it
+  coefficient names its source: a measured bench row or a roofline), times the GPUs the coefficients are for
+  (``GpuTimeCoefficients.gpus``: the model prices the whole step's work on that many GPUs). Unlike wall time it
   does not move with machine load; unlike FLOPs it prices a prefilled prompt or a copied token as a GPU does.
 
 **When a run stops.** verl's loop decides that a step is the last before the step runs (``is_last_step``), so
@@ -57,7 +58,7 @@ class ComputeBudgetConfig:
         "doc": "flops: the project's FLOP counter (compute_accounting/flops.py; Table 1's caption) | gpu_seconds: the step's "
                "wall seconds x the run's GPUs (App. B: GPU time; validation not counted) | modelled_gpu_seconds: the "
                "GPU-time cost model of compute_accounting/gpu_time.py (per phase: decode passes, prefill, speculation, "
-               "training, weight sync) x the run's GPUs"})
+               "training, weight sync) x the GPUs its coefficients are for"})
     cost_model: str = field(default="roofline:H100-SXM", metadata={
         "doc": "what prices modelled_gpu_seconds (compute_accounting/gpu_time.py): roofline:<GPU> (H100-SXM | H200; "
                "data-sheet peaks, the run's model shape) or the path of a scripts/bench_gpu.py JSON (measured "

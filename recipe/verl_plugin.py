@@ -30,7 +30,7 @@ ADV_ESTIMATOR_NAME = "ibpo"
 HOW_TO_RUN_IBPO = (
     "algorithm.adv_estimator=ibpo needs the IBPO trainer, which runs the correction pass that shapes the reward "
     "(r' = r + λΔ); stock verl.trainer.main_ppo has none and would train plain group-normalised rewards under "
-    "IBPO's name. Run `python -m recipe.ibpo.main_ibpo [overrides]` (or your own YAML with defaults "
+    "IBPO's name. Run `python -m recipe.main method=ibpo [overrides]` (or your own YAML with defaults "
     "[ppo_trainer, ibpo_blocks, _self_] and --config-path/--config-name, README 'Bring your own verl YAML'); "
     "for verl's plain estimator use algorithm.adv_estimator=grpo")
 

@@ -58,7 +58,7 @@ def run_toy(out: Path, steps: int, seed: int, timeout_s: float, extra: list[str]
         stamp.write_text(json.dumps(build_toy_assets(stamp.parent), indent=1))
     assets = json.loads(stamp.read_text())
     dump = out / "rollouts"
-    cmd = [sys.executable, "-m", "recipe.ibpo.main_ibpo",
+    cmd = [sys.executable, "-m", "recipe.main", "method=ibpo",
            *cpu_overrides(assets["model"], assets["train"], assets["val"], total_training_steps=steps,
                           train_batch_size=8, rollout_n=4, max_prompt_length=64, max_response_length=96),
            f"trainer.default_local_dir={out / 'checkpoints'}", "trainer.val_before_train=False",

@@ -15,7 +15,7 @@ and is evaluated on a held-out test set at common compute milestones; the table 
 gives paired differences to the baseline with Student-t 95% intervals over seeds, power, compute to a
 training-reward threshold, optimizer updates, seconds per phase, a collapse check and credit localisation.
 
-``--engine verl`` runs ``python -m recipe.ibpo.main_ibpo`` per arm and seed for ``--steps`` steps: the arms
+``--engine verl`` runs ``python -m recipe.main method=ibpo`` per arm and seed for ``--steps`` steps: the arms
 are matched in **steps, not compute** (the table says so and prints each arm's FLOPs), unless
 ``--budget-flops B`` gives every arm the trainer's compute budget (``compute_budget.limit=B``: each run stops
 at B FLOPs, ``--steps`` is then a cap, validation at the budget's fractions). The curves are drawn on the
@@ -120,7 +120,7 @@ def cap_micro_batches(overrides: list[str], micro_batch: int) -> list[str]:
 
 
 def run_one(assets: dict, out: Path, method: Method, seed: int, args: argparse.Namespace) -> Path:
-    """One training run through ``recipe.ibpo.main_ibpo`` (hang-proof runner); returns its metrics file."""
+    """One training run through ``python -m recipe.main method=ibpo`` (hang-proof runner); returns its metrics file."""
     from verl_cpu.launch import cpu_env, cpu_overrides, process_env, read_metrics_jsonl, run_with_timeout
 
     name = f"{method.slug}_s{seed}"
@@ -132,7 +132,7 @@ def run_one(assets: dict, out: Path, method: Method, seed: int, args: argparse.N
         return metrics_path
     metrics_path.unlink(missing_ok=True)
     group = method.group_multiplier * args.n
-    cmd = [sys.executable, "-m", "recipe.ibpo.main_ibpo",
+    cmd = [sys.executable, "-m", "recipe.main", "method=ibpo",
            *cap_micro_batches(cpu_overrides(assets["model"], assets["train"], assets["val"],
                                             total_training_steps=args.steps, train_batch_size=args.batch_size,
                                             rollout_n=group, max_prompt_length=64,

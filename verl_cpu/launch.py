@@ -1,7 +1,7 @@
 """Environment, Hydra overrides and a hang-proof runner for verl runs on a CPU-only machine.
 
 Nothing here is specific to ``verl.trainer.main_ppo``: any entry point that composes verl's
-``ppo_trainer`` config (e.g. the IBPO recipe's ``python -m recipe.ibpo.main_ibpo``) takes the same
+``ppo_trainer`` config (e.g. the recipe launcher ``python -m recipe.main method=ibpo``) takes the same
 environment and overrides::
 
     env = {**os.environ, **cpu_env(metrics_path=...)}

@@ -65,7 +65,7 @@ def shared_blocks() -> tuple[Block, ...]:
 
     return (
         Block("compute_budget_block.yaml", "compute_budget", ComputeBudgetConfig,
-              "The `compute_budget:` block of ibpo_trainer.yaml and counterfactual_trainer.yaml: one compute budget "
+              "The `compute_budget:` block of every method's trainer config: one compute budget "
               "for every method's run (compute_accounting/budget.py; read by recipe/common/trainer_base.py). Validated at "
               "start (a typo or out-of-range value fails).", SHARED_CONFIG_DIR),
     )

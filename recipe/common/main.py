@@ -1,5 +1,5 @@
 """The launcher of every method: ``python -m recipe.main method=<name> [hydra overrides]``
-(``recipe.ibpo.main_ibpo`` is the same launcher with ``method=ibpo`` as its default).
+(a method folder may keep an older launcher name as an alias: the same launcher with that method as its default).
 
 ``method=<name>`` picks a registered method (:mod:`recipe.common.methods`) and with it the Hydra config the run
 starts from (the method's ``config_dir`` / ``config_name``; ``--config-path``/``--config-name`` still override).
@@ -27,7 +27,7 @@ from recipe.common.preflight.errors import SetupError
 def register_config_resolvers() -> None:
     """Every method's OmegaConf resolvers. At import, not in main(): Hydra's ``--cfg job --resolve`` prints the
     resolved config before main() runs, and a method's config may use its resolvers
-    (``${ibpo_prompt_length:...}``)."""
+    (``Method.register_resolvers``)."""
     for method in registered_methods().values():
         if method.register_resolvers is not None:
             method.register_resolvers()
@@ -161,9 +161,9 @@ def run_preflight(config) -> None:
         resolve_config(config)
         preflight(config)
     except (SetupError, ValueError) as exc:
-        print(f"[ibpo] configuration error: {exc}", file=sys.stderr, flush=True)
+        print(f"[recipe] configuration error: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
-    print(f"[ibpo] pre-flight checks passed in {time.perf_counter() - start:.1f} s (options and their types, "
+    print(f"[recipe] pre-flight checks passed in {time.perf_counter() - start:.1f} s (options and their types, "
           f"verl's validate_config, data files and every row, reward function and its kwargs, context and prompt "
           f"budget, verifier self-test); starting Ray", flush=True)
 
@@ -198,7 +198,7 @@ def method_from_argv(argv: list[str], default: str | None = None) -> Method:
         name = next((m.name for m in methods.values() if m.config_name == config_name), None)
     name = name or default
     if name not in methods:
-        print(f"[ibpo] configuration error: method={name!r} must be one of {sorted(methods)}: "
+        print(f"[recipe] configuration error: method={name!r} must be one of {sorted(methods)}: "
               f"`python -m recipe.main method=<name> [overrides]`", file=sys.stderr, flush=True)
         raise SystemExit(2)
     return methods[name]

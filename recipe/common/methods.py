@@ -12,6 +12,7 @@ Ray processes as the rest of the environment does). A new method is one folder (
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import pkgutil
 import sys
@@ -51,10 +52,6 @@ class Method:
     # the actor worker class the method's trainer calls (None: verl's own)
     actor_worker: Callable[[], type] | None = None
     module: str = field(default="", compare=False)  # the module that registered it
-
-    def options_of(self, config: DictConfig) -> Any:
-        """This method's validated option block of ``config`` (:func:`method_options`)."""
-        return method_options(config, self.name)
 
 
 _REGISTRY: dict[str, Method] = {}
@@ -96,15 +93,24 @@ def registered_methods() -> dict[str, Method]:
     return dict(_REGISTRY)
 
 
+# (method, option dataclass, the block's resolved values as JSON) -> the validated dataclass (frozen)
+_VALIDATED: dict[tuple[str, type, str], Any] = {}
+
+
 def method_options(config: DictConfig, method: str) -> Any:
-    """The validated option block of ``method`` (its config key), as its dataclass."""
+    """The validated option block of ``method`` (its config key), as its dataclass: the one way a trainer, a
+    start check or the pre-flight reads a method's options. A block is validated once per process (the
+    pre-flight, the trainer and its start checks read the same values); an invalid one raises every time."""
     entry = registered_methods()[method]
     block = config.get(method)
     if block is None:
         raise SetupError(f"config has no `{method}:` block; start from {entry.config_dir / entry.config_name}.yaml")
     options = OmegaConf.to_container(block, resolve=True)
-    check_option_types(options, entry.options, method)
-    return entry.options.from_mapping(options)
+    key = (method, entry.options, json.dumps(options, sort_keys=True, default=repr))
+    if key not in _VALIDATED:
+        check_option_types(options, entry.options, method)
+        _VALIDATED[key] = entry.options.from_mapping(options)
+    return _VALIDATED[key]
 
 
 def method_of(config: DictConfig) -> str:

@@ -18,12 +18,18 @@ work lives in a hook of a subclass:
   the compute ledger of every method (``compute_accounting.budget``): an override calls it last.
 
 The base also runs the ``compute_budget:`` block for every method (:meth:`HookedRayPPOTrainer._budget_step`):
-the cumulative FLOPs and GPU-seconds, the stop at the budget (by shortening ``total_training_steps`` so that
-verl's own last step, with its checkpoint, ends the run) and validation at fixed fractions of the budget. A
-subclass names the metric holding its step FLOPs (:attr:`HookedRayPPOTrainer.STEP_FLOPS_METRIC`).
+the cumulative FLOPs, GPU-seconds and modelled GPU-seconds, the stop at the budget (by shortening
+``total_training_steps`` so that verl's own last step, with its checkpoint, ends the run) and validation at
+fixed fractions of the budget. A subclass names the metric holding its step FLOPs
+(:attr:`HookedRayPPOTrainer.STEP_FLOPS_METRIC`) and prices its step's work with the GPU-time model
+(:meth:`HookedRayPPOTrainer._model_gpu_seconds`: ``compute/modelled_gpu_seconds/<phase>``); a trainer that does
+not is priced as verl's plain step (every row generated once and trained on).
 
-The hooks are no-ops here, so this class *is* verl's trainer. ReMax's second (greedy) generation rows
-are in ``combined_gen_batch`` too; ``RayIBPOTrainer`` rejects ReMax at start (``check_trainer_config``).
+The hooks are no-ops here, so this class *is* verl's trainer. It names no method: an advantage estimator that
+only one method's trainer may run is refused for every other method by the registry
+(``recipe.common.methods.method_of``: in the pre-flight and again when the task runner picks the trainer), and
+a method's own guards live in its trainer. ReMax's second (greedy) generation rows are in
+``combined_gen_batch`` too; a method that cannot serve them rejects ReMax at start.
 """
 
 from __future__ import annotations
@@ -58,6 +64,13 @@ from verl.utils.debug import marked_timer
 from verl.utils.metric import reduce_metrics
 from verl.utils.skip.skip_manager import SkipManager
 
+from compute_accounting.flops import StepWork
+from compute_accounting.gpu_time import GenerationWork, step_seconds
+
+# the step's modelled GPU seconds (``compute_accounting.gpu_time.StepSeconds.as_metrics``): the total under this
+# name, each phase under ``<name>/<phase>``
+MODELLED_SECONDS_METRIC = "compute/modelled_gpu_seconds"
+
 
 class NonFiniteRewardError(RuntimeError):
     """A reward function returned nan or ±inf: training on it would turn the advantages and then the weights
@@ -70,6 +83,13 @@ def write_json_atomically(path: str, data) -> None:
     with open(path + ".tmp", "w") as f:
         json.dump(data, f)
     os.replace(path + ".tmp", path)
+
+
+def generation_work(output: DataProto) -> GenerationWork:
+    """The GPU-time model's view of a generation (``compute_accounting.gpu_time.GenerationWork``): each row's
+    prompt tokens (valid tokens less the response) and response tokens, decoded without speculation."""
+    generated = output.batch["response_mask"].sum(-1)
+    return GenerationWork((output.batch["attention_mask"].sum(-1) - generated).tolist(), generated.tolist())
 
 
 def require_finite_scores(scores: torch.Tensor, data_sources, what: str) -> None:
@@ -89,9 +109,6 @@ def require_finite_scores(scores: torch.Tensor, data_sources, what: str) -> None
 class HookedRayPPOTrainer(RayPPOTrainer):
     """verl's ``RayPPOTrainer`` whose ``fit`` calls six (no-op) hooks; subclasses put a method in them."""
 
-    # True only for a trainer whose hooks place IBPO's shaped reward before the advantage: the registered
-    # `ibpo` estimator serves no other (init_workers refuses algorithm.adv_estimator=ibpo elsewhere).
-    shapes_ibpo_rewards: bool = False
     # The metric a subclass logs its step's FLOPs under (``compute_accounting.flops.step_flops``), read by the compute
     # ledger at the end of the step; None: the trainer counts no FLOPs (a FLOP budget is then refused).
     STEP_FLOPS_METRIC: str | None = None
@@ -102,11 +119,13 @@ class HookedRayPPOTrainer(RayPPOTrainer):
         self._init_compute_budget()
 
     def _init_compute_budget(self) -> None:
-        """The validated ``compute_budget:`` block and an empty ledger (a resumed run restores it)."""
+        """The validated ``compute_budget:`` block, what prices the modelled GPU seconds, and an empty ledger
+        (a resumed run restores it)."""
         from compute_accounting.budget import ComputeBudgetError, ComputeLedger
-        from recipe.common.preflight.compute_budget import compute_budget_from
+        from recipe.common.preflight.compute_budget import compute_budget_from, gpu_time_coefficients
 
         budget = compute_budget_from(self.config)
+        self.gpu_time_coefficients = gpu_time_coefficients(self.config, budget)  # None: not modelled
         if budget.enabled and budget.unit == "flops" and self.STEP_FLOPS_METRIC is None:
             raise ComputeBudgetError(f"compute_budget.unit=flops but {type(self).__name__} counts no FLOPs; "
                                      "use compute_budget.unit=gpu_seconds")
@@ -144,16 +163,47 @@ class HookedRayPPOTrainer(RayPPOTrainer):
     def _step_metrics(self, batch: DataProto, metrics: dict, timing_raw: dict) -> None:
         """End of the step, before ``logger.log(metrics)``: add this step's metrics (``timing_raw["step"]``
         is final). The base keeps the compute ledger here; an override adds its metrics, then calls this."""
-        self._budget_step(metrics, timing_raw)
+        self._budget_step(metrics, timing_raw, batch)
 
     # ------------------------------------------------------------------ the compute budget (every method)
-    def _budget_step(self, metrics: dict, timing_raw: dict) -> None:
+    def _model_gpu_seconds(self, work: StepWork, main: GenerationWork, correction: GenerationWork | None,
+                           metrics: dict) -> None:
+        """Price the step's work with the GPU-time model (``compute_accounting.gpu_time.step_seconds``, the
+        coefficients of ``compute_budget.cost_model``): ``compute/modelled_gpu_seconds/<phase>`` and their total,
+        which the compute ledger reads at the end of the step. Nothing when the run has no cost model."""
+        if self.gpu_time_coefficients is not None:
+            metrics.update(step_seconds(work, main, correction, self.gpu_time_coefficients)
+                           .as_metrics(MODELLED_SECONDS_METRIC + "/"))
+
+    def _training_passes(self) -> dict:
+        """The run's training passes per step, as fields of ``compute_accounting.flops.StepWork``: actor epochs,
+        gradient checkpointing, the old-log-prob forward (not under verl's rollout-correction bypass mode) and
+        the reference forward."""
+        rollout_corr = self.config.algorithm.get("rollout_correction", None)
+        return {"ppo_epochs": int(self.config.actor_rollout_ref.actor.ppo_epochs),
+                "gradient_checkpointing": bool(self.config.actor_rollout_ref.model.get(
+                    "enable_gradient_checkpointing", False)),
+                "old_log_prob_forward": not (rollout_corr and rollout_corr.get("bypass_mode", False)),
+                "reference_forward": bool(self.use_reference_policy)}
+
+    def _plain_step_work(self, batch: DataProto, **extra) -> StepWork:
+        """verl's step over ``batch``: every row generated once and trained on with :meth:`_training_passes`
+        (``extra``: more fields of ``compute_accounting.flops.StepWork``)."""
+        rows = batch.batch["attention_mask"].sum(-1).tolist()
+        return StepWork(main_gen=rows, train_main=rows, **self._training_passes(), **extra)
+
+    def _budget_step(self, metrics: dict, timing_raw: dict, batch: DataProto | None = None) -> None:
         """Add the step to the compute ledger (its FLOPs from :attr:`STEP_FLOPS_METRIC`, its seconds times the
-        run's GPUs), validate when the spend crossed a budget fraction or the run ends, and, when the next step
+        run's GPUs, its modelled GPU seconds), validate when the spend crossed a budget fraction or the run ends, and, when the next step
         would reach the budget, make it verl's last step (``compute_accounting.budget``: overshoot < one step)."""
         ledger = self.compute_ledger
         flops = float(metrics.get(self.STEP_FLOPS_METRIC, 0.0)) if self.STEP_FLOPS_METRIC else 0.0
-        ledger.add_step(flops, float(timing_raw.get("step", 0.0)) * self.resource_pool_manager.get_n_gpus())
+        if MODELLED_SECONDS_METRIC not in metrics and batch is not None:  # a trainer that prices nothing of its own
+            self._model_gpu_seconds(self._plain_step_work(batch), generation_work(batch), None, metrics)
+        modelled = float(metrics.get(MODELLED_SECONDS_METRIC, 0.0))
+        if self.gpu_time_coefficients is not None:  # the model's wall seconds on the GPUs it was measured on
+            modelled *= self.gpu_time_coefficients.gpus
+        ledger.add_step(flops, float(timing_raw.get("step", 0.0)) * self.resource_pool_manager.get_n_gpus(), modelled)
         budget = ledger.budget
         is_last_step = self.global_steps >= self.total_training_steps
         if budget.enabled and not is_last_step and ledger.next_step_is_last():
@@ -223,17 +273,6 @@ class HookedRayPPOTrainer(RayPPOTrainer):
         rollout = self.config.actor_rollout_ref.rollout
         micro = 1 if rollout.get("log_prob_use_dynamic_bsz", False) else int(rollout.log_prob_micro_batch_size_per_gpu or 1)
         return int(self.actor_rollout_wg.world_size) * micro
-
-    def init_workers(self):
-        from recipe.verl_plugin import HOW_TO_RUN_IBPO, IBPONeedsItsTrainer, assert_registered
-
-        if self.config.algorithm.adv_estimator == "ibpo":
-            # Only a trainer that shapes the reward may announce itself to the estimator (assert_registered
-            # marks the process): any other trainer would train unshaped rewards under IBPO's name.
-            if not self.shapes_ibpo_rewards:
-                raise IBPONeedsItsTrainer(f"{type(self).__name__} runs no correction pass; {HOW_TO_RUN_IBPO}")
-            assert_registered()  # verl swallows entry-point failures at DEBUG: fail here, loudly
-        super().init_workers()
 
     # ------------------------------------------------------------------ the pinned verl's fit + the hook calls
     # Do not edit by hand: docs/upgrading_verl.md (python -m recipe.common.upstream check).

@@ -5,7 +5,8 @@ one-line hook calls). This method fills one hook, ``_after_advantage``: token we
 answer's log-probability when a reasoning span is masked, multiplied into the advantages. It builds no
 IBPO state, adds no batch rows and logs no ``ibpo/`` metric. It counts its step's FLOPs (main generation,
 old-log-prob forward, actor update and the masked copies' forwards, ``compute_accounting.flops.step_flops``) as
-``counterfactual/compute/step_flops``, which the shared compute budget reads (``recipe.common.trainer_base``). Selected by ``method: counterfactual``
+``counterfactual/compute/step_flops``, and prices it with the GPU-time model (``compute/modelled_gpu_seconds``),
+which the shared compute budget reads (``recipe.common.trainer_base``). Selected by ``method: counterfactual``
 (``recipe/counterfactual/config/counterfactual_trainer.yaml``).
 """
 
@@ -17,10 +18,10 @@ from verl.utils.debug import marked_timer
 
 from recipe.counterfactual import batch as cf
 from counterfactual.importance import CounterfactualConfig
-from compute_accounting.flops import StepWork, step_flops
+from compute_accounting.flops import step_flops
+from recipe.common.methods import method_options
 from recipe.common.preflight.model import model_flop_shape
-from recipe.counterfactual.method import counterfactual_config_from
-from recipe.common.trainer_base import HookedRayPPOTrainer
+from recipe.common.trainer_base import HookedRayPPOTrainer, generation_work
 
 
 class RayCounterfactualTrainer(HookedRayPPOTrainer):
@@ -30,7 +31,7 @@ class RayCounterfactualTrainer(HookedRayPPOTrainer):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.counterfactual: CounterfactualConfig = counterfactual_config_from(self.config)
+        self.counterfactual: CounterfactualConfig = method_options(self.config, "counterfactual")
         self.model_shape = model_flop_shape(self.config.actor_rollout_ref.model.path)
 
     def _after_advantage(self, batch: DataProto, metrics: dict, timing_raw: dict) -> None:
@@ -54,12 +55,7 @@ class RayCounterfactualTrainer(HookedRayPPOTrainer):
         metrics.update(cf_metrics)
         metrics["counterfactual/forward_s"] = timing_raw.get("counterfactual_forward", 0.0)
         metrics["counterfactual/extra_forward_rows"] = float(plan.num_copies)
-        rows = batch.batch["attention_mask"].sum(-1).tolist()
         copies = masked.batch["attention_mask"].sum(-1).tolist() if plan.num_copies else []
-        rollout_corr = self.config.algorithm.get("rollout_correction", None)
-        metrics[self.STEP_FLOPS_METRIC] = step_flops(StepWork(
-            main_gen=rows, train_main=rows, counterfactual_forward=copies,
-            ppo_epochs=int(self.config.actor_rollout_ref.actor.ppo_epochs),
-            gradient_checkpointing=bool(self.config.actor_rollout_ref.model.get("enable_gradient_checkpointing", False)),
-            old_log_prob_forward=not (rollout_corr and rollout_corr.get("bypass_mode", False)),
-            reference_forward=bool(self.use_reference_policy)), self.model_shape).total
+        work = self._plain_step_work(batch, counterfactual_forward=copies)
+        metrics[self.STEP_FLOPS_METRIC] = step_flops(work, self.model_shape).total
+        self._model_gpu_seconds(work, generation_work(batch), None, metrics)

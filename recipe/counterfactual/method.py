@@ -19,7 +19,3 @@ METHOD = register_folder_method(
                  "Every option is validated at start (counterfactual/importance.py, CounterfactualConfig): a typo "
                  "or out-of-range value fails.")
 
-
-def counterfactual_config_from(config) -> CounterfactualConfig:
-    """The validated ``counterfactual:`` block of a ``method: counterfactual`` config."""
-    return METHOD.options_of(config)

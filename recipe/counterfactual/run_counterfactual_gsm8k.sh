@@ -19,7 +19,7 @@ TOTAL_STEPS=${TOTAL_STEPS:-200}
 EXP_PREFIX=${EXP_PREFIX:-cf_gsm8k}
 
 for MODE in ${MODES:-counterfactual inverted random vanilla}; do
-    python3 -m recipe.ibpo.main_ibpo --config-name=counterfactual_trainer \
+    python3 -m recipe.main method=counterfactual \
         data.train_files="${TRAIN_FILES}" \
         data.val_files="${VAL_FILES}" \
         data.train_batch_size=${TRAIN_BATCH} \

@@ -34,7 +34,3 @@ METHOD = register_folder_method(
                  "(ibpo/options.py): a typo or out-of-range value fails.",
     register_resolvers=register_config_resolvers, actor_worker=_actor_worker)
 
-
-def ibpo_config_from(config) -> IBPOConfig:
-    """The validated ``ibpo:`` block (G is ``actor_rollout_ref.rollout.n``, not an ``ibpo`` option)."""
-    return METHOD.options_of(config)

@@ -8,7 +8,7 @@
 
 It builds (once, cached in ``--out``) a tiny Qwen2-style model and tokenizer, warm-starts it on the
 synthetic arithmetic task (``toy_task/synthetic_task.py``) so it answers some problems right and
-some wrong, then runs ``python -m recipe.ibpo.main_ibpo`` (CPU platform and ``hf`` rollout, or with
+some wrong, then runs ``python -m recipe.main method=ibpo`` (CPU platform and ``hf`` rollout, or with
 ``--gpu`` CUDA and vLLM), bounded by ``--timeout`` (the whole process tree is killed on expiry). While it
 runs, a line per finished training step is printed (read from verl's file logger, which is always added
 to ``trainer.logger``). At the end it saves a Hugging Face checkpoint of the trained policy, prints the
@@ -168,9 +168,10 @@ class StepPrinter:
 
 
 def run_cpu_training(assets: dict, out_dir: Path, name: str, overrides: list[str], steps: int,
-                     timeout_s: float, extra_env: dict | None = None, config_name: str | None = None,
+                     timeout_s: float, extra_env: dict | None = None, method: str = "ibpo",
                      device: str = "cpu", progress: bool = False, checkpoint_dir: Path | None = None):
-    """Run ``recipe.ibpo.main_ibpo`` with the demo assets; returns (RunResult, metrics by step or None).
+    """Run ``python -m recipe.main method=<method>`` with the demo assets; returns (RunResult, metrics by step
+    or None).
 
     ``device="cpu"`` uses the CPU platform and ``hf`` rollout; ``device="cuda"`` one GPU and vLLM
     (:func:`gpu_overrides`). The run is bounded by ``timeout_s`` (whole process tree killed), logs to
@@ -184,9 +185,7 @@ def run_cpu_training(assets: dict, out_dir: Path, name: str, overrides: list[str
     metrics_path = out_dir / f"{name}_metrics.jsonl"
     log_path = out_dir / f"{name}.log"
     metrics_path.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "recipe.ibpo.main_ibpo"]
-    if config_name:
-        cmd.append(f"--config-name={config_name}")
+    cmd = [sys.executable, "-m", "recipe.main", f"method={method}"]
     base = cpu_overrides(assets["model"], assets["train"], assets["val"], total_training_steps=steps)
     if device == "cuda":
         base = gpu_overrides(base)
@@ -280,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     device = "cuda" if args.gpu else "cpu"
     log_path = out / f"{name}.log"
     where = "one GPU, vLLM rollout" if args.gpu else "CPU, hf rollout"
-    print(f"[quickstart] running python -m recipe.ibpo.main_ibpo on {where} ({args.steps} steps; Ray and worker "
+    print(f"[quickstart] running python -m recipe.main method=ibpo on {where} ({args.steps} steps; Ray and worker "
           f"start-up first, about a minute; full log: {log_path})", flush=True)
     if logger_note:
         print(f"[quickstart] {logger_note}", flush=True)

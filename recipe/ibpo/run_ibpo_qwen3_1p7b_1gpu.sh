@@ -84,7 +84,7 @@ if [ "${FAST_START}" = "1" ]; then
 fi
 if [ "${ENFORCE_EAGER}" = "1" ]; then START_OPTS+=(actor_rollout_ref.rollout.enforce_eager=True); fi
 
-python3 -m recipe.ibpo.main_ibpo \
+python3 -m recipe.main method=ibpo \
     data.train_files="${TRAIN_FILES}" \
     data.val_files="${VAL_FILES}" \
     data.train_batch_size=${TRAIN_BATCH} \

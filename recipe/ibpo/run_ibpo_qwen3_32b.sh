@@ -100,7 +100,7 @@ TOTAL_STEPS=${TOTAL_STEPS:-$(( ARM_STEPS * 128 / TRAIN_BATCH ))}
 if [ "${COMPUTE_BUDGET}" = "0" ]; then TEST_FREQ=${TEST_FREQ:-10}; else TEST_FREQ=-1; fi
 LOGGER=${LOGGER:-"['console','tensorboard']"}
 
-python3 -m recipe.ibpo.main_ibpo \
+python3 -m recipe.main method=ibpo \
     data.train_files="${TRAIN_FILES}" \
     data.val_files="${VAL_FILES}" \
     data.train_batch_size=${TRAIN_BATCH} \

@@ -16,8 +16,8 @@ from ibpo.correction_lengths import (MIN_DERIVED_CANDIDATE_TOKENS, CorrectionBud
 from ibpo.mechanism import reinforces_wrong_answers
 from ibpo.options import IBPOConfig
 from ibpo.prompts import build_correction_messages
+from recipe.common.methods import method_options
 from recipe.common.preflight.errors import SetupError
-from recipe.ibpo.method import ibpo_config_from
 from recipe.ibpo.correction.rollout import check_correction_rollout
 
 # Chat-template scaffolding around the correction prompt (role headers, generation prompt) plus slack.
@@ -139,7 +139,7 @@ def check_ibpo_run(config: DictConfig, context: int | None) -> None:
     model = config.actor_rollout_ref.model
     tokenizer = hf_tokenizer(model.get("tokenizer_path") or str(model.path),
                              trust_remote_code=model.get("trust_remote_code", False))
-    ibpo = check_trainer_config(config, ibpo_config_from(config), tokenizer, context)
+    ibpo = check_trainer_config(config, method_options(config, "ibpo"), tokenizer, context)
     if ibpo.enable:
         print("[ibpo] " + candidate_share_line(ibpo, int(config.data.max_response_length)), flush=True)
     if reinforces_wrong_answers(ibpo.enable, ibpo.shaping, ibpo.lam):

@@ -1,5 +1,5 @@
 """End-to-end: one FLOP budget for two methods of different step cost (IBPO with joint training, and
-counterfactual weighting) through the real trainer on CPU (``python -m recipe.ibpo.main_ibpo``). Both must
+counterfactual weighting) through the real trainer on CPU (``python -m recipe.main method=...``). Both must
 stop at the budget by the rule of ``compute_accounting/budget.py`` (the last step starts below the budget, ends
 past it by less than one step, and no earlier step was predicted to reach it) and validate at its fractions,
 well before the step cap."""
@@ -26,12 +26,12 @@ def _budget(model_path) -> float:
     return 10 * 5 * forward_flops([MAX_LEN] * ROWS, model_flop_shape(str(model_path)))
 
 
-def _run(assets, tmp_path_factory, name, overrides, config_name=None):
+def _run(assets, tmp_path_factory, name, overrides, method="ibpo"):
     budget = _budget(assets["model"])
     out = tmp_path_factory.mktemp(name)
     overrides = overrides + [f"compute_budget.limit={budget!r}", "compute_budget.unit=flops",
                              "compute_budget.val_fractions=[0.5,1.0]", "trainer.test_freq=-1"]
-    result, metrics = run_cpu_training(assets, out, name, overrides, CAP, RUN_TIMEOUT_S, None, config_name)
+    result, metrics = run_cpu_training(assets, out, name, overrides, CAP, RUN_TIMEOUT_S, None, method)
     print(f"\n[e2e {name}] rc={result.returncode} wall={result.wall_s:.1f}s log={result.log_path}")
     assert not result.timed_out, f"{name} hung:\n{result.log_tail()}"
     assert result.returncode == 0, f"{name} failed (rc={result.returncode}):\n{result.log_tail()}"
@@ -44,7 +44,7 @@ def budgeted_runs(cpu_demo_assets, tmp_path_factory):
                 + ["ibpo.lam=0.6", "ibpo.correct_groups=all", "ibpo.shaping=reward"])
     cf = _run(cpu_demo_assets, tmp_path_factory, "counterfactual_budget",
               ["actor_rollout_ref.actor.optim.lr=1e-4", "counterfactual.min_sentence_tokens=2"],
-              config_name="counterfactual_trainer")
+              method="counterfactual")
     return {"ibpo": (ibpo, "ibpo/compute/step_flops"), "counterfactual": (cf, "counterfactual/compute/step_flops")}
 
 
@@ -77,6 +77,22 @@ def test_each_method_stops_at_the_budget(budgeted_runs, method):
     first_half = next(k for k in steps if spent[k] >= 0.5 * budget)
     assert validated == sorted({first_half, last}), (validated, spent)
     assert all(any(key.startswith("val-core/") for key in metrics[k]) for k in validated)
+
+
+@pytest.mark.parametrize("method", ["ibpo", "counterfactual"])
+def test_each_method_prices_its_steps_with_the_gpu_time_model(budgeted_runs, method):
+    """The modelled GPU seconds (``compute_accounting.gpu_time``, the default roofline cost model on the run's own
+    model) are logged every step and summed by the ledger (``compute_budget.unit=modelled_gpu_seconds`` budgets
+    on this sum); each method's own phase is priced: IBPO's correction generation, counterfactual's forwards."""
+    (_, metrics), _ = budgeted_runs[method]
+    running = 0.0
+    for k in sorted(metrics):
+        step = metrics[k]["compute/modelled_gpu_seconds"]
+        assert step > 0, k
+        running += step
+        assert metrics[k]["compute_budget/modelled_gpu_seconds"] == pytest.approx(running, rel=1e-9), k
+    own = "correction_gen_decode" if method == "ibpo" else "counterfactual_forward"
+    assert any(m[f"compute/modelled_gpu_seconds/{own}"] > 0 for m in metrics.values())
 
 
 def test_the_methods_have_different_step_costs(budgeted_runs):

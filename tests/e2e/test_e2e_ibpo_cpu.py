@@ -1,5 +1,5 @@
 """End-to-end tier: IBPO, IBPO-mask, the GSPO baseline and counterfactual weighting through verl 0.9.1's
-real main loop on CPU (Ray, FSDP2 over gloo, the ``hf`` rollout), via ``python -m recipe.ibpo.main_ibpo``.
+real main loop on CPU (Ray, FSDP2 over gloo, the ``hf`` rollout), via ``python -m recipe.main method=ibpo``.
 
 Each run is bounded by a timeout (the whole process tree is killed). The assertions are on mechanics
 read from verl's file logger and the rollout's weight-sync log lines, not on learning.
@@ -30,9 +30,9 @@ SYNC_LINE = re.compile(
 )
 
 
-def _run(assets, tmp_path_factory, name, overrides, steps, extra_env=None, config_name=None):
+def _run(assets, tmp_path_factory, name, overrides, steps, extra_env=None, method="ibpo"):
     out = tmp_path_factory.mktemp(name)
-    result, metrics = run_cpu_training(assets, out, name, overrides, steps, RUN_TIMEOUT_S, extra_env, config_name)
+    result, metrics = run_cpu_training(assets, out, name, overrides, steps, RUN_TIMEOUT_S, extra_env, method)
     print(f"\n[e2e {name}] rc={result.returncode} wall={result.wall_s:.1f}s "
           f"peak_sys_delta={result.peak_sys_used_delta_bytes / 2**30:.2f}GiB log={result.log_path}")
     assert not result.timed_out, f"{name} hung; killed after {RUN_TIMEOUT_S}s:\n{result.log_tail()}"
@@ -157,7 +157,7 @@ def test_counterfactual_weighting_end_to_end(cpu_demo_assets, tmp_path_factory):
     """The second method selected by config: DAPO objective, extra no-grad forwards on masked copies."""
     overrides = ["actor_rollout_ref.actor.optim.lr=1e-4", "counterfactual.min_sentence_tokens=2"]
     metrics, log = _run(cpu_demo_assets, tmp_path_factory, "counterfactual", overrides, 2,
-                        config_name="counterfactual_trainer")
+                        method="counterfactual")
     assert "'loss_mode': 'vanilla'" in log and "'clip_ratio_high': 0.28" in log
     assert "method=counterfactual trainer=RayCounterfactualTrainer" in log
     for step, m in metrics.items():

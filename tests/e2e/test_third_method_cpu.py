@@ -32,7 +32,7 @@ def test_a_method_defined_in_the_test_tree_trains_a_step_through_the_launcher(cp
     result = run_with_timeout(cmd, env, timeout_s=600, log_path=tmp_path / "scaled_advantage.log", cwd=tmp_path)
     log = result.log_path.read_text(errors="replace")
     assert not result.timed_out and result.returncode == 0, log[-4000:]
-    assert "[ibpo] pre-flight checks passed" in log
+    assert "[recipe] pre-flight checks passed" in log
     assert "method=scaled_advantage trainer=RayScaledAdvantageTrainer" in log
     metrics = read_metrics_jsonl(metrics_path)
     assert sorted(metrics) == [1]

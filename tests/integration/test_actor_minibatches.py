@@ -24,7 +24,7 @@ from verl.workers.engine_workers import TrainingWorker
 from ibpo.minibatch import actor_minibatch_plan, optimizer_updates_reported, row_multiple
 from recipe.ibpo.correction import batch as corr
 from recipe.ibpo.ibpo_ray_trainer import RayIBPOTrainer
-from recipe.ibpo.method import ibpo_config_from
+from recipe.common.methods import method_options
 
 PROMPT, RESPONSE = 5, 4
 
@@ -107,7 +107,7 @@ def make_trainer(joint_minibatch: str, ppo_epochs: int = 1) -> RayIBPOTrainer:
             "ref": {"log_prob_micro_batch_size_per_gpu": 4}},
         "ibpo": {"joint_training": True, "joint_minibatch": joint_minibatch},
     })
-    trainer.ibpo = ibpo_config_from(trainer.config)
+    trainer.ibpo = method_options(trainer.config, "ibpo")
     trainer.use_reference_policy = False
     trainer.actor_rollout_wg = StandInWorkerGroup()
     return trainer

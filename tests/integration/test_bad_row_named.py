@@ -1,5 +1,5 @@
 """A bad row is named -- file, row, field and what is allowed -- by every entry point that reads a data file:
-``main_ibpo`` with the IBPO config and with the counterfactual's, ``scripts/evaluate.py`` and ``data_prep``.
+``python -m recipe.main`` with the IBPO config and with the counterfactual's, ``scripts/evaluate.py`` and ``data_prep``.
 The rows are checked before anything else that could fail for another reason (an earlier bug turned an empty
 ``override_config`` into omegaconf's "Input cfg is not an OmegaConf config object (dict)", which named nothing)."""
 
@@ -42,7 +42,7 @@ def assert_names_the_row(message: str, path: str) -> None:
 
 
 @pytest.mark.parametrize("config_name", ["ibpo_trainer", "counterfactual_trainer"])
-def test_main_ibpo_names_the_bad_row_with_the_shipped_defaults(files, config_name, capsys):
+def test_the_launcher_names_the_bad_row_with_the_shipped_defaults(files, config_name, capsys):
     """The shipped config with only the files and the model set (what a new user runs first): the one error
     line is the row's, whatever other option is still unset (verl's own validation runs after the rows)."""
     from hydra import compose, initialize_config_module
@@ -58,7 +58,7 @@ def test_main_ibpo_names_the_bad_row_with_the_shipped_defaults(files, config_nam
     with pytest.raises(SystemExit) as info:
         run_preflight(cfg)
     assert info.value.code == 2
-    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("[ibpo] configuration error")]
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("[recipe] configuration error")]
     assert len(lines) == 1, lines
     assert_names_the_row(lines[0], files["bad"])
 

@@ -1,5 +1,5 @@
 """README "Bring your own verl YAML": the YAML block of the README, composed against verl 0.9.1's real
-``ppo_trainer`` config (as ``main_ibpo --config-path DIR --config-name NAME`` composes it), gives the same
+``ppo_trainer`` config (as ``python -m recipe.main --config-path DIR --config-name NAME method=ibpo`` composes it), gives the same
 IBPO settings as the recipe's own ``ibpo_trainer.yaml``."""
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from ibpo.pipeline import CorrectionRequest
 from recipe.ibpo.correction import batch as corr
 from recipe.ibpo.config import register_config_resolvers
 from recipe.ibpo.correction.rollout import SPEC_OPTION, check_correction_rollout, speculative_config_of
-from recipe.ibpo.method import ibpo_config_from
+from recipe.common.methods import method_options
 from verl_cpu.launch import cpu_overrides
 
 SPEC = "{method:ngram,prompt_lookup_min:2,prompt_lookup_max:5,num_speculative_tokens:8}"
@@ -57,7 +57,7 @@ def test_new_keys_compose_with_verls_config(tiny_run):
 
     cfg = composed(tiny_run, "ibpo.correction_max_tokens_factor=1.5", "ibpo.correction_closing_tokens=32",
                    f"+actor_rollout_ref.rollout.engine_kwargs.vllm.speculative_config={SPEC}")
-    ibpo = ibpo_config_from(cfg)
+    ibpo = method_options(cfg, "ibpo")
     assert (ibpo.correction_max_tokens_factor, ibpo.correction_closing_tokens) == (1.5, 32)
     assert IBPOConfig().lookup_proxy_interval == ibpo.lookup_proxy_interval == 1
     spec = speculative_config_of(cfg)
@@ -81,7 +81,7 @@ def test_a_draft_model_in_the_composed_config_is_named(tiny_run):
                    "+actor_rollout_ref.rollout.engine_kwargs.vllm.speculative_config="
                    "{method:draft_model,model:/models/small,num_speculative_tokens:4}")
     with pytest.raises(IBPOConfigError, match=f"{SPEC_OPTION}.method='draft_model'"):
-        check_correction_rollout(cfg, ibpo_config_from(cfg))
+        check_correction_rollout(cfg, method_options(cfg, "ibpo"))
 
 
 def test_the_bound_reaches_the_hf_servers_request(tiny_run, monkeypatch):

@@ -14,8 +14,7 @@ from hydra import compose, initialize_config_dir, initialize_config_module
 from omegaconf import OmegaConf
 
 from recipe.common.main import method_from_argv, register_config_resolvers
-from recipe.common.methods import method_of, trainer_class_for
-from recipe.ibpo.method import ibpo_config_from
+from recipe.common.methods import method_of, method_options, trainer_class_for
 
 RECIPE_DIR = Path(__file__).resolve().parents[2] / "recipe"
 SCRIPT_PATHS = {p.name: p for p in sorted(RECIPE_DIR.glob("*/run_*.sh"))}  # each method folder's launch scripts
@@ -51,12 +50,11 @@ def test_script_overrides_compose_against_verl(script, tmp_path):
     calls = recorded_invocations(script, tmp_path)
     assert calls, f"{script} launched nothing"
     for argv in calls:
-        assert argv[:2] == ["-m", "recipe.ibpo.main_ibpo"], argv[:2]
+        # the one launcher, the method named first (a copied script starts a new method by changing that word)
+        assert argv[:2] == ["-m", "recipe.main"] and argv[2].startswith("method="), argv[:3]
         args = argv[2:]
-        launched = method_from_argv(args, default="ibpo")  # what the launcher composes: the method's own config
+        launched = method_from_argv(args)  # what the launcher composes: the method's own config
         config_name = launched.config_name
-        if args and args[0].startswith("--config-name="):
-            config_name = args.pop(0).split("=", 1)[1]
         register_config_resolvers()
         with initialize_config_dir(config_dir=str(launched.config_dir), version_base=None):
             cfg = compose(config_name=config_name, overrides=args)
@@ -67,7 +65,7 @@ def test_script_overrides_compose_against_verl(script, tmp_path):
         if method == "counterfactual":
             assert "ibpo" not in cfg, argv  # a counterfactual run builds no IBPO state
             continue
-        ibpo = ibpo_config_from(cfg)
+        ibpo = method_options(cfg, "ibpo")
         if ibpo.enable:
             assert cfg.actor_rollout_ref.actor.policy_loss.loss_mode == "gspo"
             assert cfg.actor_rollout_ref.actor.loss_agg_mode == "seq-mean-token-mean"
@@ -111,7 +109,7 @@ def test_one_gpu_scripts_fit_one_gpu_and_save_a_hf_checkpoint(tmp_path):
         assert "hf_model" in cfg.actor_rollout_ref.actor.checkpoint.save_contents
         assert cfg.data.train_files[0].endswith("dapo_math_17k.parquet")
         assert [Path(f).name for f in cfg.data.val_files] == ["aime25.parquet"]
-        assert ibpo_config_from(cfg).enable is ibpo_on
+        assert method_options(cfg, "ibpo").enable is ibpo_on
         rollout = cfg.actor_rollout_ref.rollout
         assert rollout.prompt_length + rollout.response_length <= rollout.max_model_len
 
@@ -138,7 +136,7 @@ def test_table1_arms_share_one_compute_budget_and_validate_by_it(tmp_path):
         budget = compute_budget_from(cfg)  # also refuses a step-count validation schedule beside it
         assert budget.enabled and budget.unit == "flops" and cfg.trainer.test_freq == -1, script
         budgets.add(budget.limit)
-        assert cfg.actor_rollout_ref.rollout.n == group and ibpo_config_from(cfg).enable is ibpo_on, script
+        assert cfg.actor_rollout_ref.rollout.n == group and method_options(cfg, "ibpo").enable is ibpo_on, script
         assert [Path(f).name for f in cfg.data.val_files] == ["aime25.parquet", "hmmt_feb_2025.parquet",
                                                               "lcb_v6.parquet"], script
         # the cosine schedule's length is ~1.2x the arm's expected steps to the budget: the cheaper step, the more
@@ -215,7 +213,7 @@ def test_whole_candidates_compose_with_one_rope_scaling_for_rollout_and_actor(sc
     assert OmegaConf.to_container(cfg.actor_rollout_ref.rollout.engine_kwargs.vllm.hf_overrides) == {"rope_scaling": rope}
     rollout = cfg.actor_rollout_ref.rollout
     assert rollout.max_model_len == context == context_length({"max_position_embeddings": native}, {"rope_scaling": rope})
-    ibpo = ibpo_config_from(cfg)
+    ibpo = method_options(cfg, "ibpo")
     assert ibpo.max_candidate_tokens == cfg.data.max_response_length  # nothing of an answer is cut
     assert rollout.prompt_length + rollout.response_length <= rollout.max_model_len
     (default,) = recorded_invocations(script, tmp_path / "default")
@@ -225,18 +223,18 @@ def test_whole_candidates_compose_with_one_rope_scaling_for_rollout_and_actor(sc
     (cut,) = recorded_invocations(script, tmp_path / "cut", {"CANDIDATES": "cut"})
     cut_cfg = composed(cut)
     assert "rope_scaling" not in (cut_cfg.actor_rollout_ref.model.get("override_config") or {})
-    assert ibpo_config_from(cut_cfg).max_candidate_tokens == {"run_ibpo_qwen3_32b.sh": 3952,
+    assert method_options(cut_cfg, "ibpo").max_candidate_tokens == {"run_ibpo_qwen3_32b.sh": 3952,
                                                               "run_ibpo_qwen3_next_80b.sh": 2928}[script]
 
 
 def test_one_gpu_pair_shows_whole_candidates_in_the_model_context(tmp_path):
     (argv,) = recorded_invocations("run_ibpo_qwen3_1p7b_1gpu.sh", tmp_path / "w")
     cfg = composed(argv)
-    assert ibpo_config_from(cfg).max_candidate_tokens == cfg.data.max_response_length == 8192
+    assert method_options(cfg, "ibpo").max_candidate_tokens == cfg.data.max_response_length == 8192
     assert cfg.actor_rollout_ref.rollout.max_model_len == 32768  # inside Qwen3-1.7B's 40,960: no rope scaling
     assert "rope_scaling" not in (cfg.actor_rollout_ref.model.get("override_config") or {})
     (cut,) = recorded_invocations("run_ibpo_qwen3_1p7b_1gpu.sh", tmp_path / "c", {"CANDIDATES": "cut"})
-    assert ibpo_config_from(composed(cut)).max_candidate_tokens == 3440
+    assert method_options(composed(cut), "ibpo").max_candidate_tokens == 3440
 
 
 @pytest.mark.parametrize("script", SCRIPTS)

@@ -42,7 +42,7 @@ def overrides_for(tiny_run, *extra: str) -> list[str]:
 
 
 def composed(tiny_run, *extra: str):
-    register_config_resolvers()  # ${ibpo_prompt_length:...}, as main_ibpo.main does before resolving
+    register_config_resolvers()  # ${ibpo_prompt_length:...}, as recipe.main does before resolving
     with initialize_config_module(config_module="recipe.ibpo.config", version_base=None):
         cfg = compose(config_name="ibpo_trainer", overrides=overrides_for(tiny_run, *extra))
     OmegaConf.resolve(cfg)
@@ -81,10 +81,10 @@ def test_a_reward_function_returning_nonsense_is_caught(tiny_run, tmp_path):
                            "reward.custom_reward_function.name=score"))
 
 
-def test_a_wrong_reward_name_stops_main_ibpo_before_ray_within_seconds(tiny_run, tmp_path):
+def test_a_wrong_reward_name_stops_the_launcher_before_ray_within_seconds(tiny_run, tmp_path):
     """The real entry point as a subprocess: exit status 2, one line naming the option, no Ray start."""
     env = process_env(os.environ, {**cpu_env(), "PYTHONPATH": str(REPO)})
-    cmd = [sys.executable, "-m", "recipe.ibpo.main_ibpo",
+    cmd = [sys.executable, "-m", "recipe.main", "method=ibpo",
            *overrides_for(tiny_run, "reward.custom_reward_function.name=compute_scores")]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
@@ -93,11 +93,11 @@ def test_a_wrong_reward_name_stops_main_ibpo_before_ray_within_seconds(tiny_run,
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     assert out.returncode == 2, out.stderr[-3000:]
-    errors = [ln for ln in out.stderr.splitlines() if ln.startswith("[ibpo] configuration error")]
+    errors = [ln for ln in out.stderr.splitlines() if ln.startswith("[recipe] configuration error")]
     assert len(errors) == 1 and "reward.custom_reward_function.name=compute_scores" in errors[0], out.stderr[-3000:]
     assert "Traceback" not in out.stderr
     assert "ray" not in (out.stdout + out.stderr).lower().replace("array", ""), "Ray started before the check"
-    print(f"main_ibpo with a wrong reward name exited after {wall:.1f} s wall, {cpu:.1f} s CPU "
+    print(f"recipe.main with a wrong reward name exited after {wall:.1f} s wall, {cpu:.1f} s CPU "
           f"(load average {os.getloadavg()[0]:.1f})")
     # CPU seconds, not wall: on a shared CI machine the wall time grows with the load (imports of torch and
     # verl dominate). On an idle machine the two agree (docs/gpu.md records a 16-core run).
@@ -132,7 +132,7 @@ def test_a_user_reward_function_skips_the_project_self_test(tiny_run, tmp_path, 
 # Silent wrong paths (issue 17): each is refused in the driver with one line naming the key, file or row.
 
 def refused(tiny_run, *extra: str) -> str:
-    """The one-line message ``resolve_config`` + ``preflight`` (as ``main_ibpo.run_preflight`` runs them)
+    """The one-line message ``resolve_config`` + ``preflight`` (as the launcher's ``run_preflight`` runs them)
     refuse the composed config with."""
     register_config_resolvers()
     with initialize_config_module(config_module="recipe.ibpo.config", version_base=None):
@@ -296,18 +296,22 @@ def test_a_bad_row_of_the_validation_file_is_named_too(tiny_run, tmp_path):
 
 
 @pytest.mark.slow  # a fresh interpreter imports verl and Hydra (≈8 s)
-def test_cfg_job_resolve_prints_the_resolved_config(tiny_run, tmp_path):
+@pytest.mark.parametrize("launcher", [["recipe.main", "method=ibpo"], ["recipe.ibpo.main_ibpo"]])
+def test_cfg_job_resolve_prints_the_resolved_config(tiny_run, tmp_path, launcher):
+    """The launcher, and the alias kept for old installs (which says it is one), compose the same config."""
     env = process_env(os.environ, {**cpu_env(), "PYTHONPATH": str(REPO)})
-    cmd = [sys.executable, "-m", "recipe.ibpo.main_ibpo", *overrides_for(tiny_run), "--cfg", "job", "--resolve"]
+    cmd = [sys.executable, "-m", *launcher, *overrides_for(tiny_run), "--cfg", "job", "--resolve"]
     out = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     cfg = OmegaConf.create(out.stdout)
-    assert isinstance(cfg.actor_rollout_ref.rollout.prompt_length, int)
+    assert cfg.method == "ibpo" and isinstance(cfg.actor_rollout_ref.rollout.prompt_length, int)
     assert cfg.actor_rollout_ref.rollout.prompt_length > cfg.data.max_prompt_length
+    said_alias = "is an alias of `python -m recipe.main method=ibpo`" in out.stderr
+    assert said_alias == (launcher[0] == "recipe.ibpo.main_ibpo"), out.stderr[-2000:]
 
 
 def test_the_readme_byo_yaml_passes_the_preflight(tiny_run, tmp_path):
-    """README "Bring your own verl YAML", composed from its own directory (as ``main_ibpo --config-path``)."""
+    """README "Bring your own verl YAML", composed from its own directory (as ``python -m recipe.main --config-path DIR --config-name NAME method=ibpo``)."""
     from hydra import initialize_config_dir
 
     sys.path.insert(0, str(REPO / "tests" / "integration"))
@@ -360,4 +364,4 @@ def test_the_preflight_prints_the_candidate_share_and_the_sampling_check(tiny_ru
     preflight(cfg)
     out = capsys.readouterr().out
     assert "[ibpo] correction candidates (whole text):" in out
-    assert "[ibpo] validation sampling (rollout.val_kwargs): temperature 0.6" in out
+    assert "[recipe] validation sampling (rollout.val_kwargs): temperature 0.6" in out

@@ -31,7 +31,7 @@ from ibpo.references import register_reference_rule, unregister_reference_rule
 from recipe.ibpo.correction import batch as corr
 from recipe.ibpo.ibpo_ray_trainer import RayIBPOTrainer
 from recipe.common.preflight import SetupError
-from recipe.ibpo.method import ibpo_config_from
+from recipe.common.methods import method_options
 from recipe.ibpo.start_checks import check_trainer_config
 
 PROMPT_LEN, RESP_LEN = 24, 6
@@ -148,7 +148,7 @@ def main_step(trainer: RayIBPOTrainer, responses: list[list[int]], n: int):
     gen_output = gen_output_for(responses, score)  # the main generate_sequences
     trainer._after_generation(gen_batch, gen_output, metrics, timing)
     full = batch.repeat(n, interleave=True).union(gen_output)
-    return full, trainer._step_correction, metrics, gen_batch
+    return full, trainer._step.correction, metrics, gen_batch
 
 
 def test_correction_pass_places_delta_on_the_right_rows_after_reordering():
@@ -242,7 +242,7 @@ def test_correction_pass_places_delta_on_the_right_rows_after_reordering():
     # token, whatever its sign
     literal = out.batch["advantages"]
     out.batch["advantages"] = unmasked.clone()
-    corr.apply_token_mask(out, get_mask_sign("literal"))
+    corr.apply_token_mask(out, corr.IBPORows.of(out), get_mask_sign("literal"))
     for row in (new_1, new_6):
         assert out.batch["advantages"][row][:2].abs().sum() == 0 and out.batch["advantages"][row][2] != 0
     out.batch["advantages"] = literal
@@ -298,15 +298,15 @@ def test_start_checks_name_the_key():
             check_trainer_config(cfg, trainer.ibpo, FakeTokenizer())
     check_trainer_config(cfg, trainer.ibpo.replace(enable=False), FakeTokenizer())  # the baseline may use any
     with pytest.raises(Exception, match="group_size is not an option"):
-        ibpo_config_from(OmegaConf.create({"ibpo": {"group_size": 3}, "actor_rollout_ref": {"rollout": {"n": 4}}}))
+        method_options(OmegaConf.create({"ibpo": {"group_size": 3}, "actor_rollout_ref": {"rollout": {"n": 4}}}), "ibpo")
     with pytest.raises(Exception, match="unknown ibpo option"):
-        ibpo_config_from(OmegaConf.create({"ibpo": {"lamda": 3}, "actor_rollout_ref": {"rollout": {"n": 4}}}))
+        method_options(OmegaConf.create({"ibpo": {"lamda": 3}, "actor_rollout_ref": {"rollout": {"n": 4}}}), "ibpo")
     with pytest.raises(Exception, match="ibpo.reference_per_group was replaced by ibpo.reference_rule"):
-        ibpo_config_from(OmegaConf.create({"ibpo": {"reference_per_group": True},
-                                           "actor_rollout_ref": {"rollout": {"n": 4}}}))
+        method_options(OmegaConf.create({"ibpo": {"reference_per_group": True},
+                                           "actor_rollout_ref": {"rollout": {"n": 4}}}), "ibpo")
     with pytest.raises(Exception, match="ibpo.reference_rule='nearest'.*registered reference rules"):
-        ibpo_config_from(OmegaConf.create({"ibpo": {"reference_rule": "nearest"},
-                                           "actor_rollout_ref": {"rollout": {"n": 4}}}))
+        method_options(OmegaConf.create({"ibpo": {"reference_rule": "nearest"},
+                                           "actor_rollout_ref": {"rollout": {"n": 4}}}), "ibpo")
 
 
 def test_a_registered_reference_rule_is_selected_by_name_in_the_trainer():
@@ -339,7 +339,7 @@ def test_config_yaml_composes_against_verl(tmp_path):
     from recipe.ibpo.config import register_config_resolvers
     from recipe.common.methods import trainer_class_for
 
-    register_config_resolvers()  # ${ibpo_prompt_length:...}, as main_ibpo.main does before resolving
+    register_config_resolvers()  # ${ibpo_prompt_length:...}, as recipe.main does before resolving
     with initialize_config_module(config_module="recipe.ibpo.config", version_base=None):
         cfg = compose(config_name="ibpo_trainer",
                       overrides=["data.max_prompt_length=100", "data.max_response_length=50"])
@@ -352,13 +352,34 @@ def test_config_yaml_composes_against_verl(tmp_path):
         off = compose(config_name="ibpo_trainer", overrides=["data.max_prompt_length=100", "ibpo.enable=False"])
     assert off.actor_rollout_ref.rollout.prompt_length == 100  # no correction prompts, no widening
     assert IBPOConfig.from_mapping(OmegaConf.to_container(cfg.ibpo)).variant == "binary"
-    assert ibpo_config_from(cfg) == IBPOConfig()  # the generated block composes to the dataclass defaults
+    assert method_options(cfg, "ibpo") == IBPOConfig()  # the generated block composes to the dataclass defaults
     with initialize_config_module(config_module="recipe.ibpo.config", version_base=None):
         per_group = compose(config_name="ibpo_trainer", overrides=["ibpo.reference_rule=per_group"])
         old = compose(config_name="ibpo_trainer", overrides=["+ibpo.reference_per_group=true"])  # a key Hydra appends
-    assert ibpo_config_from(per_group).reference_rule == "per_group"
+    assert method_options(per_group, "ibpo").reference_rule == "per_group"
     with pytest.raises(Exception, match="ibpo.reference_per_group was replaced by ibpo.reference_rule"):
-        ibpo_config_from(old)
+        method_options(old, "ibpo")
+
+
+def test_an_option_block_is_validated_once_per_process(monkeypatch):
+    """The pre-flight, IBPO's start checks and the trainer read the same block: its types are checked and its
+    dataclass built once (the same frozen object comes back); a changed block is validated anew, and an invalid
+    one raises every time it is read."""
+    import recipe.common.methods as methods
+
+    checked = []
+    real_check = methods.check_option_types
+    monkeypatch.setattr(methods, "check_option_types", lambda *a: (checked.append(a[2]), real_check(*a)))
+    config = OmegaConf.create({"ibpo": {"lam": 0.25, "variant": "ratio"}})
+    first = method_options(config, "ibpo")
+    assert method_options(config, "ibpo") is first and method_options(OmegaConf.create(
+        {"ibpo": {"variant": "ratio", "lam": 0.25}}), "ibpo") is first
+    assert checked == ["ibpo"] and first.lam == 0.25
+    assert method_options(OmegaConf.create({"ibpo": {"lam": 0.3}}), "ibpo").lam == 0.3 and len(checked) == 2
+    bad = OmegaConf.create({"ibpo": {"lamda": 0.3}})
+    for _ in range(2):
+        with pytest.raises(Exception, match="lamda"):
+            method_options(bad, "ibpo")
 
 
 def test_several_corrections_per_target_and_rewrite_penalty():
@@ -408,7 +429,7 @@ def test_correction_uids_stay_apart_from_main_uids():
 
     def advantages(data: DataProto) -> torch.Tensor:
         data.batch["token_level_scores"] = data.batch["rm_scores"]
-        data.batch["token_level_rewards"] = corr.shaped_token_rewards(data, lam=0.6)
+        data.batch["token_level_rewards"] = corr.shaped_token_rewards(data, corr.IBPORows.of(data), lam=0.6)
         return compute_advantage(data, adv_estimator="ibpo", gamma=1.0, lam=1.0, num_repeat=n,
                                  config=OmegaConf.create({})).batch["advantages"]
 
@@ -462,32 +483,32 @@ def test_resuming_with_changed_options_stops_naming_them(capsys):
     """The checkpoint stores the ibpo options and G; a resume that changes what is trained on stops (the
     shaped reward would change mid-run), a change of a diagnostic interval does not, and the opt-out resumes
     and says what changed."""
-    from recipe.ibpo.ibpo_ray_trainer import IBPOResumeError
+    from recipe.ibpo.run_state import IBPOResumeError
 
     saved = make_trainer({"variant": "binary", "lam": 0.6})
-    saved.compute_totals["total_flops"] = 123.0
-    state = json.loads(json.dumps(saved._ibpo_state()))  # as written to and read from ibpo_state.json
+    saved.run_state.compute_totals["total_flops"] = 123.0
+    state = json.loads(json.dumps(saved.run_state.state_dict()))  # as written to and read from ibpo_state.json
     assert state["ibpo_options"]["lam"] == 0.6 and state["rollout_n"] == 4
 
     same = make_trainer({"variant": "binary", "lam": 0.6, "grad_probe_interval": 5})
-    same._restore_ibpo_state(state, "ckpt/global_step_1/ibpo_state.json")
-    assert same.compute_totals["total_flops"] == 123.0
+    same.run_state.load_state_dict(state, "ckpt/global_step_1/ibpo_state.json", 1)
+    assert same.run_state.compute_totals["total_flops"] == 123.0
 
     for options, n, named in [({"variant": "binary", "lam": 0.3}, 4, r"ibpo\.lam: 0\.6 -> 0\.3"),
                               ({"variant": "ratio", "lam": 0.6}, 4, r"ibpo\.variant: 'binary' -> 'ratio'"),
                               ({"variant": "binary", "lam": 0.6}, 8, r"actor_rollout_ref\.rollout\.n \(G\): 4 -> 8")]:
         changed = make_trainer(options, n=n)
         with pytest.raises(IBPOResumeError, match=rf"^resuming at step 1 from ckpt/x with changed options \({named}\)"):
-            changed._restore_ibpo_state(state, "ckpt/x")
-        assert changed.compute_totals["total_flops"] == 0.0  # nothing restored
+            changed.run_state.load_state_dict(state, "ckpt/x", 1)
+        assert changed.run_state.compute_totals["total_flops"] == 0.0  # nothing restored
 
     allowed = make_trainer({"variant": "binary", "lam": 0.3, "resume_allow_option_changes": True})
-    allowed._restore_ibpo_state(state, "ckpt/x")
-    assert allowed.compute_totals["total_flops"] == 123.0
+    allowed.run_state.load_state_dict(state, "ckpt/x", 1)
+    assert allowed.run_state.compute_totals["total_flops"] == 123.0
     assert "with changed options: ibpo.lam: 0.6 -> 0.3" in capsys.readouterr().out
 
     legacy = {k: v for k, v in state.items() if k not in ("ibpo_options", "rollout_n")}  # written before this check
-    make_trainer({"variant": "ratio"})._restore_ibpo_state(legacy, "ckpt/old")
+    make_trainer({"variant": "ratio"}).run_state.load_state_dict(legacy, "ckpt/old", 1)
 
 
 @pytest.mark.parametrize("shaping", ["reward", "reward_capped", "advantage"])

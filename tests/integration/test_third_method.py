@@ -93,7 +93,7 @@ def test_the_real_launcher_refuses_in_its_preflight(tiny_run, tmp_path):
            *cpu_overrides(tiny_run["model"], tiny_run["train"], tiny_run["val"]), "actor_rollout_ref.rollout.n=1"]
     out = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert out.returncode == 2, out.stderr[-3000:]
-    errors = [ln for ln in out.stderr.splitlines() if ln.startswith("[ibpo] configuration error")]
+    errors = [ln for ln in out.stderr.splitlines() if ln.startswith("[recipe] configuration error")]
     assert len(errors) == 1 and "scaled_advantage needs groups of at least 2" in errors[0], out.stderr[-3000:]
 
 

@@ -10,7 +10,7 @@ import random
 import numpy as np
 import pytest
 
-from analysis.ablation import parse_seeds, stratified_difference
+from analysis.ablation_stats import parse_seeds, stratified_difference
 from analysis.ablation_report import final_eval, warm_start_rows, write_report
 from analysis.evaluation_stats import student_t_quantile
 

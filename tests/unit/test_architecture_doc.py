@@ -9,6 +9,7 @@ import dataclasses
 import importlib
 import inspect
 import re
+import sys
 import textwrap
 from pathlib import Path
 
@@ -135,3 +136,62 @@ def test_the_pure_package_lists_its_modules():
     readme_line = readme[readme.index("ibpo/            IBPO"):readme.index("\ncounterfactual/ ")]
     assert [m for m in modules if f"``{m}``" not in ibpo.__doc__] == []
     assert [m for m in modules if m != "verl_plugin" and not re.search(rf"\b{m}\b", readme_line)] == []
+
+
+def code_names(path: Path) -> list[str]:
+    """Every name and string a module's code holds, its docstrings aside: identifiers (variables, attributes,
+    functions, classes, arguments, keywords, imports) and string constants (messages, keys, metric names)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            found.append(node.value)
+        elif isinstance(node, ast.Name):
+            found.append(node.id)
+        elif isinstance(node, ast.Attribute):
+            found.append(node.attr)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found.append(node.name)
+        elif isinstance(node, (ast.arg, ast.keyword)) and node.arg:
+            found.append(node.arg)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            found += [alias.name for alias in node.names] + [getattr(node, "module", None) or ""]
+    return found
+
+
+def in_tree_methods() -> list[str]:
+    from recipe.common.methods import registered_methods
+
+    return sorted(n for n, m in registered_methods().items() if m.module == f"recipe.{n}.method")
+
+
+def test_the_shared_layer_names_no_method():
+    """"`recipe/common/` names no method" (the opening section), a claim that was false while the shared trainer
+    held IBPO's guard (``shapes_ibpo_rewards``, ``"ibpo"``) and every method logged as ``[ibpo]``: no registered
+    method's name is part of a name or string in the code of ``recipe/common`` (snake_case parts included)."""
+    assert "`recipe/common/` names no method" in doc_text()
+    methods = in_tree_methods()
+    word = re.compile(r"(?<![A-Za-z0-9])(%s)(?![A-Za-z0-9])" % "|".join(methods))
+    found = [f"{p.relative_to(ROOT)}: {name!r}" for p in sorted((ROOT / "recipe" / "common").rglob("*.py"))
+             for name in code_names(p) if word.search(name)]
+    assert len(methods) >= 2 and found == []
+    assert word.search("shapes_ibpo_rewards") and word.search("[ibpo] configuration error")  # what it once held
+
+
+def test_a_method_is_one_folder():
+    """"A third credit-assignment method is one folder, `recipe/<name>/`, and nothing outside it" (Adding a
+    method), false while setup.py named each method's config files and the import-layer test fixed the method
+    list to two: setup.py names no method folder, and the import-layer test's list is the registry's."""
+    assert "is one folder, `recipe/<name>/`, and nothing outside it" in doc_text()
+    methods = in_tree_methods()
+    setup_text = (ROOT / "setup.py").read_text(encoding="utf-8")
+    assert [m for m in methods if re.search(rf"recipe[./]{m}\b", setup_text)] == []
+    layers = (ROOT / "tests" / "unit" / "test_import_layers.py").read_text(encoding="utf-8")
+    assert "registered_methods" in layers and not re.search(r"METHOD_FOLDERS = \(\s*\"", layers)
+    sys.path.insert(0, str(ROOT / "tests" / "unit"))
+    import test_import_layers
+
+    assert list(test_import_layers.METHOD_FOLDERS) == methods

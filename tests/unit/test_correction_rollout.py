@@ -430,6 +430,7 @@ def test_the_trainer_reads_the_rollout_servers_counters_each_step(monkeypatch, c
 
     import recipe.ibpo.correction.rollout as cr
     from recipe.ibpo.ibpo_ray_trainer import RayIBPOTrainer
+    from recipe.ibpo.step_metrics import SpeculationCounters
 
     a, b = ngram_engine_stats()
     pages = iter([vllm_metrics_text([a, b]), vllm_metrics_text([a, b])])
@@ -445,14 +446,12 @@ def test_the_trainer_reads_the_rollout_servers_counters_each_step(monkeypatch, c
     monkeypatch.setattr(cr, "_http_get", fetch)
     trainer = RayIBPOTrainer.__new__(RayIBPOTrainer)
     trainer.config = spec_config({"method": "suffix"})
-    trainer._spec_method, trainer._spec_reader, trainer._spec_read_error = cr.speculation_on(trainer.config), None, None
-    trainer.llm_server_manager = SimpleNamespace(server_addresses=["10.0.0.1:8000"])
-    trainer.global_steps = 1
-    first = spec_counter_metrics(trainer._spec_method is not None, trainer._spec_counter_step())
-    assert trainer._spec_method == "suffix" and urls == ["http://10.0.0.1:8000/metrics"]
+    counters = SpeculationCounters(cr.speculation_on(trainer.config))
+    servers = ["10.0.0.1:8000"]  # the servers of verl's LLMServerManager
+    first = counters.step_metrics(1, servers)
+    assert counters.method == "suffix" and urls == ["http://10.0.0.1:8000/metrics"]
     assert first["rollout/spec_accepted_per_decode_step"] == 0.7 and first["rollout/spec_stats_reported"] == 1.0
-    second = spec_counter_metrics(True, trainer._spec_counter_step())  # nothing new generated
+    second = counters.step_metrics(2, servers)  # nothing new generated
     assert second["rollout/spec_decode_steps"] == 0 and second["rollout/spec_accepted_per_decode_step"] == 0.0
-    trainer.global_steps = 3
-    assert spec_counter_metrics(True, trainer._spec_counter_step()) == {"rollout/spec_stats_reported": 0.0}
+    assert counters.step_metrics(3, servers) == {"rollout/spec_stats_reported": 0.0}
     assert "step 3: speculation ('suffix') counters unreadable" in capsys.readouterr().out

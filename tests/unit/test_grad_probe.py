@@ -159,6 +159,7 @@ def test_trainer_probe_ratios_match_per_sample_backward(tiny_model):
     from verl import DataProto
 
     from recipe.ibpo.correction import batch as corr
+    from recipe.ibpo.step_record import IBPOStep
     from recipe.ibpo.ibpo_ray_trainer import RayIBPOTrainer
 
     model = tiny_model
@@ -187,8 +188,8 @@ def test_trainer_probe_ratios_match_per_sample_backward(tiny_model):
     trainer = object.__new__(RayIBPOTrainer)
     trainer.ibpo = IBPOConfig(grad_probe_coordinates=64, grad_probe_micro_batch_size=0)
     trainer.actor_rollout_wg = LocalWorkerGroup(model)
-    trainer._extra_forward_lengths = {}
-    trainer._step_lambda = lam
+    trainer._step = IBPOStep(lam=lam, rows=corr.IBPORows(delta.float(), torch.ones_like(response_mask, dtype=torch.float32),
+                                                        torch.zeros(6, dtype=torch.bool), torch.zeros(6, dtype=torch.bool)))
     metrics: dict = {}
     trainer.probe_gradient_variance(batch, metrics)
 

@@ -38,7 +38,7 @@ def test_stock_trainer_dispatch_is_refused_with_how_to_run_ibpo(monkeypatch):
     message = str(info.value)
     assert "\n" not in message
     assert message.startswith("algorithm.adv_estimator=ibpo needs the IBPO trainer")
-    assert "python -m recipe.ibpo.main_ibpo" in message and "algorithm.adv_estimator=grpo" in message
+    assert "python -m recipe.main method=ibpo" in message and "algorithm.adv_estimator=grpo" in message
 
 
 def test_after_an_ibpo_trainer_started_the_estimator_runs(monkeypatch):
@@ -58,24 +58,31 @@ def test_a_direct_library_call_without_a_run_config_is_not_refused(monkeypatch):
 
 
 def test_a_trainer_without_the_correction_pass_cannot_announce_itself(monkeypatch):
-    """method=counterfactual with algorithm.adv_estimator=ibpo: the pre-flight refuses it before Ray, and the
-    counterfactual trainer's init_workers refuses it too (before any worker starts) without marking the process
-    as running an IBPO trainer, so the estimator keeps refusing."""
+    """method=counterfactual with algorithm.adv_estimator=ibpo: the registry refuses it in the pre-flight
+    (``method_of``) and again where the task runner picks the trainer (``trainer_class_for``), before any worker
+    starts; only IBPO's own trainer marks the process as running an IBPO trainer (its ``init_workers``), so
+    under another trainer the estimator keeps refusing."""
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
     from recipe.common.preflight import SetupError
-    from recipe.common.methods import method_of
+    from recipe.common.methods import method_of, trainer_class_for
     from recipe.counterfactual.counterfactual_trainer import RayCounterfactualTrainer
     from recipe.ibpo.ibpo_ray_trainer import RayIBPOTrainer
 
     monkeypatch.setattr(plugin, "_ibpo_trainer_started", False)
     config = OmegaConf.create({"method": "counterfactual", "counterfactual": {},
                                "algorithm": {"adv_estimator": "ibpo"}})
-    with pytest.raises(SetupError, match="algorithm.adv_estimator=ibpo with method=counterfactual"):
-        method_of(config)
+    for pick in (method_of, trainer_class_for):
+        with pytest.raises(SetupError, match="algorithm.adv_estimator=ibpo with method=counterfactual"):
+            pick(config)
+    monkeypatch.setattr(RayPPOTrainer, "init_workers", lambda self: None)  # no Ray workers in a unit test
     trainer = RayCounterfactualTrainer.__new__(RayCounterfactualTrainer)
     trainer.config = config
-    with pytest.raises(plugin.IBPONeedsItsTrainer, match="RayCounterfactualTrainer runs no correction pass"):
-        trainer.init_workers()
+    trainer.init_workers()
     assert plugin._ibpo_trainer_started is False
     with pytest.raises(plugin.IBPONeedsItsTrainer):
         compute_advantage(batch(), adv_estimator="ibpo", num_repeat=2, config=run_config())
-    assert RayIBPOTrainer.shapes_ibpo_rewards and not RayCounterfactualTrainer.shapes_ibpo_rewards
+    ibpo_trainer = RayIBPOTrainer.__new__(RayIBPOTrainer)
+    ibpo_trainer.config = OmegaConf.create({"method": "ibpo", "algorithm": {"adv_estimator": "ibpo"}})
+    ibpo_trainer.init_workers()
+    assert plugin._ibpo_trainer_started is True

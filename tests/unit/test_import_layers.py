@@ -2,10 +2,15 @@
 statement (module level or inside a function) of a package, by its AST.
 
 - ``recipe/common`` (the launcher, the verl glue every method shares, the pre-flight, the method registry)
-  imports no method's folder, and names none: the registry imports, besides itself, only the ``method``
-  module of each folder under ``recipe/`` (each method registers itself), and what a registered method
-  gives it (trainer, start check, actor worker) lives in that method's folder;
-- a method's folder (``recipe/ibpo``, ``recipe/counterfactual``) imports no other method's folder;
+  imports no method's folder, no method's pure package (``ibpo``, ``counterfactual``) and no other module of
+  ``recipe/`` (``recipe/verl_plugin.py`` is IBPO's verl registration), and names no method's folder: the
+  registry imports, besides itself, only the ``method`` module of each folder under ``recipe/`` (each method
+  registers itself), and what a registered method gives it (trainer, start check, actor worker) lives in that
+  method's folder;
+- a method's folder imports no other method's folder and no other method's pure package;
+
+The methods are the registry's (:func:`recipe.common.methods.registered_methods`): a third method folder is
+checked without an edit here.
 - the pure packages ``ibpo`` and ``counterfactual`` import no recipe, ``analysis``, ``data_prep``, each
   other, verl, ``verl_cpu`` or Ray (one exception, :data:`OLD_ENTRY_POINT`);
 - ``data_prep`` (raw files -> verl parquet, the one row writer) is below the demo tasks: ``toy_task`` writes
@@ -15,6 +20,7 @@ statement (module level or inside a function) of a package, by its AST.
 from __future__ import annotations
 
 import ast
+import os
 import re
 import subprocess
 import sys
@@ -26,7 +32,19 @@ ROOT = Path(__file__).resolve().parents[2]
 # The path the verl.plugins entry point of an install made before the plugin moved to recipe/ names: it only
 # makes that path the module recipe.verl_plugin (setup.py names the new path).
 OLD_ENTRY_POINT = "ibpo/verl_plugin.py"
-METHOD_FOLDERS = ("ibpo", "counterfactual")
+
+
+def in_tree_methods() -> tuple[str, ...]:
+    """The methods registered from folders of ``recipe/`` (the test tree's method registers only when a test asks)."""
+    from recipe.common.methods import registered_methods
+
+    return tuple(sorted(name for name, entry in registered_methods().items()
+                        if entry.module == f"recipe.{name}.method"))
+
+
+METHOD_FOLDERS = in_tree_methods()
+# a method's pure package: the top-level package of the method's name, where it has one (ibpo/, counterfactual/)
+METHOD_PACKAGES = tuple(m for m in METHOD_FOLDERS if (ROOT / m / "__init__.py").is_file())
 
 
 def imported_modules(package_dir: Path) -> dict[str, set[str]]:
@@ -64,8 +82,18 @@ def test_the_scan_sees_function_level_and_relative_imports(tmp_path, monkeypatch
                                                 "recipe/common/y.py: recipe.ibpo"]
 
 
-def test_recipe_common_imports_no_method_recipe():
-    assert offending(ROOT / "recipe" / "common", tuple(f"recipe.{m}" for m in METHOD_FOLDERS)) == []
+def test_the_method_list_is_the_registry():
+    assert METHOD_FOLDERS == tuple(sorted(p.parent.name for p in (ROOT / "recipe").glob("*/method.py")))
+    assert {"ibpo", "counterfactual"} <= set(METHOD_PACKAGES)
+
+
+def test_recipe_common_imports_no_method_and_no_method_plugin():
+    """No method folder, no method's pure package, and nothing of ``recipe/`` outside ``recipe/common`` (the
+    ``verl.plugins`` module ``recipe/verl_plugin.py`` is IBPO's registration)."""
+    recipe_modules = tuple(f"recipe.{p.stem}" for p in (ROOT / "recipe").iterdir()
+                           if p.name != "common" and (p.suffix == ".py" or p.is_dir()) and p.stem != "__pycache__")
+    assert "recipe.verl_plugin" in recipe_modules
+    assert offending(ROOT / "recipe" / "common", recipe_modules + METHOD_PACKAGES) == []
 
 
 def module_paths_in_strings(package_dir: Path, folders: tuple[str, ...]) -> list[str]:
@@ -100,7 +128,8 @@ def test_the_string_scan_sees_an_import_by_name(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("folder", METHOD_FOLDERS)
 def test_a_method_folder_imports_no_other_method(folder):
-    others = tuple(f"recipe.{m}" for m in METHOD_FOLDERS if m != folder)
+    others = tuple(f"recipe.{m}" for m in METHOD_FOLDERS if m != folder) + tuple(
+        m for m in METHOD_PACKAGES if m != folder)
     assert offending(ROOT / "recipe" / folder, others) == []
 
 
@@ -124,10 +153,14 @@ def test_the_old_entry_point_path_is_only_an_alias():
 
 
 def test_importing_the_preflight_loads_no_method_recipe():
-    code = ("import sys, recipe.common.preflight, recipe.common.preflight.model; "
-            "bad = sorted(m for m in sys.modules if m.startswith(('recipe.ibpo', 'recipe.counterfactual'))); "
-            "assert not bad, bad")
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=120, cwd=ROOT)
+    methods = tuple(f"recipe.{m}" for m in METHOD_FOLDERS) + METHOD_PACKAGES + ("recipe.verl_plugin",)
+    code = ("import sys, recipe.common.preflight, recipe.common.preflight.model, recipe.common.trainer_base; "
+            f"bad = sorted(m for m in sys.modules if m.split('.')[0] in {METHOD_PACKAGES!r} or "
+            f"m.startswith({methods!r})); assert not bad, bad")
+    # verl's own `import verl` loads every verl.plugins entry point (IBPO's included): switched off here, so
+    # what loads is what the shared layer itself imports
+    env = {**os.environ, "VERL_USE_EXTERNAL_PLUGINS": "none"}
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120, cwd=ROOT, env=env)
 
 
 def test_the_registry_imports_only_method_modules_and_each_method_lives_in_its_folder():
@@ -157,3 +190,36 @@ def test_the_registry_imports_only_method_modules_and_each_method_lives_in_its_f
         if entry.actor_worker is not None:
             assert entry.actor_worker().__module__.startswith(package + "."), name
     assert methods["ibpo"].check is not None and methods["counterfactual"].check is None
+
+
+def packaged_recipe_files(patterns: list[str], recipe_dir: Path) -> set[Path]:
+    """The files of ``recipe_dir`` that setup.py's ``package_data`` patterns for ``recipe`` select (setuptools
+    globs each pattern relative to the package's folder)."""
+    return {p for pattern in patterns for p in recipe_dir.glob(pattern) if p.is_file()}
+
+
+def test_package_data_is_by_pattern_and_ships_every_file_of_recipe(monkeypatch, tmp_path):
+    """A method is one folder: setup.py names no method, and its patterns select every non-Python file of
+    ``recipe/`` (a launch script, a Hydra config, the pin, the stored verl texts) and a new folder's too."""
+    import runpy
+
+    import setuptools
+
+    captured = {}
+    monkeypatch.setattr(setuptools, "setup", lambda **kw: captured.update(kw))
+    monkeypatch.chdir(ROOT)
+    runpy.run_path(str(ROOT / "setup.py"))
+    assert list(captured["package_data"]) == ["recipe"]
+    patterns = captured["package_data"]["recipe"]
+    assert not [p for p in patterns for m in METHOD_FOLDERS if m in p], patterns
+    tracked = subprocess.run(["git", "ls-files", "recipe"], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout.split()
+    data = {ROOT / f for f in tracked if not f.endswith((".py", ".md"))}
+    assert data and data <= packaged_recipe_files(patterns, ROOT / "recipe"), sorted(
+        data - packaged_recipe_files(patterns, ROOT / "recipe"))
+    new = tmp_path / "recipe" / "third"
+    (new / "config").mkdir(parents=True)
+    for name in ("run_third.sh", "config/third_trainer.yaml", "config/third_block.yaml"):
+        (new / name).write_text("")
+    assert {p.relative_to(new).as_posix() for p in packaged_recipe_files(patterns, tmp_path / "recipe")} == {
+        "run_third.sh", "config/third_trainer.yaml", "config/third_block.yaml"}

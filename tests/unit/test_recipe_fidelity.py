@@ -3,7 +3,7 @@
 - ``recipe.ibpo.correction.batch.apply_token_mask`` (the trainer's ``_after_advantage``: advantages ·= m_t by the
   sign of Â, Eq. 7/17, ``ibpo.mask_sign``) against a row-by-row reference on random batches, every mask
   sign, with unshaped rows of positive advantage (what ``complement_when_positive`` must leave alone);
-- ``recipe.ibpo.ibpo_ray_trainer.step_work`` (the rows the FLOP count charges: main, joint, padding,
+- ``recipe.ibpo.step_compute.step_work`` (the rows the FLOP count charges: main, joint, padding,
   correction generation) on a batch with every kind of row.
 """
 
@@ -17,7 +17,7 @@ from verl import DataProto
 from compute_accounting.flops import ModelShape, StepWork, forward_flops, step_flops
 from ibpo.advantages import get_mask_sign
 from recipe.ibpo.correction import batch as corr
-from recipe.ibpo.ibpo_ray_trainer import step_work
+from recipe.ibpo.step_compute import step_work
 
 
 # the built-in policies, each with its definition in _reference_masked_advantages
@@ -31,6 +31,7 @@ def _batch(adv_seq, delta, token_mask, response_mask, padding) -> DataProto:
         "response_mask": response_mask,
         corr.DELTA_KEY: torch.as_tensor(delta, dtype=torch.float32),
         corr.TOKEN_MASK_KEY: token_mask,
+        corr.IS_CORRECTION_KEY: torch.zeros(len(delta), dtype=torch.float32),
         corr.IS_PADDING_KEY: torch.as_tensor(padding, dtype=torch.float32),
     })
 
@@ -74,7 +75,7 @@ def test_apply_token_mask_matches_the_row_reference_on_random_batches(mask_sign)
     for _ in range(200):
         case = _random_case(rng, int(rng.integers(1, 12)), int(rng.integers(1, 9)))
         batch = _batch(*case)
-        corr.apply_token_mask(batch, get_mask_sign(mask_sign))
+        corr.apply_token_mask(batch, corr.IBPORows.of(batch), get_mask_sign(mask_sign))
         expected = _reference_masked_advantages(*case, mask_sign)
         assert torch.equal(batch.batch["advantages"], expected), (mask_sign, case)
 
@@ -87,7 +88,7 @@ def test_unshaped_rows_keep_their_advantage_whatever_the_sign(mask_sign):
     case = ([1.5, -1.5, 0.0, 2.0], [0.0, 0.0, 0.0, 0.3], torch.tensor([[1.0] * 3] * 3 + [[1.0, 0.0, 0.0]]),
             response_mask, [False] * 4)
     batch = _batch(*case)
-    corr.apply_token_mask(batch, get_mask_sign(mask_sign))
+    corr.apply_token_mask(batch, corr.IBPORows.of(batch), get_mask_sign(mask_sign))
     adv = batch.batch["advantages"]
     assert adv[0].tolist() == [1.5] * 3 and adv[1].tolist() == [-1.5] * 3 and adv[2].tolist() == [0.0] * 3
     shaped_positive = {"literal": [2.0, 0.0, 0.0], "negative_only": [2.0, 2.0, 2.0],
@@ -102,6 +103,13 @@ def _rows(lengths, width=12) -> torch.Tensor:
     return mask
 
 
+def kinds(batch: DataProto) -> corr.IBPORows:
+    """The row kinds of ``batch`` (Δ and the token mask play no part in the work)."""
+    n = len(batch)
+    return corr.IBPORows(torch.zeros(n), torch.ones(n, 1), batch.batch[corr.IS_CORRECTION_KEY] != 0,
+                         batch.batch[corr.IS_PADDING_KEY] != 0)
+
+
 def test_step_work_charges_main_joint_padding_and_correction_rows():
     main, joint, padding = [7, 9, 5], [11, 6], [2]
     flags = [0] * 3 + [1] * 2 + [0]
@@ -111,7 +119,7 @@ def test_step_work_charges_main_joint_padding_and_correction_rows():
         corr.IS_PADDING_KEY: torch.tensor([0] * 5 + [1], dtype=torch.float32),
     })
     correction_output = DataProto.from_dict(tensors={"attention_mask": _rows([10, 12])})
-    work = step_work(batch, correction_output, grad_probe=[7, 9], ppo_epochs=2, gradient_checkpointing=True,
+    work = step_work(batch, kinds(batch), correction_output, grad_probe=[7, 9], ppo_epochs=2, gradient_checkpointing=True,
                      old_log_prob_forward=True, reference_forward=False)
     assert work == StepWork(main_gen=main, correction_gen=[10, 12], train_main=main, train_joint=joint,
                             train_padding=padding, counterfactual_forward=[], grad_probe=[7, 9], ppo_epochs=2,
@@ -124,6 +132,6 @@ def test_step_work_charges_main_joint_padding_and_correction_rows():
     # no correction pass (GSPO through the same loop): no correction generation, no joint rows
     baseline = DataProto.from_dict(tensors={
         "attention_mask": _rows(main), corr.IS_CORRECTION_KEY: torch.zeros(3), corr.IS_PADDING_KEY: torch.zeros(3)})
-    work = step_work(baseline, None, grad_probe=[], ppo_epochs=1, gradient_checkpointing=False,
+    work = step_work(baseline, kinds(baseline), None, grad_probe=[], ppo_epochs=1, gradient_checkpointing=False,
                      old_log_prob_forward=False, reference_forward=True)
     assert (work.correction_gen, work.train_joint, work.train_padding, work.train_main) == ([], [], [], main)

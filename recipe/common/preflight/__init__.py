@@ -10,7 +10,7 @@ run fails in seconds with one line naming the option (``recipe.common.main.run_p
 - ``reward_function``: the reward function loaded as verl loads it, its keyword arguments, the self-test;
 - ``data_files``: the data files and every row in them.
 
-A method's own check lives in its folder (IBPO's: ``recipe/ibpo/start_checks.py``) and is given to the
+A method's own check lives in its folder and is given to the
 registry (``recipe.common.methods.Method.check``) by the method's registration; nothing here imports a method's
 folder."""
 
@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from recipe.common.preflight.data_files import check_data_rows, data_files
 from recipe.common.preflight.errors import SetupError
 from recipe.common.preflight.legacy_reward_keys import check_legacy_reward_keys
-from recipe.common.preflight.compute_budget import compute_budget_from
+from recipe.common.preflight.compute_budget import compute_budget_from, gpu_time_coefficients
 from recipe.common.preflight.model import check_context_length, check_model_path, configured_context_length, sampling_report
 from recipe.common.preflight.reward_function import check_reward_kwargs, load_reward_function, run_verifier_self_test
 from recipe.common.preflight.verl_validation import check_verl_option_types, run_verl_validation
@@ -31,8 +31,8 @@ __all__ = ["SetupError", "preflight", "resolve_config"]
 
 def resolve_config(config: DictConfig) -> None:
     """Resolve the config's interpolations in place, after checking the option types the interpolations read
-    (``ibpo.num_references=abc`` would otherwise fail inside ``${ibpo_prompt_length:...}`` with a
-    traceback naming rollout.prompt_length); a resolution failure raises naming the key."""
+    (a wrong-typed option would otherwise fail inside a method's resolver with a traceback naming the key that
+    interpolates it); a resolution failure raises naming the key."""
     from omegaconf.errors import OmegaConfBaseException
 
     from recipe.common.methods import check_option_block_types  # the registry imports this package's checks
@@ -57,7 +57,7 @@ def preflight(config: DictConfig) -> None:
     from recipe.common.methods import method_of, run_method_check  # the registry imports this package's checks
 
     method = method_of(config)  # validates the method's option block, rejects the other method's
-    compute_budget_from(config)  # the compute budget's options, and validation by budget, not by step count
+    budget = compute_budget_from(config)  # the compute budget's options, and validation by budget, not by step count
     check_legacy_reward_keys(config)
     check_verl_option_types(config)
     train_files = data_files(config, "train_files")
@@ -66,7 +66,7 @@ def preflight(config: DictConfig) -> None:
     check_model_path(str(model.path))
     val_kwargs = config.actor_rollout_ref.rollout.get("val_kwargs")
     if val_kwargs is not None and val_kwargs.get("do_sample", False):
-        print("[ibpo] " + sampling_report(val_kwargs, str(model.path), "validation sampling (rollout.val_kwargs)"),
+        print("[recipe] " + sampling_report(val_kwargs, str(model.path), "validation sampling (rollout.val_kwargs)"),
               flush=True)
     reward_fn = load_reward_function(config)
     check_reward_kwargs(config, reward_fn)
@@ -75,6 +75,7 @@ def preflight(config: DictConfig) -> None:
     sources = check_data_rows(config, reward_fn, train_files + [f for f in val_files if f not in train_files])
     context = configured_context_length(model)
     check_context_length(config, context)
+    gpu_time_coefficients(config, budget)  # compute_budget.cost_model names a known GPU or a readable JSON
     run_method_check(config, method, context)
     run_verl_validation(config)  # after the method's checks: they name the method-specific reason for a setting
     run_verifier_self_test(config, sources)

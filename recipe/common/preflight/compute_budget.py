@@ -7,6 +7,9 @@ from __future__ import annotations
 from omegaconf import DictConfig, OmegaConf
 
 from compute_accounting.budget import ComputeBudgetConfig, check_validation_schedule
+from compute_accounting.gpu_time import GpuTimeCoefficients, resolve_coefficients
+from recipe.common.preflight.errors import SetupError
+from recipe.common.preflight.model import model_serving_shape
 from recipe.common.preflight.option_types import check_option_types
 
 
@@ -26,3 +29,26 @@ def compute_budget_from(config: DictConfig) -> ComputeBudgetConfig:
     budget = ComputeBudgetConfig.from_mapping(options)
     check_validation_schedule(budget, config.trainer.get("test_freq", -1))
     return budget
+
+
+def gpu_time_coefficients(config: DictConfig, budget: ComputeBudgetConfig) -> GpuTimeCoefficients | None:
+    """What prices the run's modelled GPU seconds (``compute_accounting.gpu_time``): ``compute_budget.cost_model``
+    resolved, ``roofline:<GPU>`` with the run's own model shape (:func:`model_serving_shape`). An unknown GPU or
+    a missing or malformed JSON fails naming the option. A model whose shape the roofline cannot read fails only
+    when the budget is in ``modelled_gpu_seconds``; otherwise the run goes on without the modelled seconds
+    (None, said once)."""
+    spec = budget.cost_model
+    model_path = OmegaConf.select(config, "actor_rollout_ref.model.path")
+    try:
+        if spec.startswith("roofline:") and model_path is None:
+            raise SetupError("actor_rollout_ref.model.path is unset: the roofline GPU-time model has no model shape")
+        shape = model_serving_shape(str(model_path)) if spec.startswith("roofline:") else None
+    except SetupError as exc:
+        if budget.unit == "modelled_gpu_seconds":
+            raise
+        print(f"[recipe] note: no modelled GPU seconds for this run: {exc}", flush=True)
+        return None
+    try:
+        return resolve_coefficients(spec, shape)
+    except ValueError as exc:
+        raise SetupError(f"compute_budget.cost_model={spec!r}: {exc}") from None

@@ -13,7 +13,7 @@ from recipe.common.preflight.reward_function import REWARD_PATH_KEY
 from recipe.common.upstream import pinned_verl_version
 
 # Top-level blocks of verl's legacy_reward_impl.yaml (all null by default). Only verl's fully-async entry point
-# migrates them (verl.experimental.reward_loop.migrate_legacy_reward_impl); main_ppo and main_ibpo ignore them.
+# migrates them (verl.experimental.reward_loop.migrate_legacy_reward_impl); main_ppo and recipe.main ignore them.
 LEGACY_REWARD_BLOCKS = ("custom_reward_function", "reward_model", "sandbox_fusion")
 
 

@@ -1,5 +1,5 @@
 """The model, read from its config on disk (no weights loaded): the path, the context length it is built
-for and the shape the FLOP counter needs."""
+for, the shape the FLOP counter needs and the shape the GPU-time model needs."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any, Mapping
 from omegaconf import DictConfig, OmegaConf
 
 from compute_accounting.flops import ModelShape
+from compute_accounting.gpu_time import ServingShape, serving_shape
 from recipe.common.preflight.errors import SetupError
 
 
@@ -41,13 +42,36 @@ def model_flop_shape(model_path: str) -> ModelShape:
                       num_layers=int(text.num_hidden_layers), attention_dim=heads * int(head_dim))
 
 
+def model_serving_shape(model_path: str) -> ServingShape:
+    """The GPU-time model's :class:`compute_accounting.gpu_time.ServingShape` of the HF model at ``model_path``
+    (``compute_budget.cost_model=roofline:<GPU>`` prices the run's own model), from its config (no weights):
+    hidden size, layers, attention and key-value heads, head dim (hidden / heads when unset), the MLP's
+    intermediate size and the vocabulary (a multimodal model's ``text_config`` first). A config without one of
+    them (a mixture of experts names its MLP otherwise) raises :class:`SetupError` naming it."""
+    from transformers import AutoConfig
+
+    hf_config = AutoConfig.from_pretrained(model_path, trust_remote_code=False)
+    text = getattr(hf_config, "text_config", None) or hf_config
+    missing = [k for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                           "vocab_size") if getattr(text, k, None) is None]
+    if missing:
+        raise SetupError(f"actor_rollout_ref.model.path={model_path}: the model config has no {missing}, which the "
+                         "roofline GPU-time model needs (compute_budget.cost_model=roofline:<GPU>); give "
+                         "compute_budget.cost_model the path of a scripts/bench_gpu.py JSON instead")
+    heads = int(text.num_attention_heads)
+    return serving_shape(Path(str(model_path)).name or str(model_path), int(text.hidden_size),
+                         int(text.num_hidden_layers), heads, int(getattr(text, "num_key_value_heads", None) or heads),
+                         int(getattr(text, "head_dim", None) or text.hidden_size // heads),
+                         int(text.intermediate_size), int(text.vocab_size))
+
+
 def context_length(hf_config: Mapping[str, Any], override: Mapping[str, Any] | None = None) -> int | None:
     """The longest sequence a model is built for, from its config as a dict (``config.json``, or a transformers
     config's ``to_dict()``; a multimodal model's ``text_config`` first): ``max_position_embeddings`` (with
     ``actor_rollout_ref.model.override_config`` applied), times a rope-scaling ``factor`` where the scaling
     extends it (``yarn``/``dynamic``/``linear``: of ``original_max_position_embeddings`` when given), as vLLM
     derives its max_model_len. None when the config has no such field. The one reader of a model's context:
-    the pre-flight, the trainer's start checks and the ``ibpo_prompt_length`` resolver all use it."""
+    the pre-flight, the trainers' start checks and a method's config resolvers all use it."""
     text = dict(hf_config.get("text_config") or hf_config)
     text.update(override or {})
     positions = text.get("max_position_embeddings")

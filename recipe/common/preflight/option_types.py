@@ -1,4 +1,4 @@
-"""Option values against their declared types: a method's option block (``ibpo:`` / ``counterfactual:``)
+"""Option values against their declared types: a method's option block (``<method>:``)
 against its dataclass, a reward keyword against the function's annotation."""
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ def is_interpolation(value: Any) -> bool:
 
 def check_option_types(block: Mapping[str, Any], cls: type, prefix: str) -> None:
     """Raise :class:`SetupError` naming ``prefix.option``, its value and the expected type when a value of
-    an option block (``ibpo:`` / ``counterfactual:``) does not have the dataclass field's declared type
-    (``ibpo.lam=abc``), instead of a ``TypeError`` traceback from a comparison in the dataclass."""
+    an option block (``<method>:``) does not have the dataclass field's declared type
+    (``<method>.<option>=abc``), instead of a ``TypeError`` traceback from a comparison in the dataclass."""
     hints = typing.get_type_hints(cls)
     for name, value in block.items():
         annotation = hints.get(name)

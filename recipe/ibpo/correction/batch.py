@@ -4,9 +4,10 @@ The trainer (``ibpo_ray_trainer.py``) calls these around its two ``generate_sequ
 number comes from ``ibpo/``; this module only moves rows and keys between verl's batches and the pure
 functions, so it is tested on hand-built DataProtos (tests/integration/test_recipe_correction.py).
 
-Row bookkeeping: verl's ``_balance_batch`` reorders rows, so everything IBPO adds is stored *per row* as
-batch keys (``ibpo_delta``, ``ibpo_token_mask``, ``ibpo_is_correction``, ``ibpo_is_padding``), never
-as positions.
+Row bookkeeping: verl's ``_balance_batch`` reorders rows, so everything IBPO adds rides *per row* as batch
+keys (``ibpo_delta``, ``ibpo_token_mask``, ``ibpo_is_correction``, ``ibpo_is_padding``), never as positions,
+from the correction pass through that reorder; the trainer reads them back once, after it, into
+:class:`IBPORows` (its step record, ``recipe.ibpo.step_record``), which every later step of the trainer reads.
 """
 
 from __future__ import annotations
@@ -332,18 +333,39 @@ def pad_to_rows(batch: DataProto, rows: int) -> tuple[DataProto, int]:
     return DataProto.concat([batch, padding]), pad
 
 
-def shaped_token_rewards(batch: DataProto, lam: float) -> torch.Tensor:
+@dataclass(frozen=True)
+class IBPORows:
+    """IBPO's per-row state of a training batch in its final order, read from the batch's keys once
+    (:meth:`of`): Δ (bs,), the token mask m (bs, T), and which rows are joint-training corrections and which
+    no-op padding (bool (bs,) each)."""
+
+    delta: torch.Tensor
+    token_mask: torch.Tensor
+    is_correction: torch.Tensor
+    is_padding: torch.Tensor
+
+    @classmethod
+    def of(cls, batch: DataProto) -> "IBPORows":
+        b = batch.batch
+        return cls(b[DELTA_KEY], b[TOKEN_MASK_KEY], b[IS_CORRECTION_KEY] != 0, b[IS_PADDING_KEY] != 0)
+
+    @property
+    def main(self) -> np.ndarray:
+        """Boolean (bs,) of the main responses (neither joint-training nor padding rows)."""
+        return (~self.is_correction & ~self.is_padding).numpy()
+
+    def main_delta(self) -> torch.Tensor:
+        """Δ of the main rows, in batch order."""
+        return self.delta[torch.as_tensor(self.main)]
+
+
+def shaped_token_rewards(batch: DataProto, rows: IBPORows, lam: float) -> torch.Tensor:
     """token_level_rewards = token_level_scores + λΔ at each row's last response token (Eq. 15/27)."""
     scores = batch.batch["token_level_scores"]
-    delta = batch.batch[DELTA_KEY].to(scores.dtype)
+    delta = rows.delta.to(scores.dtype)
     seq = scores.sum(dim=-1)
     bonus = shaped_rewards(seq, delta, lam) - seq  # validates 0 <= λΔ < 1
     return scores + place_sequence_reward(batch.batch["response_mask"], bonus)
-
-
-def main_rows(batch: DataProto) -> np.ndarray:
-    """Boolean (bs,) of the main responses (neither joint-training nor padding rows)."""
-    return ((batch.batch[IS_CORRECTION_KEY] == 0) & (batch.batch[IS_PADDING_KEY] == 0)).numpy()
 
 
 def sequence_advantages(batch: DataProto) -> torch.Tensor:
@@ -354,7 +376,8 @@ def sequence_advantages(batch: DataProto) -> torch.Tensor:
     return (adv * valid).sum(-1) / valid.sum(-1).clamp(min=1.0)
 
 
-def apply_shaping_factor(batch: DataProto, lam: float, shaping: str, correct_threshold: float) -> None:
+def apply_shaping_factor(batch: DataProto, rows: IBPORows, lam: float, shaping: str,
+                         correct_threshold: float) -> None:
     """advantages ← advantages · f_i on the main rows (``ibpo.advantages.shaping_advantage_factor``:
     ``ibpo.shaping=reward_capped`` zeroes a wrong row's positive Â, ``advantage`` scales a shaped wrong row's
     negative Â by 1 − λΔ); joint and padding rows keep f = 1. In place, before the token mask."""
@@ -362,20 +385,19 @@ def apply_shaping_factor(batch: DataProto, lam: float, shaping: str, correct_thr
         return
     adv = batch.batch["advantages"]
     is_correct = batch.batch["token_level_scores"].sum(-1) >= correct_threshold
-    factor = shaping_advantage_factor(sequence_advantages(batch), batch.batch[DELTA_KEY].to(adv.dtype), is_correct,
-                                      lam, shaping)
-    factor = torch.where(torch.as_tensor(main_rows(batch)), factor, torch.ones_like(factor))
+    factor = shaping_advantage_factor(sequence_advantages(batch), rows.delta.to(adv.dtype), is_correct, lam, shaping)
+    factor = torch.where(torch.as_tensor(rows.main), factor, torch.ones_like(factor))
     batch.batch["advantages"] = adv * factor.unsqueeze(-1)
 
 
-def apply_token_mask(batch: DataProto, mask_sign: MaskSignPolicy) -> None:
+def apply_token_mask(batch: DataProto, rows: IBPORows, mask_sign: MaskSignPolicy) -> None:
     """advantages ← advantages · m_t (Eq. 7/17), after group normalisation (in place), with m_t applied by
     the sign of each row's Â as the policy ``ibpo.mask_sign`` names says (``ibpo.advantages.get_mask_sign``,
     ``signed_token_mask``). Rows
     with Δ = 0 carry m = 1 and are unchanged; padding rows get 0."""
     adv = batch.batch["advantages"]
     sequence_adv = sequence_advantages(batch)  # Â_i is constant over the row's tokens
-    shaped = batch.batch[DELTA_KEY] > 0
-    mask = signed_token_mask(sequence_adv, batch.batch[TOKEN_MASK_KEY].to(adv.dtype), shaped, mask_sign)
-    not_padding = (batch.batch[IS_PADDING_KEY] == 0).to(adv.dtype).unsqueeze(-1)
+    shaped = rows.delta > 0
+    mask = signed_token_mask(sequence_adv, rows.token_mask.to(adv.dtype), shaped, mask_sign)
+    not_padding = (~rows.is_padding).to(adv.dtype).unsqueeze(-1)
     batch.batch["advantages"] = adv * mask * not_padding

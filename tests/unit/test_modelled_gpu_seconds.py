@@ -1,0 +1,117 @@
+"""The GPU-time model wired into the trainers (``compute_budget.unit=modelled_gpu_seconds`` for every method):
+the run's model shape read from its HF config, ``compute_budget.cost_model`` resolved with it, and the shared
+trainer's end of step pricing the step's work (``compute/modelled_gpu_seconds/<phase>``) into the compute ledger,
+whether the trainer priced its own work or not."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+from verl import DataProto
+from verl.trainer.ppo.ray_trainer import ResourcePoolManager
+
+from compute_accounting.flops import StepWork
+from compute_accounting.gpu_time import GenerationWork, roofline_coefficients, serving_shape, step_seconds
+from recipe.common.preflight.compute_budget import compute_budget_from, gpu_time_coefficients
+from recipe.common.preflight.errors import SetupError
+from recipe.common.preflight.model import model_serving_shape
+from recipe.common.trainer_base import MODELLED_SECONDS_METRIC, HookedRayPPOTrainer, generation_work
+
+
+@pytest.fixture
+def model_dir(tmp_path):
+    from transformers import Qwen2Config
+
+    Qwen2Config(vocab_size=53, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2).save_pretrained(tmp_path)
+    return str(tmp_path)
+
+
+def run_config(model_dir: str, **budget) -> OmegaConf:
+    return OmegaConf.create({
+        "actor_rollout_ref": {"model": {"path": model_dir}, "actor": {"ppo_epochs": 2}},
+        "algorithm": {}, "trainer": {"test_freq": -1}, "compute_budget": budget})
+
+
+def test_the_serving_shape_is_the_models_config(model_dir):
+    # head_dim unset: hidden / heads = 8; per layer q,o 2·32·32, k,v 2·32·16, MLP 3·32·48; LM head 32·53
+    shape = model_serving_shape(model_dir)
+    assert shape == serving_shape(shape.name, 32, 2, 4, 2, 8, 48, 53)
+    assert shape.matmul_params == 2 * (2 * 32 * 32 + 2 * 32 * 16 + 3 * 32 * 48) + 32 * 53
+    assert shape.kv_bytes_per_token == 2 * 2 * 2 * 8 * 2
+
+
+def test_the_cost_model_is_resolved_with_the_runs_model(model_dir, tmp_path):
+    config = run_config(model_dir, cost_model="roofline:H200")
+    coeff = gpu_time_coefficients(config, compute_budget_from(config))
+    assert coeff == roofline_coefficients("H200", model_serving_shape(model_dir))
+    bad = run_config(model_dir, cost_model="roofline:A100")
+    with pytest.raises(SetupError, match=r"compute_budget.cost_model='roofline:A100'.*unknown GPU"):
+        gpu_time_coefficients(bad, compute_budget_from(bad))
+
+
+def test_a_model_the_roofline_cannot_read_fails_only_under_its_unit(tmp_path, capsys):
+    from transformers import GPT2Config
+
+    GPT2Config(n_embd=32, n_layer=1, n_head=4, vocab_size=53).save_pretrained(tmp_path)  # no intermediate_size
+    flops = run_config(str(tmp_path))
+    assert gpu_time_coefficients(flops, compute_budget_from(flops)) is None
+    assert "no modelled GPU seconds" in capsys.readouterr().out
+    modelled = run_config(str(tmp_path), unit="modelled_gpu_seconds", limit=1.0)
+    with pytest.raises(SetupError, match=r"intermediate_size"):
+        gpu_time_coefficients(modelled, compute_budget_from(modelled))
+
+
+def trainer(config) -> HookedRayPPOTrainer:
+    """The shared trainer's budget state on a config, without Ray (``__init__`` would build the workers)."""
+    t = HookedRayPPOTrainer.__new__(HookedRayPPOTrainer)
+    t.config, t.use_reference_policy, t.global_steps, t.total_training_steps = config, False, 1, 10
+    t.resource_pool_manager = ResourcePoolManager({"global_pool": [2]}, {})
+    t._init_compute_budget()
+    return t
+
+
+def rows(prompts: list[int], responses: list[int], width: int = 8) -> DataProto:
+    """Rows with ``prompts[i]`` valid prompt tokens and ``responses[i]`` response tokens (left-padded prompt,
+    right-padded response, each ``width`` wide)."""
+    attention = torch.zeros(len(prompts), 2 * width, dtype=torch.long)
+    response = torch.zeros(len(prompts), width, dtype=torch.long)
+    for i, (p, r) in enumerate(zip(prompts, responses)):
+        attention[i, width - p:width + r] = 1
+        response[i, :r] = 1
+    return DataProto.from_dict(tensors={"attention_mask": attention, "response_mask": response})
+
+
+def test_a_trainer_that_prices_nothing_is_priced_as_verls_plain_step(model_dir):
+    t = trainer(run_config(model_dir, unit="modelled_gpu_seconds", limit=1e9))
+    batch = rows([3, 5, 1], [4, 2, 6])
+    assert generation_work(batch) == GenerationWork([3, 5, 1], [4, 2, 6])
+    metrics = {}
+    t._step_metrics(batch, metrics, {"step": 2.0})
+    expected = step_seconds(StepWork(main_gen=[7, 7, 7], train_main=[7, 7, 7], ppo_epochs=2),
+                            GenerationWork([3, 5, 1], [4, 2, 6]), None, t.gpu_time_coefficients)
+    assert metrics[MODELLED_SECONDS_METRIC] == pytest.approx(expected.total) and expected.total > 0
+    assert metrics[MODELLED_SECONDS_METRIC + "/main_gen_decode"] == pytest.approx(expected.phases["main_gen_decode"])
+    assert t.compute_ledger.modelled_gpu_seconds == pytest.approx(expected.total)  # roofline: one GPU
+    assert t.compute_ledger.gpu_seconds == pytest.approx(4.0)  # 2 s x 2 GPUs
+    assert t.compute_ledger.spent() == metrics["compute_budget/modelled_gpu_seconds"] == pytest.approx(expected.total)
+
+
+def test_a_trainers_own_pricing_reaches_the_ledger(model_dir):
+    """A method that prices its step (a correction generation, extra forwards) logs it before the end of the
+    step; the ledger takes that total, not the plain step's."""
+    t = trainer(run_config(model_dir, unit="modelled_gpu_seconds", limit=1e9))
+    batch = rows([3, 5], [4, 2])
+    work = StepWork(main_gen=[7, 7], train_main=[7, 7], counterfactual_forward=[7, 7, 7], ppo_epochs=2)
+    correction = GenerationWork([20, 30], [6, 1])
+    metrics = {}
+    t._model_gpu_seconds(work, generation_work(batch), correction, metrics)
+    t._step_metrics(batch, metrics, {"step": 1.0})
+    own = step_seconds(work, GenerationWork([3, 5], [4, 2]), correction, t.gpu_time_coefficients)
+    plain = step_seconds(StepWork(main_gen=[7, 7], train_main=[7, 7], ppo_epochs=2), GenerationWork([3, 5], [4, 2]),
+                         None, t.gpu_time_coefficients)
+    assert own.phases["correction_gen_prefill"] > 0 and own.total > plain.total
+    assert t.compute_ledger.modelled_gpu_seconds == pytest.approx(own.total)
+    assert metrics[MODELLED_SECONDS_METRIC + "/counterfactual_forward"] == pytest.approx(
+        own.phases["counterfactual_forward"])
