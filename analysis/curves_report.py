@@ -6,7 +6,7 @@ and the cost per phase in both units (FLOPs and modelled GPU seconds).
         --warm-start weak --warm-start medium --warm-start strong
 
 Statistics (fixed in ``docs/evidence.md`` before the runs): within a warm start, the paired t over the seeds
-every arm has finished; pooled, the stratified difference (``analysis.ablation.stratified_difference``: seeds
+every arm has finished; pooled, the stratified difference (``analysis.ablation_stats.stratified_difference``: seeds
 nested in warm starts) and, beside it, the warm start as a random factor (:func:`random_warm_start_difference`);
 Holm's step-down adjustment over the family arms × warm starts at the full budget (:func:`holm`).
 """
@@ -107,7 +107,7 @@ def _fmt(d: dict | None, holm_p: float | None = None) -> str:
 
 def report(out: Path, warm_starts: list[str], baseline: str, arms: list[str] | None = None) -> str:
     """The markdown tables and ``runs.csv`` (one row per warm start, arm, seed, milestone) under ``out``."""
-    from analysis.ablation import stratified_difference
+    from analysis.ablation_stats import stratified_difference
 
     loaded = {w: load_results(out / f"ws_{w}") for w in warm_starts}
     arms = arms or sorted({a for _, res in loaded.values() for a in res if a != baseline})
