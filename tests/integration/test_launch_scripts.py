@@ -290,7 +290,7 @@ def test_shape_bench_command_runs_the_papers_rule_and_corrects_every_wrong_respo
     assert cmd[1] == str(SCRIPT_PATHS["run_ibpo_qwen3_1p7b_1gpu.sh"])
     (argv,) = recorded_invocations("run_ibpo_qwen3_1p7b_1gpu.sh", tmp_path / "b", env, args=cmd[2:])
     cfg = composed(argv)
-    ibpo = ibpo_config_from(cfg)
+    ibpo = method_options(cfg, "ibpo")
     assert ibpo.correct_groups == "all" and IBPOConfig().correct_groups == "mixed"
     prompts, group = int(cfg.data.train_batch_size), int(cfg.actor_rollout_ref.rollout.n)
     groups = [g for g in range(prompts) for _ in range(group)]
@@ -320,7 +320,7 @@ def test_gpu_bench_step_composes_against_verl(tmp_path):
     (argv,) = recorded_invocations("run_ibpo_qwen3_1p7b_1gpu.sh", tmp_path / "b", env, args=cmd[2:])
     cfg = composed(argv)
     rollout, actor = cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.actor
-    assert ibpo_config_from(cfg).correct_groups == "all" and ibpo_config_from(cfg).enable
+    assert method_options(cfg, "ibpo").correct_groups == "all" and method_options(cfg, "ibpo").enable
     assert (cfg.data.train_batch_size, rollout.n, cfg.data.max_response_length) == (2, 8, 2048)
     assert actor.ppo_mini_batch_size == 2 and cfg.trainer.total_training_steps == 1
     assert actor.use_torch_compile is False and actor.fsdp_config.use_torch_compile is False
