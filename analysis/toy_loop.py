@@ -392,14 +392,12 @@ def divergence_pass(toy: Toy, model: torch.nn.Module, cfg: IBPOConfig, samples: 
         ids[i, :len(row)], attn[i, :len(row)] = torch.tensor(row), 1
     with torch.no_grad():
         greedy = model(input_ids=ids, attention_mask=attn).logits.argmax(-1)
-    found = 0
     for req, prompt, target, pred in zip(requests, prompts, targets, greedy):
         masks[req.target_row] = MASK_RULES[rule](target, pred[len(prompt) - 1:len(prompt) - 1 + len(target)].tolist())
-        found += bool(masks[req.target_row].size and masks[req.target_row].min() == 0.0)
     result.lengths = [len(r) for r in rows]
     result.generation = GenerationWork(result.lengths, [0] * len(rows))
     result.localised = np.array([m.size > 0 and m.min() == 0.0 for m in masks])
-    result.metrics = {"divergence_found_share": found / len(requests)}
+    result.metrics = {"divergence_found_share": float(np.mean([result.localised[r.target_row] for r in requests]))}
     result.seconds = time.perf_counter() - c0
     return result
 
@@ -441,12 +439,13 @@ def token_advantages(arm: Arm, samples: StepSamples, corr: CorrectionResult,
 
 
 def localisation_metrics(toy: Toy, samples: StepSamples, masks: list[np.ndarray] | None,
-                         masked: np.ndarray) -> dict[str, float]:
+                         masked: np.ndarray, oracle: list[np.ndarray] | None = None) -> dict[str, float]:
     """Coverage and quality of the step's localised credit against the oracle (``wrong_mask`` of each wrong
     response into its nearest right solution): ``coverage`` = wrong responses trained with a token mask / wrong
     responses; over the masked wrong responses, mean ``precision`` and ``recall`` of the mask's tokens against
     the oracle's wrong tokens, and mean |first masked − first oracle-wrong position| (``first_position_error``,
-    tokens). NaN where undefined (no wrong response; no masked one)."""
+    tokens). NaN where undefined (no wrong response; no masked one). ``oracle``: the step's oracle masks when the
+    arm already computed them (:func:`oracle_masks`), else computed here for the masked rows."""
     wrong = [i for i, ok in enumerate(samples.is_correct) if not ok]
     rows = [i for i in wrong if masked[i]] if masks is not None else []
     out = {"localised/wrong_rows": float(len(wrong)), "localised/masked_rows": float(len(rows)),
@@ -454,7 +453,8 @@ def localisation_metrics(toy: Toy, samples: StepSamples, masks: list[np.ndarray]
     precision, recall, first_err = [], [], []
     for i in rows:
         m = np.asarray(masks[i]) > 0
-        o = wrong_mask(samples.responses[i], toy.truth(samples.problems[i], samples.responses[i]))
+        o = (oracle[i] > 0 if oracle is not None
+             else wrong_mask(samples.responses[i], toy.truth(samples.problems[i], samples.responses[i])))
         if m.any():
             precision.append(float((m & o).sum() / m.sum()))
         if o.any():
@@ -526,13 +526,13 @@ def step_cost(work: StepWork, samples: "StepSamples", corr: "CorrectionResult", 
             "charged": flops if schedule.unit == "flops" else modelled}
 
 
-def run(toy: Toy, arm: Arm, seed: int, budget: float, n: int, batch_size: int, lr: float, warmup_flops: float,
+def run(toy: Toy, arm: Arm, seed: int, budget: float, n: int, batch_size: int, lr: float, warmup: float,
         max_steps: int = 10_000, log=None, milestones: tuple[float, ...] = MILESTONES, step_hook=None,
         schedule: Schedule = Schedule()) -> dict:
     """One arm, one seed, to ``budget`` (in ``schedule.unit``); returns per-step records, milestone evaluations
     and localisation.
 
-    The learning rate warms up linearly over the first ``warmup_flops`` of the budget's unit (not steps: at equal
+    The learning rate warms up linearly over the first ``warmup`` of the budget's unit (not steps: at equal
     compute an arm with 4x costlier steps would otherwise spend its few updates at a fraction of the rate), or
     over that many updates (``schedule.warmup_unit``). With no ``milestones`` the run is matched in steps
     instead: it makes ``max_steps`` steps and is evaluated once after the last (``"milestone": None``).
@@ -569,7 +569,7 @@ def run(toy: Toy, arm: Arm, seed: int, budget: float, n: int, batch_size: int, l
                         old_log_prob_forward=False)
         cost = step_cost(work, samples, corr, shape, schedule)
         for g in optim.param_groups:
-            g["lr"] = lr * schedule.lr_factor(spent + cost["charged"], step, warmup_flops)
+            g["lr"] = lr * schedule.lr_factor(spent + cost["charged"], step, warmup)
         hooked = None
         model.train()
         if step_hook is not None:
@@ -584,7 +584,7 @@ def run(toy: Toy, arm: Arm, seed: int, budget: float, n: int, batch_size: int, l
                            "ibpo_host": t_host - t0 - sum(samples.seconds.values()) - corr.seconds,
                            "update": time.perf_counter() - t_host})
         rec.update({"flops": flops, "modelled_gpu_seconds": modelled, "spent": spent,
-                    **localisation_metrics(toy, samples, masks, masked)})
+                    **localisation_metrics(toy, samples, masks, masked, oracle)})
         while pending and spent >= pending[0]:
             evals.append(evaluate_at(toy, generator, fractions[len(fractions) - len(pending)], step, flops, rec))
             pending.pop(0)
@@ -660,14 +660,14 @@ def _init_worker(model_dir: str, train_size: int, test_size: int, task: str = "a
 
 
 def run_and_save(toy: Toy | None, arm: Arm, seed: int, path: str, budget: float, n: int, batch_size: int,
-                 lr: float, warmup_flops: float, milestones: tuple[float, ...], max_steps: int,
+                 lr: float, warmup: float, milestones: tuple[float, ...], max_steps: int,
                  schedule: Schedule = Schedule()) -> str:
     """One (arm, seed) run written to ``path`` (in a worker when ``toy`` is None); returns its summary line.
     A run depends only on its arguments (fresh model, ``torch.manual_seed(seed)``, seeded request streams),
     so which process runs it, and in which order, does not change its result."""
     toy = toy if toy is not None else _WORKER_TOY
     start = time.perf_counter()
-    result = run(toy, arm, seed, budget, n, batch_size, lr, warmup_flops, max_steps=max_steps, milestones=milestones,
+    result = run(toy, arm, seed, budget, n, batch_size, lr, warmup, max_steps=max_steps, milestones=milestones,
                  schedule=schedule)
     result["wall_s"] = time.perf_counter() - start
     tmp = Path(path).with_suffix(".json.tmp")
@@ -710,7 +710,7 @@ def load_or_measure_meta(path: Path, toy: Toy, baseline: Arm, args: argparse.Nam
     budget = args.budget_flops if args.budget_unit == "flops" else None
     if budget is None:
         probe = run(toy, baseline, 10_000, budget=float("inf"), n=args.n, batch_size=args.batch_size, lr=0.0,
-                    warmup_flops=0.0, max_steps=3, schedule=schedule_from(args))
+                    warmup=0.0, max_steps=3, schedule=schedule_from(args))
         budget = args.budget_steps * probe["steps"][-1]["spent"] / len(probe["steps"])
     meta = {"baseline_step_flops": budget / args.budget_steps, "warm_start_sha256": sha256_of_dir(toy.model_dir),
             "budget_flops": budget, "budget_unit": args.budget_unit,
@@ -798,7 +798,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--warmup-steps", type=float, default=5,
-                   help="linear lr warmup over this many baseline steps' worth of FLOPs (every arm the same compute)")
+                   help="linear lr warmup over this many baseline steps' worth of the budget (or updates: --warmup-unit)")
     p.add_argument("--milestones", type=float, nargs="+", default=list(MILESTONES),
                    help="fractions of the budget at which every arm is evaluated on the test set")
     p.add_argument("--max-steps", type=int, default=None,
@@ -842,7 +842,7 @@ def main(argv: list[str] | None = None) -> int:
     equal_steps = args.max_steps is not None
     warmup = args.warmup_steps * (meta["baseline_step_flops"] if args.warmup_unit == "budget" else 1.0)
     common = dict(budget=float("inf") if equal_steps else meta["budget_flops"], n=args.n, batch_size=args.batch_size,
-                  lr=args.lr, warmup_flops=warmup, schedule=schedule_from(args),
+                  lr=args.lr, warmup=warmup, schedule=schedule_from(args),
                   milestones=() if equal_steps else tuple(args.milestones),
                   max_steps=args.max_steps if equal_steps else 10_000)
     # seed-major order, so an interrupted comparison stays balanced across arms

@@ -32,11 +32,11 @@ def toy(tmp_path_factory):
 def test_arms_stop_at_the_budget_and_share_samples(toy, monkeypatch):
     monkeypatch.setattr(toy_loop, "MAX_RESPONSE_TOKENS", 12)
     arms = toy_loop.default_arms()
-    gspo = toy_loop.run(toy, arms["GSPO G=n"], 3, budget=float("inf"), n=2, batch_size=2, lr=1e-3, warmup_flops=0,
+    gspo = toy_loop.run(toy, arms["GSPO G=n"], 3, budget=float("inf"), n=2, batch_size=2, lr=1e-3, warmup=0,
                         max_steps=1)
     step = gspo["steps"][0]
     budget = 2.5 * step["flops"]
-    full = toy_loop.run(toy, arms["GSPO G=n"], 3, budget=budget, n=2, batch_size=2, lr=1e-3, warmup_flops=0)
+    full = toy_loop.run(toy, arms["GSPO G=n"], 3, budget=budget, n=2, batch_size=2, lr=1e-3, warmup=0)
     assert full["steps"][0]["flops"] == step["flops"]  # same seed, same first step
     assert [e["milestone"] for e in full["evals"]] == [0.5, 1.0]
     # evaluated at the first step whose cumulative FLOPs reach each milestone, and stopped there
@@ -48,7 +48,7 @@ def test_arms_stop_at_the_budget_and_share_samples(toy, monkeypatch):
     # the step's FLOPs: 4 rows generated and trained, no separate old-log-prob forward
     assert step["flops_by_phase"]["actor_update"] == pytest.approx(3 * step["flops_by_phase"]["main_gen"])
     # IBPO of the same seed samples the same main responses at step 1 (its Δ only changes what is trained)
-    ibpo = toy_loop.run(toy, arms["IBPO G=n"], 3, budget=float("inf"), n=2, batch_size=2, lr=1e-3, warmup_flops=0,
+    ibpo = toy_loop.run(toy, arms["IBPO G=n"], 3, budget=float("inf"), n=2, batch_size=2, lr=1e-3, warmup=0,
                         max_steps=1)
     assert ibpo["steps"][0]["flops_by_phase"]["main_gen"] == step["flops_by_phase"]["main_gen"]
     assert ibpo["steps"][0]["reward"] == step["reward"]
@@ -104,7 +104,7 @@ def test_jobs_do_not_change_results_and_existing_runs_are_skipped(toy, tmp_path)
     assets.mkdir()
     (assets / "assets.json").write_text(json.dumps({"model": toy.model_dir}))
     arms = toy_loop.default_arms()
-    one = toy_loop.run(toy, arms["GSPO G=n"], 0, budget=float("inf"), n=2, batch_size=2, lr=1e-3, warmup_flops=0,
+    one = toy_loop.run(toy, arms["GSPO G=n"], 0, budget=float("inf"), n=2, batch_size=2, lr=1e-3, warmup=0,
                        max_steps=1)
     budget = 1.5 * one["steps"][0]["flops"]  # two steps of the baseline
     common = ["--assets", str(assets), "--arms", "GSPO G=n", "IBPO G=n", "--seeds", "1", "--n", "2",
@@ -128,7 +128,7 @@ def test_jobs_do_not_change_results_and_existing_runs_are_skipped(toy, tmp_path)
 def test_equal_steps_mode_makes_exactly_max_steps_and_evaluates_after_the_last(toy):
     arms = toy_loop.default_arms()
     result = toy_loop.run(toy, arms["GSPO G=n"], 0, budget=float("inf"), n=2, batch_size=2, lr=1e-3,
-                          warmup_flops=0, max_steps=3, milestones=())
+                          warmup=0, max_steps=3, milestones=())
     assert [s["step"] for s in result["steps"]] == [1, 2, 3]
     assert [(e["milestone"], e["step"]) for e in result["evals"]] == [(None, 3)]
     assert len(result["evals"][0]["correct"]) == 4
@@ -159,9 +159,9 @@ def test_modelled_gpu_budget_correction_share_and_coverage(toy, monkeypatch):
     monkeypatch.setattr(toy_loop, "MAX_RESPONSE_TOKENS", 12)
     arms = toy_loop.default_arms()
     modelled = toy_loop.Schedule(unit="modelled_gpu_seconds")
-    full = toy_loop.run(toy, arms["IBPO G=n"], 3, budget=float("inf"), n=2, batch_size=2, lr=1e-3, warmup_flops=0,
+    full = toy_loop.run(toy, arms["IBPO G=n"], 3, budget=float("inf"), n=2, batch_size=2, lr=1e-3, warmup=0,
                         max_steps=2, schedule=modelled)
-    free = toy_loop.run(toy, arms["IBPO G=n"], 3, budget=float("inf"), n=2, batch_size=2, lr=1e-3, warmup_flops=0,
+    free = toy_loop.run(toy, arms["IBPO G=n"], 3, budget=float("inf"), n=2, batch_size=2, lr=1e-3, warmup=0,
                         max_steps=2, schedule=toy_loop.Schedule(unit="modelled_gpu_seconds", correction_share=0.0))
     for step in full["steps"]:
         assert step["modelled_gpu_seconds_by_phase"]["weight_sync"] > 0
@@ -175,7 +175,7 @@ def test_modelled_gpu_budget_correction_share_and_coverage(toy, monkeypatch):
     assert toy_loop.Schedule(warmup_unit="updates").lr_factor(1e30, 2, 4.0) == 0.5
     assert toy_loop.Schedule().lr_factor(1.0, 2, 4.0) == 0.25
     for name in ("first divergence", "greedy disagreements", "oracle mask", "GSPO G=n"):
-        result = toy_loop.run(toy, arms[name], 3, budget=float("inf"), n=2, batch_size=2, lr=1e-3, warmup_flops=0,
+        result = toy_loop.run(toy, arms[name], 3, budget=float("inf"), n=2, batch_size=2, lr=1e-3, warmup=0,
                               max_steps=1)
         step = result["steps"][0]
         wrong = step["localised/wrong_rows"]
