@@ -314,7 +314,8 @@ def refuse_unless_gone(exc, pid):
     if exc.errno in GONE_ERRNOS or _is_zombie(pid):
         return
     raise Violation("runtime_error", f"the sandbox's memory monitor could not read process {pid} "
-                                     f"({os.strerror(exc.errno) if exc.errno else type(exc).__name__})")
+                                     f"({exc.filename or ''}: "
+                                     f"{os.strerror(exc.errno) if exc.errno else type(exc).__name__})")
 
 
 def _stat_cpu_ticks(data):
@@ -373,7 +374,6 @@ class Monitor:
         self.me = os.getpid()
         self.main_child = None
         self.current = 0
-        self.unreadable = {}
         self.next_check = 0.0
         # The smallest private memory a live sandbox process was seen with. Shared objects (SysV segments,
         # memfds, tmpfs files) can outlive their creator: once no process is left they are charged with this
@@ -461,7 +461,7 @@ class Monitor:
 
     def usage(self, pids, precise):
         anon = shmem = objects = cpu_ticks = 0
-        seen, unreadable, now = set(), {}, time.monotonic()
+        seen = set()
         for pid in pids:
             try:
                 if precise:
@@ -474,14 +474,12 @@ class Monitor:
                 with open(f"/proc/{pid}/stat", "rb") as fh:
                     cpu_ticks += _stat_cpu_ticks(fh.read())
             except PermissionError:
-                # Only the harness's own fresh fork (the main child, before its prctl) may be unreadable, and for
-                # at most half a second. Every other process inherited dumpable=1 and the seccomp filter refuses
-                # PR_SET_DUMPABLE 0, so an unreadable one hides its memory: the sample is refused at once (the
+                # Every sandbox process is readable: the main child says so before the monitor meets it
+                # (fork_program), its descendants inherit dumpable=1 and the seccomp filter refuses
+                # PR_SET_DUMPABLE 0. So an unreadable one hides its memory: the sample is refused at once (the
                 # kernel's memory cgroup, where there is one, bounds it whether read or not).
-                first = self.unreadable.get(pid, now)
-                if (pid != self.main_child or now - first > 0.5) and not _is_zombie(pid):
+                if not _is_zombie(pid):
                     raise Violation("runtime_error", "a process hid from the sandbox's memory monitor (not readable)")
-                unreadable[pid] = first
                 continue
             except OSError as exc:  # EMFILE, ENOMEM, EIO ...: a read that fails hides the process: refused
                 refuse_unless_gone(exc, pid)
@@ -509,7 +507,6 @@ class Monitor:
                 if (st.st_dev, st.st_ino) not in seen:
                     seen.add((st.st_dev, st.st_ino))
                     objects += st.st_blocks * 512
-        self.unreadable = unreadable
         self.live_cpu_s = cpu_ticks / CLOCK_TICKS
         objects += sum(v for k, v in sysv_segments(strict=True).items() if k not in self.ignore_shm)
         for directory in self.tmpfs:
@@ -592,9 +589,6 @@ def _is_zombie(pid):
 
 
 def child_limits(job, cpu_seconds):
-    if job.get("sandbox_uid") is not None:  # drop the harness's saved gid: the program's ids differ from ours
-        gid = os.getgid()
-        os.setresgid(gid, gid, gid)
     # Deep recursion on the main thread (sys.setrecursionlimit + @lru_cache, whose C frames use the C stack):
     # the main thread's stack grows on demand up to RLIMIT_STACK, checked when it grows, so raising it here lets
     # the program recurse until the stack meets the mappings below it (>= 128 MiB away), as on a judge with a
@@ -698,6 +692,46 @@ def reap(pid, deadline):
         time.sleep(0.0005)
 
 
+def become_readable(job, ready_w):
+    """In the program's process, before any of its code: make it readable by the memory monitor, then say so on
+    ``ready_w``. Two things stand in the way of the monitor's ptrace-mode reads (``/proc/<pid>/fd/*``): the
+    harness itself is not dumpable, so a fresh fork is not either; and under a per-run uid the harness keeps a
+    saved gid the program must not have, and while the ids differ the kernel refuses the reads too."""
+    if job.get("sandbox_uid") is not None:  # drop the harness's saved gid: the program's ids differ from ours
+        gid = os.getgid()
+        os.setresgid(gid, gid, gid)
+    libc_call("prctl", PR_SET_DUMPABLE, 1, 0, 0, 0)
+    os.write(ready_w, b"r")
+    os.close(ready_w)
+    if job.get("test_after_ready_delay_s"):  # test hook: hold the rest of the setup under the monitor's first look
+        time.sleep(float(job["test_after_ready_delay_s"]))
+
+
+def fork_program(body):
+    """Fork the program's process running ``body(ready_w)`` (it never returns) and return its pid once the memory monitor can
+    read it. Until its prctl a fresh fork is unreadable, like a process hiding its memory; waiting here for the
+    child's word means the monitor never meets an unreadable main child, so every unreadable process it meets is
+    refused at once (under load the gap between fork and prctl has no bound a grace period could name).
+    A child that fails before its prctl closes the pipe unwritten and exits; its exit status tells the rest."""
+    ready_r, ready_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(ready_r)
+        body(ready_w)
+        os._exit(EXIT_SETUP)
+    os.close(ready_w)
+    try:
+        while True:
+            try:
+                os.read(ready_r, 1)  # b"r" or EOF (the child died first): either way nothing unreadable is left
+                break
+            except InterruptedError:
+                continue
+    finally:
+        os.close(ready_r)
+    return pid
+
+
 def describe_exit(status):
     """Map a child's wait status to (status, detail)."""
     if os.WIFSIGNALED(status):
@@ -716,12 +750,12 @@ def describe_exit(status):
 
 
 # ------------------------------------------------------------------------------------------------ stdin programs
-def run_stdin_child(job, code_obj, input_text, out_w, err_w):
+def run_stdin_child(job, code_obj, input_text, out_w, err_w, ready_w):
     """Child process body: the program reads the test input from a real stdin and writes to a real stdout."""
     try:
         restore_child_signals()
         os.setpgid(0, 0)
-        libc_call("prctl", PR_SET_DUMPABLE, 1, 0, 0, 0)  # readable by the harness's memory monitor
+        become_readable(job, ready_w)
         memfd = os.memfd_create("stdin", 0)
         os.write(memfd, input_text.encode("utf-8"))
         os.lseek(memfd, 0, os.SEEK_SET)
@@ -850,12 +884,14 @@ def run_stdin_tests(job, code_obj, monitor):
         err_r, err_w = os.pipe()
         monitor.start_test()
         start = time.monotonic()
-        pid = os.fork()
-        if pid == 0:
+        def child(ready_w):
             os.close(out_r)
             os.close(err_r)
-            run_stdin_child(job, code_obj, input_text, out_w, err_w)
+            run_stdin_child(job, code_obj, input_text, out_w, err_w, ready_w)
+
+        pid = fork_program(child)
         monitor.main_child = pid
+        monitor.next_check = 0.0  # the first poll reads the fresh process at once: it must be readable already
         os.close(out_w)
         os.close(err_w)
         (status, detail), out, err = collect(pid, out_r, err_r, TestClock(pid, job["timeout_s"], start),
@@ -930,12 +966,12 @@ SUBCLASS_STORAGE = (
 )
 
 
-def run_functional_child(job, code_text, req_r, rep_w):
+def run_functional_child(job, code_text, req_r, rep_w, ready_w):
     """Child process body: exec the solution once, then answer one call per request line (LCB grade_call_based)."""
     try:
         restore_child_signals()
         os.setpgid(0, 0)
-        libc_call("prctl", PR_SET_DUMPABLE, 1, 0, 0, 0)  # readable by the harness's memory monitor
+        become_readable(job, ready_w)
         devnull = os.open(os.devnull, os.O_RDWR)
         os.dup2(devnull, 0)
         os.dup2(devnull, 1)
@@ -1023,12 +1059,14 @@ def run_functional_tests(job, monitor):
 def run_functional_calls(job, monitor):
     req_r, req_w = os.pipe()
     rep_r, rep_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
+    def child(ready_w):
         os.close(req_w)
         os.close(rep_r)
-        run_functional_child(job, job["code"], req_r, rep_w)
+        run_functional_child(job, job["code"], req_r, rep_w, ready_w)
+
+    pid = fork_program(child)
     monitor.main_child = pid
+    monitor.next_check = 0.0  # the first poll reads the fresh process at once: it must be readable already
     monitor.current = 0
     os.close(req_r)
     os.close(rep_w)

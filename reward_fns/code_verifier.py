@@ -397,7 +397,8 @@ def _output_cap(expected: tuple, limits: CodeLimits) -> int:
 
 
 # Test hook only: extra job fields (e.g. ``test_exit_check_delay_s``, a delay the harness inserts between a
-# select timeout and its exit check, to prove output is drained after the child exits).
+# select timeout and its exit check, to prove output is drained after the child exits; ``test_after_ready_delay_s``,
+# a pause of the program's process right after it says it is readable, under the monitor's first poll).
 TEST_JOB_OVERRIDES: dict = {}
 
 
