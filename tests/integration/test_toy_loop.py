@@ -187,3 +187,21 @@ def test_modelled_gpu_budget_correction_share_and_coverage(toy, monkeypatch):
         if name in ("first divergence", "greedy disagreements") and wrong:
             assert step["flops_by_phase"]["correction_gen"] > 0  # the teacher-forced prefill is charged
             assert step["modelled_gpu_seconds_by_phase"]["correction_gen_decode"] == 0.0  # and no decode pass
+
+
+def test_each_arm_chooses_its_own_rate_through_the_real_ablation(toy, tmp_path):
+    """analysis.lr_per_arm end to end: every rate runs through analysis.ablation on the validation split with the
+    protocol options passed through, and each arm's choice is read back from those runs."""
+    from analysis import lr_per_arm
+
+    out = tmp_path / "lr"
+    argv = ["--out", str(out), "--warm-start", f"w={toy.model_dir}", "--arms", "GSPO G=n", "greedy disagreements",
+            "--lrs", "3e-4", "1e-3", "--seeds", "100", "--val-size", "4", "--jobs", "1",
+            "--", "--budget-steps", "1", "--budget-unit", "modelled_gpu_seconds"]
+    assert lr_per_arm.main(argv) == 0
+    meta = json.loads((out / "lr_0.001" / "ws_w" / "meta.json").read_text())
+    assert meta["args"]["eval_split"] == "val" and meta["args"]["budget_unit"] == "modelled_gpu_seconds"
+    assert meta["args"]["lr"] == 1e-3 and meta["args"]["milestones"] == [1.0]
+    chosen = json.loads((out / "selection.json").read_text())["chosen"]
+    rows = lr_per_arm.per_arm_rows(out, [3e-4, 1e-3], ["w"], ["GSPO G=n", "greedy disagreements"])
+    assert chosen == lr_per_arm.chosen_lrs(rows) and set(chosen) == {"GSPO G=n", "greedy disagreements"}

@@ -102,3 +102,66 @@ def test_toy_loop_refuses_a_non_positive_lr(tmp_path, capsys):
     with pytest.raises(SystemExit):
         toy_loop.main(["--model", str(tmp_path / "absent"), "--out", str(tmp_path / "out"), "--lr", "0"])
     assert "--lr must be > 0, got 0.0" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------- each arm's own rate (analysis.lr_per_arm)
+def _ws_runs(out, lr: float, ws: str, accs: dict[str, list[float]], split: str = "val") -> None:
+    folder = lr_selection.lr_folder(out, lr) / f"ws_{ws}"
+    folder.mkdir(parents=True)
+    (folder / "meta.json").write_text(json.dumps({"args": {"eval_split": split, "lr": lr}}))
+    for arm, values in accs.items():
+        for seed, acc in enumerate(values):
+            run = {"arm": arm, "seed": 100 + seed, "steps": [],
+                   "evals": [{"milestone": 0.5, "step": 6, "flops": 0.5, "accuracy": 0.0},  # not the final one
+                             {"milestone": 1.0, "step": 12, "flops": 1.0, "accuracy": acc}]}
+            (folder / f"{arm.replace(' ', '_')}_s{100 + seed}.json").write_text(json.dumps(run))
+
+
+def test_each_arm_gets_its_own_rate_by_the_mean_of_warm_start_means(tmp_path):
+    from analysis import lr_per_arm
+
+    # G: 1e-4 wins (0.55 against 0.50); L: 3e-4 wins (0.70 against 0.55); T ties at 0.50: the rate listed first
+    _ws_runs(tmp_path, 3e-4, "a", {"G": [0.2, 0.4], "L": [0.8, 0.8], "T": [0.5, 0.5]})
+    _ws_runs(tmp_path, 3e-4, "b", {"G": [0.7, 0.7], "L": [0.6, 0.6], "T": [0.5, 0.5]})
+    _ws_runs(tmp_path, 1e-4, "a", {"G": [0.4, 0.4], "L": [0.5, 0.5], "T": [0.4, 0.6]})
+    _ws_runs(tmp_path, 1e-4, "b", {"G": [0.7, 0.7], "L": [0.6, 0.6], "T": [0.5, 0.5]})
+    rows = lr_per_arm.per_arm_rows(tmp_path, [3e-4, 1e-4], ["a", "b"], ["G", "L", "T"])
+    by = {(r["arm"], r["lr"]): r for r in rows}
+    assert by["G", 3e-4]["mean"] == pytest.approx(0.5) and by["G", 1e-4]["mean"] == pytest.approx(0.55)
+    assert by["G", 3e-4]["per_warm_start"]["a"] == {"mean": pytest.approx(0.3), "seeds": 2}
+    # stratified interval of the mean of means: SE² = (0.1414²/2 + 0²/2)/4, df 1 -> half-width 12.706 * 0.05
+    assert by["G", 3e-4]["pooled"]["high"] - 0.5 == pytest.approx(12.7062 * 0.05, rel=1e-4)
+    assert lr_per_arm.chosen_lrs(rows) == {"G": 1e-4, "L": 3e-4, "T": 3e-4}
+    table = lr_per_arm.format_table(rows, ["a", "b"])
+    assert table.count("| yes |") == 3 and "| G | 0.0001 | 0.400 (2) | 0.700 (2) |" in table
+    lr_per_arm.write_runs_csv(rows, tmp_path / "runs.csv", "addition")
+    assert len((tmp_path / "runs.csv").read_text().splitlines()) == 1 + 3 * 2 * 2 * 2
+
+
+def test_per_arm_selection_refuses_test_set_runs_and_missing_arms(tmp_path):
+    from analysis import lr_per_arm
+
+    _ws_runs(tmp_path / "t", 3e-4, "a", {"G": [0.2, 0.4]}, split="test")
+    with pytest.raises(ValueError, match="not evaluated on the validation split"):
+        lr_per_arm.per_arm_rows(tmp_path / "t", [3e-4], ["a"], ["G"])
+    _ws_runs(tmp_path / "v", 3e-4, "a", {"G": [0.2, 0.4]})
+    with pytest.raises(ValueError, match="no finished 'L' run"):
+        lr_per_arm.per_arm_rows(tmp_path / "v", [3e-4], ["a"], ["G", "L"])
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--lrs", "3e-4", "3e-4"], "--lrs must be distinct positive rates"),
+    (["--lrs", "1e-4", "--arms", "GSPO"], "--arms: unknown ['GSPO']"),
+    (["--lrs", "1e-4", "--", "--lr", "3e-4"], "are set by lr_per_arm itself"),
+    (["--lrs", "1e-4", "--", "--eval-split=test"], "are set by lr_per_arm itself"),
+])
+def test_per_arm_selection_refuses_bad_options_before_any_run(tmp_path, capsys, extra, message):
+    from analysis import lr_per_arm
+
+    argv = ["--out", str(tmp_path / "out"), "--warm-start", f"a={tmp_path}", "--arms", "GSPO G=n"]
+    if "--arms" in extra:
+        argv = argv[:-2]
+    with pytest.raises(SystemExit):
+        lr_per_arm.main(argv + extra)
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

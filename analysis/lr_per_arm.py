@@ -1,0 +1,148 @@
+"""Each arm's own learning rate, chosen on validation problems over several warm starts (``docs/evidence.md``,
+section 2c, B). ``analysis.lr_selection`` tries rates for one arm on one warm start; this runs every listed rate
+through ``analysis.ablation`` (its protocol options pass through) with ``--eval-split val`` and one evaluation at
+the full budget, then chooses a rate for each arm separately:
+
+    python -m analysis.lr_per_arm --out outputs/lr_per_arm --lrs 3e-4 1e-4 --seeds 100-103 --jobs 2 \\
+        --warm-start weak=toy_task/warm_starts/addition_seed3 --warm-start medium=toy_task/warm_starts/addition_seed0 \\
+        --warm-start strong=toy_task/warm_starts/addition_seed2 --arms 'GSPO G=n' 'greedy disagreements' \\
+        -- --budget-steps 48 --budget-unit modelled_gpu_seconds
+
+The rule, fixed before any run: for each arm, the rate with the highest mean final validation accuracy, the mean
+taken over warm starts of the per-warm-start means (each warm start counts once, as in the pooled tables); a tie
+goes to the rate listed first. The seeds must not be the reported runs'. The table gives every (arm, rate) its
+per-warm-start means and the pooled one with its stratified interval (seeds nested in warm starts), so a reader sees
+how clear each choice was. Writes ``OUT/selection.md``, ``OUT/selection.json`` ({arm: rate}) and ``OUT/runs.csv``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from analysis.ablation_report import final_eval, format_interval
+from analysis.ablation_stats import stratified_difference
+from analysis.equal_compute_report import load_results
+from analysis.lr_selection import lr_folder
+
+
+def per_arm_rows(out: Path, lrs: list[float], warm_starts: list[str], arms: list[str]) -> list[dict]:
+    """One row per (arm, lr): the final validation accuracies per warm start and their pooled mean with its
+    stratified 95% interval (the mean of the per-warm-start means; variance Σ s_w²/n_w / W²)."""
+    rows = []
+    for arm in arms:
+        for lr in lrs:
+            per_ws, per_seed = {}, {}
+            for ws in warm_starts:
+                folder = lr_folder(out, lr) / f"ws_{ws}"
+                meta, results = load_results(folder)
+                if meta.get("args", {}).get("eval_split") != "val":
+                    raise ValueError(f"{folder}: its runs were not evaluated on the validation split")
+                acc = {seed: final_eval(r)["accuracy"] for seed, r in sorted(results.get(arm, {}).items())
+                       if final_eval(r)}
+                if not acc:
+                    raise ValueError(f"{folder}: no finished {arm!r} run")
+                per_seed[ws] = acc
+                values = np.array(list(acc.values()))
+                per_ws[ws] = (float(values.mean()), float(values.std(ddof=1)) if len(values) > 1 else math.nan,
+                              len(values))
+            pooled = stratified_difference(list(per_ws.values()))
+            rows.append({"arm": arm, "lr": lr, "mean": float(np.mean([m for m, _, _ in per_ws.values()])),
+                         "pooled": {"mean": pooled["diff"], "low": pooled["low"], "high": pooled["high"]},
+                         "per_warm_start": {ws: {"mean": m, "seeds": n} for ws, (m, _, n) in per_ws.items()},
+                         "per_seed": per_seed})
+    return rows
+
+
+def chosen_lrs(rows: list[dict]) -> dict[str, float]:
+    """The rule: per arm, the highest mean over warm starts of the per-warm-start mean; the first listed rate on a
+    tie (``max`` keeps the first maximum)."""
+    out: dict[str, float] = {}
+    for arm in dict.fromkeys(r["arm"] for r in rows):
+        out[arm] = max((r for r in rows if r["arm"] == arm), key=lambda r: r["mean"])["lr"]
+    return out
+
+
+def format_table(rows: list[dict], warm_starts: list[str]) -> str:
+    chosen = chosen_lrs(rows)
+    head = " | ".join(f"{ws} (seeds)" for ws in warm_starts)
+    lines = ["Final validation accuracy per warm start (mean over seeds) and pooled (mean of the warm starts' means, "
+             "stratified 95% interval); the chosen rate is each arm's highest pooled mean.", "",
+             f"| arm | lr | {head} | pooled [95% CI] | chosen |",
+             "|---|---:|" + "---:|" * len(warm_starts) + "---:|:---:|"]
+    for r in rows:
+        cells = " | ".join(f"{r['per_warm_start'][ws]['mean']:.3f} ({r['per_warm_start'][ws]['seeds']})"
+                           for ws in warm_starts)
+        lines.append(f"| {r['arm']} | {r['lr']:g} | {cells} | {format_interval(r['pooled'], '{:.3f}')} | "
+                     f"{'yes' if chosen[r['arm']] == r['lr'] else ''} |")
+    return "\n".join(lines)
+
+
+def write_runs_csv(rows: list[dict], path: Path, task: str) -> None:
+    """One line per (arm, lr, warm start, seed): the final validation accuracy."""
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["task", "arm", "lr", "warm_start", "seed", "val_accuracy"])
+        for r in rows:
+            for ws, accs in r["per_seed"].items():
+                for seed, acc in accs.items():
+                    w.writerow([task, r["arm"], f"{r['lr']:g}", ws, seed, f"{acc:.6f}"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    from analysis import ablation, toy_loop
+    from analysis.ablation_stats import parse_seeds, parse_warm_starts
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    protocol = argv[argv.index("--") + 1:] if "--" in argv else []
+    own = argv[:argv.index("--")] if "--" in argv else argv
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True)
+    p.add_argument("--warm-start", action="append", required=True, metavar="NAME=MODEL_DIR")
+    p.add_argument("--arms", nargs="+", required=True, help="arms of analysis.toy_loop.default_arms()")
+    p.add_argument("--lrs", type=float, nargs="+", required=True, help="the first listed wins a tie")
+    p.add_argument("--seeds", nargs="+", default=["100-103"])
+    p.add_argument("--task", default="addition")
+    p.add_argument("--val-size", type=int, default=512)
+    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--chunk", type=int, default=2)
+    p.add_argument("--report-only", action="store_true")
+    args = p.parse_args(own)
+    if len(set(args.lrs)) != len(args.lrs) or any(not lr > 0 for lr in args.lrs):
+        p.error(f"--lrs must be distinct positive rates, got {args.lrs}")
+    unknown = [a for a in args.arms if a not in toy_loop.default_arms()]
+    if unknown:
+        p.error(f"--arms: unknown {unknown}; the arms are {list(toy_loop.default_arms())}")
+    owned = {"--out", "--warm-start", "--arms", "--seeds", "--lr", "--task", "--eval-split", "--test-size",
+             "--milestones", "--jobs", "--chunk", "--report-only"}
+    clash = [a for a in protocol if a.split("=")[0] in owned]
+    if clash:
+        p.error(f"after --: {clash} are set by lr_per_arm itself; pass only protocol options "
+                "(--budget-steps, --budget-unit, --warmup-unit, --correction-cost-share, --max-steps)")
+    warm = parse_warm_starts(args.warm_start)
+    parse_seeds(args.seeds)  # a malformed seed list stops here, before any run
+    out = Path(args.out)
+    if not args.report_only:
+        for lr in args.lrs:
+            ablation.main(["--out", str(lr_folder(out, lr)), *[f"--warm-start={w}" for w in args.warm_start],
+                           "--arms", *args.arms, "--seeds", *args.seeds, "--lr", repr(lr), "--task", args.task,
+                           "--eval-split", "val", "--test-size", str(args.val_size), "--milestones", "1.0",
+                           "--jobs", str(args.jobs), "--chunk", str(args.chunk), *protocol])
+    rows = per_arm_rows(out, args.lrs, list(warm), args.arms)
+    table = format_table(rows, list(warm))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "selection.md").write_text(table + "\n")
+    (out / "selection.json").write_text(json.dumps({"chosen": chosen_lrs(rows), "rows": rows}, indent=1))
+    write_runs_csv(rows, out / "runs.csv", args.task)
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
