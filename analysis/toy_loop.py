@@ -43,7 +43,7 @@ from ibpo.lookup_decoding import NgramParams, simulate_lookup
 from ibpo.advantages import get_mask_sign, group_normalized_advantages, ibpo_sequence_advantages, signed_token_mask
 from compute_accounting.flops import ModelShape, StepWork, step_flops
 from compute_accounting.gpu_time import GenerationWork, GpuTimeCoefficients, roofline_coefficients, step_seconds
-from ibpo.mechanism import RewardDropAlarm, advantage_mechanism, group_kinds, sibling_overlap
+from ibpo.mechanism import RewardDropAlarm, advantage_mechanism, group_kinds, localised_coverage, sibling_overlap
 from ibpo.options import IBPOConfig
 from ibpo.pipeline import plan_corrections, shape_batch
 from ibpo.variants import get_variant
@@ -448,8 +448,9 @@ def localisation_metrics(toy: Toy, samples: StepSamples, masks: list[np.ndarray]
     arm already computed them (:func:`oracle_masks`), else computed here for the masked rows."""
     wrong = [i for i, ok in enumerate(samples.is_correct) if not ok]
     rows = [i for i in wrong if masked[i]] if masks is not None else []
-    out = {"localised/wrong_rows": float(len(wrong)), "localised/masked_rows": float(len(rows)),
-           "localised/coverage": len(rows) / len(wrong) if wrong else float("nan")}
+    localised = np.zeros(len(samples.is_correct), dtype=bool)
+    localised[rows] = True
+    out = {f"localised/{k}": v for k, v in localised_coverage(samples.is_correct, localised).items()}
     precision, recall, first_err = [], [], []
     for i in rows:
         m = np.asarray(masks[i]) > 0

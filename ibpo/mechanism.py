@@ -109,6 +109,18 @@ def sibling_overlap(response_ids: Sequence[Sequence[int]], is_correct: Sequence[
     return out
 
 
+def localised_coverage(is_correct: Sequence[bool], localised: Sequence[bool]) -> dict[str, float]:
+    """How much of the step's wrong answers got localised credit (issue 39; ``docs/evidence.md`` 2b):
+    ``wrong_rows``, ``masked_rows`` (wrong rows trained with a token mask) and ``coverage`` = masked / wrong
+    (NaN when no response is wrong). A right row marked ``localised`` is not counted: credit is localised on
+    wrong answers only."""
+    wrong = ~np.asarray(is_correct, dtype=bool)
+    masked = wrong & np.asarray(localised, dtype=bool)
+    n_wrong = int(wrong.sum())
+    return {"wrong_rows": float(n_wrong), "masked_rows": float(masked.sum()),
+            "coverage": float(masked.sum()) / n_wrong if n_wrong else float("nan")}
+
+
 def reinforces_wrong_answers(enable: bool, shaping: str, lam: float) -> bool:
     """Whether an IBPO configuration can give a wrong response a positive advantage: reward-level shaping
     (``ibpo.shaping=reward``) with λ > 0 does whenever λΔ exceeds its group's mean shaped reward — always in a

@@ -35,13 +35,14 @@ from verl.workers.utils.padding import left_right_2_no_padding
 
 from compute_accounting.flops import phase_seconds
 from ibpo.advantages import get_mask_sign, shapes_reward
+from ibpo.lookup_decoding import ngram_params_from_speculative_config
 from ibpo.minibatch import ActorMiniBatchPlan, actor_minibatch_plan, optimizer_updates_reported, row_multiple
 from ibpo.options import IBPOConfig
 from recipe.common.methods import method_options
 from recipe.common.preflight.model import configured_context_length, model_flop_shape
 from recipe.common.trainer_base import HookedRayPPOTrainer, generation_work
 from recipe.ibpo.correction import batch as corr
-from recipe.ibpo.correction.rollout import speculation_on
+from recipe.ibpo.correction.rollout import speculation_on, speculative_config_of
 from recipe.ibpo.correction.step import run_correction_pass
 from recipe.ibpo.run_state import STATE_FILE, IBPORunState
 from recipe.ibpo.start_checks import check_trainer_config
@@ -75,6 +76,9 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
         self._step = IBPOStep(lam=self.ibpo.lam)  # this step's IBPO state, from hook to hook
         self._mechanism = MechanismMetrics()  # with the reward-drop alarm; not checkpointed
         self._speculation = SpeculationCounters(speculation_on(self.config))
+        # the rollout's ngram proposer (None: no speculation, or a method the replay cannot reproduce): with it,
+        # the modelled GPU seconds price each generation's decode as the speculative rollout ran it
+        self._ngram = ngram_params_from_speculative_config(speculative_config_of(self.config))
 
     def init_workers(self):
         """The ``ibpo`` estimator's guard: this trainer shapes the reward it normalises, so it announces itself
@@ -148,15 +152,24 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
 
     def _account_step_compute(self, batch: DataProto, metrics: dict) -> None:
         """The step's FLOPs per phase and tokens, added to the running totals (``recipe.ibpo.step_compute``),
-        and its modelled GPU seconds (``compute_accounting.gpu_time``, plain decode: speculation is not
-        modelled per request here)."""
+        and its modelled GPU seconds (``compute_accounting.gpu_time``). Decode is priced as the rollout ran it:
+        plain, or, when it speculates with ngram, the passes and drafts of vLLM's proposer replayed on each
+        realised response (``corr.speculative_generation_work``; main and correction generations alike, as
+        the servers speculate on every request). Other speculative methods are priced as plain decode."""
         step = self._step
         correction_output = None if step.correction is None else step.correction.correction_output
         work = step_work(batch, step.batch_rows(), correction_output, grad_probe=step.grad_probe_lengths,
                          **self._training_passes())
         compute_metrics(work, self.model_shape, metrics, self.run_state.compute_totals)
-        self._model_gpu_seconds(work, generation_work(batch.select_idxs(step.rows.main)),
-                                None if correction_output is None else generation_work(correction_output), metrics)
+        if self.gpu_time_coefficients is None:  # no cost model: nothing to price (and no replay to pay for)
+            return
+
+        def decode_work(output: DataProto):
+            return generation_work(output) if self._ngram is None else corr.speculative_generation_work(
+                output, self._ngram)
+
+        self._model_gpu_seconds(work, decode_work(batch.select_idxs(step.rows.main)),
+                                None if correction_output is None else decode_work(correction_output), metrics)
 
     def _step_metrics(self, batch: DataProto, metrics: dict, timing_raw: dict) -> None:
         """End of step: measured seconds per phase, the speculation counters and the running time total (the

@@ -12,7 +12,7 @@ from verl import DataProto
 
 from ibpo.diagnostics import theorem_stats, trained_advantage_variance
 from ibpo.lambda_schedule import LambdaSchedule
-from ibpo.mechanism import RewardDropAlarm, advantage_mechanism, sibling_overlap
+from ibpo.mechanism import RewardDropAlarm, advantage_mechanism, localised_coverage, sibling_overlap
 from ibpo.options import IBPOConfig
 from ibpo.variants import get_variant
 from recipe.ibpo.correction import batch as corr
@@ -97,9 +97,14 @@ def theorem_metrics(batch: DataProto, rows: corr.IBPORows, cfg: IBPOConfig, lam:
     metrics["ibpo/num_joint_rows"] = float(rows.is_correction.sum())
     metrics["ibpo/num_padding_rows"] = float(rows.is_padding.sum())
     not_padding = ~rows.is_padding
-    if get_variant(cfg.variant).masks_tokens:  # measured on the training batch: the mask reached it
+    masks_tokens = get_variant(cfg.variant).masks_tokens
+    if masks_tokens:  # measured on the training batch: the mask reached it
         valid = batch.batch["response_mask"].bool() & not_padding.unsqueeze(-1)
         metrics["ibpo/batch_token_mask_mean"] = float(rows.token_mask[valid].mean())
+    # coverage: wrong main responses trained with localised credit (a token mask: a masking variant's shaped
+    # rows) over wrong main responses; reward-level variants localise nothing (0)
+    localised = (rows.main_delta().double().numpy() > 0) & masks_tokens
+    metrics.update({f"ibpo/localised/{k}": v for k, v in localised_coverage(y > 0, localised).items()})
     trained = batch.select_idxs(not_padding.numpy())
     metrics["ibpo/var_trained_adv_seq"], metrics["ibpo/var_trained_adv_token"] = trained_advantage_variance(
         trained.batch["advantages"].numpy(), trained.batch["response_mask"].numpy())

@@ -223,6 +223,9 @@ def test_correction_pass_places_delta_on_the_right_rows_after_reordering():
     assert metrics["ibpo/num_padding_rows"] == pad
     assert metrics["ibpo/cov_y_phi"] <= 1e-12  # Assumption A.1 on the main rows
     assert 0 < metrics["ibpo/batch_token_mask_mean"] < 1  # the mask reached the training batch
+    # coverage: 7 wrong main rows, 2 of them (rows 1 and 6, Δ > 0) trained with a token mask
+    assert (metrics["ibpo/localised/wrong_rows"], metrics["ibpo/localised/masked_rows"]) == (7.0, 2.0)
+    assert metrics["ibpo/localised/coverage"] == pytest.approx(2 / 7)
     rows = {i: int(p) for i, p in enumerate(perm.tolist())}  # new position -> original row
     seq_reward = out.batch["token_level_rewards"].sum(-1)
     for new, old in rows.items():
@@ -608,3 +611,21 @@ def test_correction_fraction_in_the_trainer_corrects_a_random_share_and_trains_t
     for row in range(8):
         if row not in kept:
             assert delta[row] == 0.0 and mask[row].tolist() == [1] * RESP_LEN, row
+
+
+def test_the_trainer_prices_decode_with_the_rollouts_ngram_proposer():
+    """With ngram speculation on the rollout, the modelled GPU seconds replay that proposer on every generation
+    (``corr.speculative_generation_work``); without speculation, plain decode."""
+    from ibpo.lookup_decoding import NgramParams
+
+    base = make_trainer({})
+    assert base._ngram is None
+    trainer = RayIBPOTrainer.__new__(RayIBPOTrainer)
+    spec = {"method": "ngram", "prompt_lookup_min": 2, "prompt_lookup_max": 4, "num_speculative_tokens": 6}
+    trainer.config = copy.deepcopy(base.config)
+    trainer.config.actor_rollout_ref.rollout.engine_kwargs = {"vllm": {"speculative_config": spec}}
+    trainer.config.actor_rollout_ref.rollout.name = "vllm"
+    trainer.config.actor_rollout_ref.rollout.disable_log_stats = False
+    trainer.tokenizer = FakeTokenizer()
+    trainer._init_ibpo_state(model_context=None, model_shape=base.model_shape)
+    assert trainer._ngram == NgramParams(2, 4, 6)

@@ -184,3 +184,21 @@ def test_reward_shaping_reinforces_a_wrong_answer_next_to_a_right_one_in_a_large
     assert not reinforces_wrong_answers(True, "reward", 0.0)
     assert not reinforces_wrong_answers(False, "reward", 0.6)
     assert not any(reinforces_wrong_answers(True, s, 0.6) for s in ("reward_capped", "advantage"))
+
+
+def test_coverage_counts_only_wrong_rows_with_localised_credit():
+    from ibpo.mechanism import localised_coverage
+
+    # rows: right+localised (not counted), wrong+localised, wrong, wrong+localised
+    out = localised_coverage([True, False, False, False], [True, True, False, True])
+    assert out == {"wrong_rows": 3.0, "masked_rows": 2.0, "coverage": pytest.approx(2 / 3)}
+    assert math.isnan(localised_coverage([True, True], [False, True])["coverage"])
+    rng = np.random.default_rng(0)
+    for _ in range(50):  # against a loop
+        right, loc = rng.random(9) < 0.4, rng.random(9) < 0.5
+        wrong = [i for i in range(9) if not right[i]]
+        masked = [i for i in wrong if loc[i]]
+        got = localised_coverage(right.tolist(), loc.tolist())
+        assert got["masked_rows"] == len(masked) and got["wrong_rows"] == len(wrong)
+        if wrong:
+            assert got["coverage"] == len(masked) / len(wrong)

@@ -115,3 +115,35 @@ def test_a_trainers_own_pricing_reaches_the_ledger(model_dir):
     assert t.compute_ledger.modelled_gpu_seconds == pytest.approx(own.total)
     assert metrics[MODELLED_SECONDS_METRIC + "/counterfactual_forward"] == pytest.approx(
         own.phases["counterfactual_forward"])
+
+
+def test_a_speculative_rollout_is_priced_by_the_replayed_proposer():
+    """Under ngram speculation each request's decode passes and verified drafts are the proposer's replay on its
+    realised output (``ibpo.lookup_decoding.simulate_lookup``), so a response that copies its prompt costs fewer
+    passes than plain decode and the modelled decode seconds fall; a response with nothing to copy is unchanged."""
+    from ibpo.lookup_decoding import NgramParams, simulate_lookup
+    from recipe.ibpo.correction.batch import speculative_generation_work
+
+    params = NgramParams(prompt_lookup_min=2, prompt_lookup_max=5, num_speculative_tokens=4)
+    prompts = [[11, 12, 13, 14, 15, 16, 17, 18], [3, 4]]
+    responses = [[11, 12, 13, 14, 15, 16, 17, 18], [21, 22, 23, 24, 25]]  # a copy; nothing to copy
+    width = 8
+    prompt_t = torch.zeros(2, width, dtype=torch.long)
+    resp_t = torch.zeros(2, width, dtype=torch.long)
+    attention = torch.zeros(2, 2 * width, dtype=torch.long)
+    resp_mask = torch.zeros(2, width, dtype=torch.long)
+    for i, (p, r) in enumerate(zip(prompts, responses)):
+        prompt_t[i, width - len(p):] = torch.tensor(p)  # left-padded prompt
+        resp_t[i, :len(r)] = torch.tensor(r)
+        attention[i, width - len(p):width + len(r)] = 1
+        resp_mask[i, :len(r)] = 1
+    output = DataProto.from_dict(tensors={"prompts": prompt_t, "responses": resp_t, "attention_mask": attention,
+                                          "response_mask": resp_mask})
+    work = speculative_generation_work(output, params)
+    stats = [simulate_lookup(p, r, params) for p, r in zip(prompts, responses)]
+    assert work == GenerationWork([8, 2], [8, 5], [s.decode_steps for s in stats], [s.drafted_tokens for s in stats])
+    assert work.decode_steps[0] < 7 and work.drafted_tokens[0] > 0  # the copy: fewer passes than 8 - 1
+    assert work.decode_steps[1] == 4 and work.drafted_tokens[1] == 0  # no n-gram recurs: plain decode
+    coeff = roofline_coefficients("H100-SXM", serving_shape("tiny", 32, 2, 4, 2, 8, 48, 53))
+    from compute_accounting.gpu_time import generation_seconds
+    assert generation_seconds(work, coeff)["decode"] < generation_seconds(generation_work(output), coeff)["decode"]

@@ -24,6 +24,7 @@ import torch
 from verl import DataProto
 from verl.utils.model import compute_position_id_with_mask
 
+from compute_accounting.gpu_time import GenerationWork
 from ibpo.advantages import (MaskSignPolicy, place_sequence_reward, shaped_rewards, shaping_advantage_factor,
                              signed_token_mask)
 from ibpo.options import IBPOConfig
@@ -134,6 +135,17 @@ def lookup_metrics(output: DataProto | None, params: NgramParams) -> dict[str, f
     spec = batch_decode_steps(total.per_request_steps)
     metrics["ibpo/correction/lookup_batch_decode_step_reduction"] = 1.0 - spec / plain if plain else 0.0
     return metrics
+
+
+def speculative_generation_work(output: DataProto, params: NgramParams) -> GenerationWork:
+    """The GPU-time model's view of a generation the rollout decoded with vLLM's ngram speculation
+    (``compute_accounting.gpu_time.GenerationWork``): per request its prompt and response tokens, and the decode
+    passes and verified draft tokens of vLLM's proposer replayed on the realised output (``ibpo.lookup_decoding``:
+    exact under lossless verification, whatever the sampling)."""
+    prompts, responses = prompt_token_ids(output), response_token_ids(output)
+    stats = [simulate_lookup(p, r, params) for p, r in zip(prompts, responses)]
+    return GenerationWork([len(p) for p in prompts], [len(r) for r in responses],
+                          [st.decode_steps for st in stats], [st.drafted_tokens for st in stats])
 
 
 def dump_corrections(directory: str, step: int, requests: list[CorrectionRequest], output: DataProto | None,
