@@ -105,11 +105,33 @@ def _fmt(d: dict | None, holm_p: float | None = None) -> str:
     return text
 
 
-def report(out: Path, warm_starts: list[str], baseline: str, arms: list[str] | None = None) -> str:
-    """The markdown tables and ``runs.csv`` (one row per warm start, arm, seed, milestone) under ``out``."""
+def load_with_arm_folders(out: Path, warm_starts: list[str], arm_folders: dict[str, Path] | None = None) -> dict:
+    """``{warm start: (meta, {arm: {seed: result}})}`` of ``out``, with each arm of ``arm_folders`` read from that
+    other ``analysis.ablation`` folder instead (its own learning rate, ``analysis.lr_per_arm``). A folder is only
+    comparable at the same budget on the same warm start: its ``budget_unit``, budget and warm-start hash must be
+    ``out``'s, or this stops naming the field."""
+    loaded = {w: load_results(out / f"ws_{w}") for w in warm_starts}
+    for arm, folder in (arm_folders or {}).items():
+        for w in warm_starts:
+            meta, results = loaded[w]
+            other_meta, other = load_results(Path(folder) / f"ws_{w}")
+            for key in ("warm_start_sha256", "budget_unit", "budget_flops"):
+                if other_meta.get(key) != meta.get(key):
+                    raise ValueError(f"--arm-folder {arm}={folder}: ws_{w} has {key} {other_meta.get(key)!r}, "
+                                     f"{out}/ws_{w} has {meta.get(key)!r}: not the same budget on the same warm start")
+            if arm not in other:
+                raise ValueError(f"--arm-folder {arm}={folder}: ws_{w} has no {arm!r} run")
+            results[arm] = other[arm]
+    return loaded
+
+
+def report(out: Path, warm_starts: list[str], baseline: str, arms: list[str] | None = None,
+           arm_folders: dict[str, Path] | None = None) -> str:
+    """The markdown tables and ``runs.csv`` (one row per warm start, arm, seed, milestone) under ``out``
+    (``arm_folders``: arms read from other folders, :func:`load_with_arm_folders`)."""
     from analysis.ablation_stats import stratified_difference
 
-    loaded = {w: load_results(out / f"ws_{w}") for w in warm_starts}
+    loaded = load_with_arm_folders(out, warm_starts, arm_folders)
     arms = arms or sorted({a for _, res in loaded.values() for a in res if a != baseline})
     milestones = sorted({e["milestone"] for _, res in loaded.values() for runs in res.values() for r in runs.values()
                          for e in r["evals"] if e["milestone"] is not None})
@@ -175,11 +197,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warm-start", action="append", required=True, metavar="NAME")
     p.add_argument("--baseline", default="GSPO G=n")
     p.add_argument("--arms", nargs="+", default=None)
+    p.add_argument("--arm-folder", action="append", default=[], metavar="ARM=FOLDER",
+                   help="read ARM's runs from another analysis.ablation folder at the same budget (its own "
+                        "learning rate); the baseline too")
     args = p.parse_args(argv)
     missing = [w for w in args.warm_start if not (Path(args.out) / f"ws_{w}" / "meta.json").is_file()]
     if missing:
         p.error(f"--warm-start {missing}: no {args.out}/ws_<name>/meta.json")
-    print(report(Path(args.out), args.warm_start, args.baseline, args.arms))
+    arm_folders = {}
+    for item in args.arm_folder:
+        arm, sep, folder = item.rpartition("=")
+        if not sep or not arm or not folder:
+            p.error(f"--arm-folder {item!r}: expected ARM=FOLDER")
+        arm_folders[arm] = Path(folder)
+    try:
+        print(report(Path(args.out), args.warm_start, args.baseline, args.arms, arm_folders))
+    except ValueError as exc:
+        p.error(str(exc))
     return 0
 
 

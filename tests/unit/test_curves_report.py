@@ -52,3 +52,31 @@ def test_report_pairs_seeds_and_writes_the_csv(tmp_path):
     assert "| A | 4.0 |" in text and "0.400 | 1.000 | 0.500" in text
     rows = (tmp_path / "runs.csv").read_text().splitlines()
     assert len(rows) == 1 + 2 * 2 * 3 and rows[0].startswith("warm_start,")
+
+
+def _folder(root, ws, arm_accs: dict, budget=40.0, sha="0" * 64):
+    folder = root / f"ws_{ws}"
+    folder.mkdir(parents=True)
+    (folder / "meta.json").write_text(json.dumps({"warm_start_sha256": sha, "budget_flops": budget,
+                                                  "budget_unit": "modelled_gpu_seconds"}))
+    for arm, accs in arm_accs.items():
+        for seed, acc in enumerate(accs):
+            (folder / f"{arm}_s{seed}.json").write_text(json.dumps(_run(arm, seed, (acc, acc), 0.0)))
+
+
+def test_an_arm_at_its_own_rate_is_read_from_its_folder_and_must_share_the_budget(tmp_path):
+    from analysis.curves_report import load_with_arm_folders
+
+    _folder(tmp_path / "main", "a", {"B": [0.5, 0.6, 0.7], "A": [0.0, 0.0, 0.0]})
+    _folder(tmp_path / "own", "a", {"A": [0.55, 0.66, 0.77]})  # A at its own rate: +0.05, +0.06, +0.07
+    text = report(tmp_path / "main", ["a"], "B", ["A"], {"A": tmp_path / "own"})
+    final_row = next(line for line in text.splitlines() if line.startswith("| A | 1 |"))
+    assert "+0.060 [" in final_row  # the other folder's runs, not main's zeros
+    _folder(tmp_path / "other_budget", "a", {"A": [0.5, 0.5, 0.5]}, budget=41.0)
+    with pytest.raises(ValueError, match="budget_flops 41.0.*40.0"):
+        load_with_arm_folders(tmp_path / "main", ["a"], {"A": tmp_path / "other_budget"})
+    _folder(tmp_path / "other_ws", "a", {"A": [0.5, 0.5, 0.5]}, sha="1" * 64)
+    with pytest.raises(ValueError, match="warm_start_sha256"):
+        load_with_arm_folders(tmp_path / "main", ["a"], {"A": tmp_path / "other_ws"})
+    with pytest.raises(ValueError, match="has no 'C' run"):
+        load_with_arm_folders(tmp_path / "main", ["a"], {"C": tmp_path / "own"})
