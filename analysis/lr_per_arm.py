@@ -29,7 +29,7 @@ import numpy as np
 from analysis.ablation_report import final_eval, format_interval
 from analysis.ablation_stats import stratified_difference
 from analysis.equal_compute_report import load_results
-from analysis.lr_selection import lr_folder
+from analysis.lr_selection import check_rate_options, lr_folder
 
 
 def per_arm_rows(out: Path, lrs: list[float], warm_starts: list[str], arms: list[str]) -> list[dict]:
@@ -105,7 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True)
     p.add_argument("--warm-start", action="append", required=True, metavar="NAME=MODEL_DIR")
-    p.add_argument("--arms", nargs="+", required=True, help="arms of analysis.toy_loop.default_arms()")
+    p.add_argument("--arms", nargs="+", required=True,
+                   help="arms of analysis.toy_loop.default_arms(); the first is the baseline whose step sets the "
+                        "budget (analysis.ablation), so list the baseline first")
     p.add_argument("--lrs", type=float, nargs="+", required=True, help="the first listed wins a tie")
     p.add_argument("--seeds", nargs="+", default=["100-103"])
     p.add_argument("--task", default="addition")
@@ -114,8 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--chunk", type=int, default=2)
     p.add_argument("--report-only", action="store_true")
     args = p.parse_args(own)
-    if len(set(args.lrs)) != len(args.lrs) or any(not lr > 0 for lr in args.lrs):
-        p.error(f"--lrs must be distinct positive rates, got {args.lrs}")
+    check_rate_options(p, args.lrs, args.val_size)
     unknown = [a for a in args.arms if a not in toy_loop.default_arms()]
     if unknown:
         p.error(f"--arms: unknown {unknown}; the arms are {list(toy_loop.default_arms())}")

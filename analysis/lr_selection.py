@@ -80,6 +80,14 @@ def format_table(rows: list[dict], arm: str) -> str:
     return "\n".join(lines)
 
 
+def check_rate_options(p: argparse.ArgumentParser, lrs: list[float], val_size: int) -> None:
+    """Stop before any run on rates that are not distinct and positive, or an empty validation set."""
+    if len(set(lrs)) != len(lrs) or any(not lr > 0 for lr in lrs):
+        p.error(f"--lrs must be distinct positive rates, got {lrs}")
+    if val_size < 1:
+        p.error(f"--val-size must be >= 1, got {val_size}")
+
+
 def main(argv: list[str] | None = None) -> int:
     from analysis import toy_loop
 
@@ -95,10 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--report-only", action="store_true")
     args = p.parse_args(argv)
-    if len(set(args.lrs)) != len(args.lrs) or any(not lr > 0 for lr in args.lrs):
-        p.error(f"--lrs must be distinct positive rates, got {args.lrs}")
-    if args.val_size < 1:
-        p.error(f"--val-size must be >= 1, got {args.val_size}")
+    check_rate_options(p, args.lrs, args.val_size)
     if args.arm not in toy_loop.default_arms():
         p.error(f"--arm: unknown {args.arm!r}; the arms are {list(toy_loop.default_arms())}")
     out = Path(args.out)
