@@ -31,6 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--warm-start", action="append", required=True, metavar="NAME=MODEL_DIR")
     p.add_argument("--arms", nargs="+", required=True, help="arms of analysis.toy_loop.default_arms(); first = baseline")
+    p.add_argument("--budget-arm", default=None,
+                   help="the arm whose cost per step sets the budget and warm-up, run or not (analysis.toy_loop "
+                        "--budget-arm; default the first of --arms)")
     p.add_argument("--seeds", nargs="+", default=["0-29"])
     p.add_argument("--chunk", type=int, default=5, help="seeds per warm start before moving to the next one")
     p.add_argument("--jobs", type=int, default=2)
@@ -59,9 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     warm = parse_warm_starts(args.warm_start)
     arms = toy_loop.default_arms()
-    unknown = [a for a in args.arms if a not in arms]
+    unknown = [a for a in args.arms + ([args.budget_arm] if args.budget_arm is not None else []) if a not in arms]
     if unknown:
-        p.error(f"--arms: unknown {unknown}; the arms are {list(arms)}")
+        p.error(f"--arms/--budget-arm: unknown {unknown}; the arms are {list(arms)}")
     seeds = parse_seeds(args.seeds)
     if not args.report_only:
         import time
@@ -77,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
                                "--test-size", str(args.test_size), "--jobs", str(args.jobs), "--milestones", *map(str, args.milestones),
                                "--budget-unit", args.budget_unit, "--correction-cost-share", repr(args.correction_cost_share),
                                "--warmup-unit", args.warmup_unit,
+                               *(["--budget-arm", args.budget_arm] if args.budget_arm is not None else []),
                                "--eval-split", args.eval_split,
                                *(["--max-steps", str(args.max_steps)] if args.max_steps is not None else [])])
     from analysis.ablation_report import write_report

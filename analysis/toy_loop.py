@@ -681,7 +681,7 @@ def run_and_save(toy: Toy | None, arm: Arm, seed: int, path: str, budget: float,
 RUN_DEFINING_OPTIONS = {  # option -> its value in a meta.json written before the option existed
     "task": "addition", "n": 4, "batch_size": 8, "lr": 3e-4, "warmup_steps": 5, "budget_steps": 20,
     "budget_flops": None, "train_size": 1024, "test_size": 512, "max_steps": None, "eval_split": "test",
-    "budget_unit": "flops", "correction_cost_share": 1.0, "warmup_unit": "budget"}
+    "budget_unit": "flops", "correction_cost_share": 1.0, "warmup_unit": "budget", "budget_arm": None}
 
 
 def check_same_protocol(meta: dict, args: argparse.Namespace, path: Path) -> None:
@@ -713,7 +713,8 @@ def load_or_measure_meta(path: Path, toy: Toy, baseline: Arm, args: argparse.Nam
         probe = run(toy, baseline, 10_000, budget=float("inf"), n=args.n, batch_size=args.batch_size, lr=0.0,
                     warmup=0.0, max_steps=3, schedule=schedule_from(args))
         budget = args.budget_steps * probe["steps"][-1]["spent"] / len(probe["steps"])
-    meta = {"baseline_step_flops": budget / args.budget_steps, "warm_start_sha256": sha256_of_dir(toy.model_dir),
+    meta = {"baseline_step_flops": budget / args.budget_steps, "budget_arm": baseline.name,
+            "warm_start_sha256": sha256_of_dir(toy.model_dir),
             "budget_flops": budget, "budget_unit": args.budget_unit,
             f"warm_start_{args.eval_split}_accuracy": float(warm.mean()),
             f"warm_start_{args.eval_split}_correct": warm.astype(int).tolist(), "task": args.task,
@@ -781,6 +782,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--task", default="addition", help="a task of toy_task.tasks (the warm start must be one of it)")
     p.add_argument("--arms", nargs="+", default=None, help="subset of the arms (the first is the baseline)")
+    p.add_argument("--budget-arm", default=None,
+                   help="the arm whose cost per step (its 3-step probe on the warm start) sets the budget and the "
+                        "warm-up, whether it runs or not (default: the first of --arms); e.g. 'GSPO G=n' to compare "
+                        "two IBPO arms at a budget of GSPO steps without running GSPO")
     p.add_argument("--seeds", type=int, nargs="+", default=list(range(30)))
     p.add_argument("--budget-steps", type=float, default=20,
                    help="FLOP budget, in units of the baseline's mean FLOPs per step (estimated on the warm start)")
@@ -833,11 +838,14 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         p.error(f"--arms: unknown {unknown}; the arms are {list(arms)}")
     chosen = [arms[a] for a in (args.arms or list(arms))]
+    if args.budget_arm is not None and args.budget_arm not in arms:
+        p.error(f"--budget-arm: unknown {args.budget_arm!r}; the arms are {list(arms)}")
+    budget_arm = arms[args.budget_arm] if args.budget_arm is not None else chosen[0]
     try:
         toy = Toy(model_dir, args.train_size, args.test_size, task=args.task, eval_split=args.eval_split)
     except ValueError as exc:
         p.error(f"--task: {exc}")
-    meta = load_or_measure_meta(out / "meta.json", toy, chosen[0], args, argv)
+    meta = load_or_measure_meta(out / "meta.json", toy, budget_arm, args, argv)
     print(f"[toy_loop] budget {meta['budget_flops']:.3g} {args.budget_unit}, warm start {meta['warm_start_sha256'][:12]} "
           f"{args.eval_split} acc {meta[f'warm_start_{args.eval_split}_accuracy']:.3f}", flush=True)
     equal_steps = args.max_steps is not None
