@@ -774,6 +774,27 @@ def run_all(todo: list[tuple[int, Arm]], toy: Toy, out: Path, args: argparse.Nam
     return started
 
 
+def checked_arms(p: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[list[Arm], Arm]:
+    """Stop on a bad option before anything runs; return the arms to run and the arm whose step sets the budget
+    (``--budget-arm``, else the first of them)."""
+    if args.jobs < 1:
+        p.error(f"--jobs must be >= 1, got {args.jobs}")
+    if args.max_steps is not None and args.max_steps < 1:
+        p.error(f"--max-steps must be >= 1, got {args.max_steps}")
+    if not args.lr > 0:
+        p.error(f"--lr must be > 0, got {args.lr}")
+    if not 0.0 <= args.correction_cost_share <= 1.0:
+        p.error(f"--correction-cost-share must be in [0, 1], got {args.correction_cost_share}")
+    arms = default_arms()
+    unknown = [a for a in (args.arms or []) if a not in arms]
+    if unknown:
+        p.error(f"--arms: unknown {unknown}; the arms are {list(arms)}")
+    if args.budget_arm is not None and args.budget_arm not in arms:
+        p.error(f"--budget-arm: unknown {args.budget_arm!r}; the arms are {list(arms)}")
+    chosen = [arms[a] for a in (args.arms or list(arms))]
+    return chosen, arms[args.budget_arm] if args.budget_arm is not None else chosen[0]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     source = p.add_mutually_exclusive_group(required=True)
@@ -821,26 +842,11 @@ def main(argv: list[str] | None = None) -> int:
                         "results do not depend on it")
     p.add_argument("--deadline", type=float, default=None, help="unix time after which no new seed is started")
     args = p.parse_args(argv)
-    if args.jobs < 1:
-        p.error(f"--jobs must be >= 1, got {args.jobs}")
-    if args.max_steps is not None and args.max_steps < 1:
-        p.error(f"--max-steps must be >= 1, got {args.max_steps}")
-    if not args.lr > 0:
-        p.error(f"--lr must be > 0, got {args.lr}")
-    if not 0.0 <= args.correction_cost_share <= 1.0:
-        p.error(f"--correction-cost-share must be in [0, 1], got {args.correction_cost_share}")
+    chosen, budget_arm = checked_arms(p, args)
     torch.set_num_threads(1)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     model_dir = args.model or json.loads((Path(args.assets) / "assets.json").read_text())["model"]
-    arms = default_arms()
-    unknown = [a for a in (args.arms or []) if a not in arms]
-    if unknown:
-        p.error(f"--arms: unknown {unknown}; the arms are {list(arms)}")
-    chosen = [arms[a] for a in (args.arms or list(arms))]
-    if args.budget_arm is not None and args.budget_arm not in arms:
-        p.error(f"--budget-arm: unknown {args.budget_arm!r}; the arms are {list(arms)}")
-    budget_arm = arms[args.budget_arm] if args.budget_arm is not None else chosen[0]
     try:
         toy = Toy(model_dir, args.train_size, args.test_size, task=args.task, eval_split=args.eval_split)
     except ValueError as exc:
