@@ -123,7 +123,10 @@ def write_report(out: Path, warm_starts: list[str], baseline: str, argv: list[st
             writer = csv.DictWriter(fh, fieldnames=list(csv_rows[0]))
             writer.writeheader()
             writer.writerows(csv_rows)
+    budget_arms = sorted({m.get("budget_arm", "the first listed arm") for m in metas.values()})
     lines = [f"Command: `python -m analysis.ablation {' '.join(argv)}`", "",
+             f"Budget: `--budget-steps` × the cost of one step of {' / '.join(budget_arms)} on each warm start "
+             "(a 3-step probe).", "",
              f"| warm start | arm | seeds | updates | {split} accuracy [95% CI] | Δ vs " + baseline + " [95% CI] | p | "
              "change from warm start [95% CI] | alarm | +adv mass on wrong | shaped all-wrong groups/step | "
              "wrong tokens shared with a right sibling |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
