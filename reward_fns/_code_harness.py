@@ -708,8 +708,8 @@ def become_readable(job, ready_w):
 
 
 def fork_program(body):
-    """Fork the program's process running ``body(ready_w)`` (it never returns) and return its pid once the memory monitor can
-    read it. Until its prctl a fresh fork is unreadable, like a process hiding its memory; waiting here for the
+    """Fork the program's process running ``body(ready_w)`` (it never returns) and return its pid once the memory
+    monitor can read it. Until its prctl a fresh fork is unreadable, like a process hiding its memory; waiting here for the
     child's word means the monitor never meets an unreadable main child, so every unreadable process it meets is
     refused at once (under load the gap between fork and prctl has no bound a grace period could name).
     A child that fails before its prctl closes the pipe unwritten and exits; its exit status tells the rest."""
@@ -721,12 +721,7 @@ def fork_program(body):
         os._exit(EXIT_SETUP)
     os.close(ready_w)
     try:
-        while True:
-            try:
-                os.read(ready_r, 1)  # b"r" or EOF (the child died first): either way nothing unreadable is left
-                break
-            except InterruptedError:
-                continue
+        os.read(ready_r, 1)  # b"r" or EOF (the child died first): either way nothing unreadable is left
     finally:
         os.close(ready_r)
     return pid
@@ -884,6 +879,7 @@ def run_stdin_tests(job, code_obj, monitor):
         err_r, err_w = os.pipe()
         monitor.start_test()
         start = time.monotonic()
+
         def child(ready_w):
             os.close(out_r)
             os.close(err_r)
