@@ -448,8 +448,7 @@ def localisation_metrics(toy: Toy, samples: StepSamples, masks: list[np.ndarray]
     arm already computed them (:func:`oracle_masks`), else computed here for the masked rows."""
     wrong = [i for i, ok in enumerate(samples.is_correct) if not ok]
     rows = [i for i in wrong if masked[i]] if masks is not None else []
-    localised = np.zeros(len(samples.is_correct), dtype=bool)
-    localised[rows] = True
+    localised = np.asarray(masked, dtype=bool) if masks is not None else np.zeros(len(samples.is_correct), dtype=bool)
     out = {f"localised/{k}": v for k, v in localised_coverage(samples.is_correct, localised).items()}
     precision, recall, first_err = [], [], []
     for i in rows:
