@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from analysis.ablation_stats import parse_seeds
 from analysis.equal_compute_report import load_results
 from analysis.evaluation_stats import paired_difference, student_t_cdf, student_t_quantile
 
@@ -125,13 +126,22 @@ def load_with_arm_folders(out: Path, warm_starts: list[str], arm_folders: dict[s
     return loaded
 
 
+def only_seeds(loaded: dict, seeds: set[int]) -> dict:
+    """``loaded`` with every arm's runs cut to ``seeds`` (two rounds compared on the same seeds)."""
+    return {w: (meta, {a: {s: r for s, r in runs.items() if s in seeds} for a, runs in res.items()})
+            for w, (meta, res) in loaded.items()}
+
+
 def report(out: Path, warm_starts: list[str], baseline: str, arms: list[str] | None = None,
-           arm_folders: dict[str, Path] | None = None) -> str:
+           arm_folders: dict[str, Path] | None = None, seeds: set[int] | None = None) -> str:
     """The markdown tables and ``runs.csv`` (one row per warm start, arm, seed, milestone) under ``out``
-    (``arm_folders``: arms read from other folders, :func:`load_with_arm_folders`)."""
+    (``arm_folders``: arms read from other folders, :func:`load_with_arm_folders`). With ``seeds`` only those
+    seeds' runs are read, and ``runs.csv`` (the folder's whole record) is left as it is."""
     from analysis.ablation_stats import stratified_difference
 
     loaded = load_with_arm_folders(out, warm_starts, arm_folders)
+    if seeds is not None:
+        loaded = only_seeds(loaded, seeds)
     arms = arms or sorted({a for _, res in loaded.values() for a in res if a != baseline})
     milestones = sorted({e["milestone"] for _, res in loaded.values() for runs in res.values() for r in runs.values()
                          for e in r["evals"] if e["milestone"] is not None})
@@ -170,7 +180,10 @@ def report(out: Path, warm_starts: list[str], baseline: str, arms: list[str] | N
         lines.append(f"| {a} | {c['updates']:.1f} | {c['flops_per_step']:.3g} | {c['modelled_s_per_step']:.3f} | "
                      f"{c['correction_flop_share']:.3f} | {c['correction_modelled_share']:.3f} | {c['coverage']:.3f} | "
                      f"{c['precision']:.3f} | {c['recall']:.3f} | {c['first_position_error']:.1f} |")
-    write_runs_csv(out / "runs.csv", loaded, milestones)
+    if seeds is None:
+        write_runs_csv(out / "runs.csv", loaded, milestones)
+    else:
+        lines.insert(0, f"Seeds {sorted(seeds)} only.\n")
     return "\n".join(lines)
 
 
@@ -200,6 +213,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--arm-folder", action="append", default=[], metavar="ARM=FOLDER",
                    help="read ARM's runs from another analysis.ablation folder at the same budget (its own "
                         "learning rate); the baseline too")
+    p.add_argument("--seeds", nargs="+", default=None,
+                   help="only these seeds (e.g. 0-5: two rounds compared on the seeds both ran); runs.csv is not "
+                        "rewritten")
     args = p.parse_args(argv)
     missing = [w for w in args.warm_start if not (Path(args.out) / f"ws_{w}" / "meta.json").is_file()]
     if missing:
@@ -211,7 +227,8 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"--arm-folder {item!r}: expected ARM=FOLDER")
         arm_folders[arm] = Path(folder)
     try:
-        print(report(Path(args.out), args.warm_start, args.baseline, args.arms, arm_folders))
+        seeds = None if args.seeds is None else set(parse_seeds(args.seeds))
+        print(report(Path(args.out), args.warm_start, args.baseline, args.arms, arm_folders, seeds))
     except ValueError as exc:
         p.error(str(exc))
     return 0

@@ -80,3 +80,15 @@ def test_an_arm_at_its_own_rate_is_read_from_its_folder_and_must_share_the_budge
         load_with_arm_folders(tmp_path / "main", ["a"], {"A": tmp_path / "other_ws"})
     with pytest.raises(ValueError, match="has no 'C' run"):
         load_with_arm_folders(tmp_path / "main", ["a"], {"C": tmp_path / "own"})
+
+
+def test_seeds_cut_every_arm_to_those_seeds_and_leave_the_csv(tmp_path):
+    # seeds 0-2 differ by +0.02, seeds 3-4 by +0.50: only the first three may enter the pooled row
+    _folder(tmp_path, "a", {"B": [0.5, 0.5, 0.5, 0.1, 0.1], "A": [0.52, 0.52, 0.52, 0.6, 0.6]})
+    report(tmp_path, ["a"], "B")
+    whole_csv = (tmp_path / "runs.csv").read_text()
+    text = report(tmp_path, ["a"], "B", seeds={0, 1, 2})
+    final_row = next(line for line in text.splitlines() if line.startswith("| A | 1 |"))
+    assert final_row.startswith("| A | 1 | +0.020 [+0.020, +0.020] (3) |")  # without the cut: +0.212 over 5
+    assert text.startswith("Seeds [0, 1, 2] only.")
+    assert (tmp_path / "runs.csv").read_text() == whole_csv  # the folder's record is not cut
