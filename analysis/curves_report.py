@@ -75,7 +75,8 @@ def step_mean(result: dict, key: str) -> float:
 
 def arm_cost(runs: dict[int, dict]) -> dict[str, float]:
     """Means over the arm's runs: updates, FLOPs and modelled GPU seconds per step, the correction phase's share
-    of each, and localisation coverage / precision / recall / first-position error per step."""
+    of each, localisation coverage / precision / recall / first-position error per step, and the share of the
+    run's corrections that came out right (NaN for an arm that decodes none)."""
     out: dict[str, list[float]] = {}
     for r in runs.values():
         steps = r["steps"]
@@ -92,6 +93,10 @@ def arm_cost(runs: dict[int, dict]) -> dict[str, float]:
                "correction_flop_share": corr_f / total_f if total_f else float("nan"),
                "correction_modelled_share": corr_s / total_s if total_s else float("nan")}
         row.update({k: step_mean(r, f"localised/{k}") for k in LOCALISATION_KEYS})
+        corrections = sum(s.get("ibpo/num_corrections", 0.0) for s in steps)
+        # the run's right corrections over its corrections (a ratio of sums: a step with few corrections weighs less)
+        row["correction_success"] = (sum(s.get("ibpo/num_right_corrections", 0.0) for s in steps) / corrections
+                                     if corrections else float("nan"))
         for k, v in row.items():
             out.setdefault(k, []).append(v)
     return {k: float(np.nanmean(v)) if np.isfinite(v).any() else float("nan") for k, v in out.items()}
@@ -170,7 +175,8 @@ def report(out: Path, warm_starts: list[str], baseline: str, arms: list[str] | N
               "token mask / wrong responses; precision, recall and first-position error against the oracle's wrong "
               "tokens, over the masked ones):", "",
               "| arm | updates | FLOPs/step | modelled GPU s/step | correction share of FLOPs | of modelled s | "
-              "coverage | precision | recall | first-position error (tokens) |", "|---|" + "---:|" * 9]
+              "coverage | precision | recall | first-position error (tokens) | right corrections / corrections |",
+              "|---|" + "---:|" * 10]
     for a in [baseline] + arms:
         costs = [arm_cost(res.get(a, {})) for _, res in loaded.values() if res.get(a)]
         if not costs:
@@ -179,7 +185,8 @@ def report(out: Path, warm_starts: list[str], baseline: str, arms: list[str] | N
              for k in costs[0]}
         lines.append(f"| {a} | {c['updates']:.1f} | {c['flops_per_step']:.3g} | {c['modelled_s_per_step']:.3f} | "
                      f"{c['correction_flop_share']:.3f} | {c['correction_modelled_share']:.3f} | {c['coverage']:.3f} | "
-                     f"{c['precision']:.3f} | {c['recall']:.3f} | {c['first_position_error']:.1f} |")
+                     f"{c['precision']:.3f} | {c['recall']:.3f} | {c['first_position_error']:.1f} | "
+                     f"{c['correction_success']:.3f} |")
     if seeds is None:
         write_runs_csv(out / "runs.csv", loaded, milestones)
     else:

@@ -30,7 +30,8 @@ def _run(arm, seed, accs, coverage):
     steps = [{"flops": 10.0 * (i + 1), "flops_by_phase": {"main_gen": 4.0, "correction_gen": 1.0, "actor_update": 5.0},
               "modelled_gpu_seconds_by_phase": {"main_gen_decode": 1.0, "correction_gen_decode": 0.5},
               "localised/coverage": coverage, "localised/precision": 1.0, "localised/recall": 0.5,
-              "localised/first_position_error": 0.0} for i in range(4)]
+              "localised/first_position_error": 0.0, "ibpo/num_corrections": 2.0 + 2 * i,
+              "ibpo/num_right_corrections": 1.0} for i in range(4)]
     evals = [{"milestone": m, "accuracy": a} for m, a in zip((0.5, 1.0), accs)]
     return {"arm": arm, "seed": seed, "steps": steps, "evals": evals}
 
@@ -50,6 +51,7 @@ def test_report_pairs_seeds_and_writes_the_csv(tmp_path):
     half_row = next(line for line in text.splitlines() if line.startswith("| A | 0.5 |"))
     assert "+0.050 [" in half_row.split("|")[-3]  # pooled stratified: mean of 0.0 and 0.1
     assert "| A | 4.0 |" in text and "0.400 | 1.000 | 0.500" in text
+    assert text.splitlines()[-1].endswith("| 0.0 | 0.200 |")  # 4 right of 2+4+6+8 corrections, not the mean 0.26
     rows = (tmp_path / "runs.csv").read_text().splitlines()
     assert len(rows) == 1 + 2 * 2 * 3 and rows[0].startswith("warm_start,")
 
