@@ -26,6 +26,8 @@ from analysis.equal_compute_report import load_results
 from analysis.evaluation_stats import paired_difference, student_t_cdf, student_t_quantile
 
 LOCALISATION_KEYS = ("coverage", "precision", "recall", "first_position_error")
+# not ``runs.csv``: that is analysis.ablation's per-run record of the same folder, in its own format
+CURVES_CSV = "curves_runs.csv"
 
 
 def holm(p_values: dict[str, float]) -> dict[str, float]:
@@ -139,9 +141,10 @@ def only_seeds(loaded: dict, seeds: set[int]) -> dict:
 
 def report(out: Path, warm_starts: list[str], baseline: str, arms: list[str] | None = None,
            arm_folders: dict[str, Path] | None = None, seeds: set[int] | None = None) -> str:
-    """The markdown tables and ``runs.csv`` (one row per warm start, arm, seed, milestone) under ``out``
-    (``arm_folders``: arms read from other folders, :func:`load_with_arm_folders`). With ``seeds`` only those
-    seeds' runs are read, and ``runs.csv`` (the folder's whole record) is left as it is."""
+    """The markdown tables and ``curves_runs.csv`` (one row per warm start, arm and seed, one accuracy column per
+    milestone) under ``out`` (``arm_folders``: arms read from other folders, :func:`load_with_arm_folders`). With
+    ``seeds`` only those seeds' runs are read, and ``curves_runs.csv`` (the folder's whole record) is left as it is.
+    Its own name: ``analysis.ablation`` writes ``runs.csv`` into the same folder in another format."""
     from analysis.ablation_stats import stratified_difference
 
     loaded = load_with_arm_folders(out, warm_starts, arm_folders)
@@ -188,7 +191,7 @@ def report(out: Path, warm_starts: list[str], baseline: str, arms: list[str] | N
                      f"{c['precision']:.3f} | {c['recall']:.3f} | {c['first_position_error']:.1f} | "
                      f"{c['correction_success']:.3f} |")
     if seeds is None:
-        write_runs_csv(out / "runs.csv", loaded, milestones)
+        write_runs_csv(out / CURVES_CSV, loaded, milestones)
     else:
         lines.insert(0, f"Seeds {sorted(seeds)} only.\n")
     return "\n".join(lines)
@@ -221,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="read ARM's runs from another analysis.ablation folder at the same budget (its own "
                         "learning rate); the baseline too")
     p.add_argument("--seeds", nargs="+", default=None,
-                   help="only these seeds (e.g. 0-5: two rounds compared on the seeds both ran); runs.csv is not "
+                   help="only these seeds (e.g. 0-5: two rounds compared on the seeds both ran); curves_runs.csv is not "
                         "rewritten")
     args = p.parse_args(argv)
     missing = [w for w in args.warm_start if not (Path(args.out) / f"ws_{w}" / "meta.json").is_file()]

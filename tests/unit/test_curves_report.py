@@ -52,7 +52,7 @@ def test_report_pairs_seeds_and_writes_the_csv(tmp_path):
     assert "+0.050 [" in half_row.split("|")[-3]  # pooled stratified: mean of 0.0 and 0.1
     assert "| A | 4.0 |" in text and "0.400 | 1.000 | 0.500" in text
     assert text.splitlines()[-1].endswith("| 0.0 | 0.200 |")  # 4 right of 2+4+6+8 corrections, not the mean 0.26
-    rows = (tmp_path / "runs.csv").read_text().splitlines()
+    rows = (tmp_path / "curves_runs.csv").read_text().splitlines()
     assert len(rows) == 1 + 2 * 2 * 3 and rows[0].startswith("warm_start,")
 
 
@@ -88,9 +88,18 @@ def test_seeds_cut_every_arm_to_those_seeds_and_leave_the_csv(tmp_path):
     # seeds 0-2 differ by +0.02, seeds 3-4 by +0.50: only the first three may enter the pooled row
     _folder(tmp_path, "a", {"B": [0.5, 0.5, 0.5, 0.1, 0.1], "A": [0.52, 0.52, 0.52, 0.6, 0.6]})
     report(tmp_path, ["a"], "B")
-    whole_csv = (tmp_path / "runs.csv").read_text()
+    whole_csv = (tmp_path / "curves_runs.csv").read_text()
     text = report(tmp_path, ["a"], "B", seeds={0, 1, 2})
     final_row = next(line for line in text.splitlines() if line.startswith("| A | 1 |"))
     assert final_row.startswith("| A | 1 | +0.020 [+0.020, +0.020] (3) |")  # without the cut: +0.212 over 5
     assert text.startswith("Seeds [0, 1, 2] only.")
-    assert (tmp_path / "runs.csv").read_text() == whole_csv  # the folder's record is not cut
+    assert (tmp_path / "curves_runs.csv").read_text() == whole_csv  # the folder's record is not cut
+
+
+def test_the_report_leaves_the_ablations_runs_csv_alone(tmp_path):
+    # analysis.ablation writes runs.csv (its own columns) into the folder the report reads
+    _folder(tmp_path, "a", {"B": [0.5, 0.6], "A": [0.5, 0.7]})
+    (tmp_path / "runs.csv").write_text("task,warm_start,arm,seed,accuracy_at_1\n")
+    report(tmp_path, ["a"], "B")
+    assert (tmp_path / "runs.csv").read_text() == "task,warm_start,arm,seed,accuracy_at_1\n"
+    assert (tmp_path / "curves_runs.csv").read_text().startswith("warm_start,warm_start_sha256,arm,seed,updates,")
