@@ -22,6 +22,7 @@ import logging
 import os
 import secrets
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -628,10 +629,13 @@ def remove_tree(root: str) -> None:
     The program controls the work dir: ``shutil.rmtree`` recurses once per level (a chain of a few thousand
     directories raises ``RecursionError``) and full paths beyond PATH_MAX fail. Here every subdirectory is
     renamed up into ``root`` (relative to open directory fds, so path length never grows) and removed once empty;
-    at most two directory fds are open at a time. Unreadable modes the program set are reset first; symlinks are
+    at most two directory fds are open at a time. Modes the program set are reset before a directory is read or
+    moved (moving a directory to a new parent needs write permission on it, unless one is root); symlinks are
     unlinked, never followed."""
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
     try:
+        if stat.S_ISDIR(os.lstat(root).st_mode):  # a symlink is refused by O_NOFOLLOW below, never chmod-ed
+            os.chmod(root, 0o700)  # a mode-0 root cannot even be opened by a non-root user
         root_fd = os.open(root, flags)
     except FileNotFoundError:
         return
@@ -640,16 +644,13 @@ def remove_tree(root: str) -> None:
         queue = [None]  # None = root itself; other entries are names directly inside root
         while queue:
             name = queue.pop()
-            if name is None:
-                fd = os.dup(root_fd)
-            else:
-                os.chmod(name, 0o700, dir_fd=root_fd, follow_symlinks=False)
-                fd = os.open(name, flags, dir_fd=root_fd)
+            fd = os.dup(root_fd) if name is None else os.open(name, flags, dir_fd=root_fd)
             try:
                 with os.scandir(fd) as entries:
                     children = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
                 for child, is_dir in children:
                     if is_dir:
+                        os.chmod(child, 0o700, dir_fd=fd, follow_symlinks=False)
                         counter += 1
                         flat = f".ibpo-rm-{counter}"
                         while True:  # a name the program chose may already exist in root
