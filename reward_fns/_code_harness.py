@@ -239,6 +239,10 @@ def isolate_harness(job):
     set_limit(resource.RLIMIT_CORE, 0)
     set_limit(resource.RLIMIT_NOFILE, job["max_open_files"])
     uid = job.get("sandbox_uid")
+    if job.get("nproc_in_user_namespace"):
+        # not root, inside bwrap's own user namespace: the kernel (>= 5.14) counts RLIMIT_NPROC there, i.e. only
+        # this sample's processes (the harness's included), so a fork bomb stops here without a per-run uid
+        set_limit(resource.RLIMIT_NPROC, job["max_processes"])
     if uid is not None:
         # RLIMIT_NPROC counts every process of the (fresh, per-run) uid: a fork bomb stops here. Root ignores it,
         # which is why we drop privileges; setresuid clears all capabilities.

@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 import secrets
 import shutil
 import stat
@@ -107,6 +108,18 @@ PROBE_CODE = "import encodings, json, ctypes, resource, select, calendar, hashli
 PROBE_AS_UID = "import os\nos.setgroups([])\nos.setresgid({0}, {0}, {0})\nos.setresuid({0}, {0}, {0})\n"
 
 
+NPROC_IN_NAMESPACE = "RLIMIT_NPROC counted in the sample's own user namespace (Linux >= 5.14), plus the monitor count"
+
+
+def nproc_counted_per_user_namespace(release: str | None = None) -> bool:
+    """Whether the kernel counts RLIMIT_NPROC per (user namespace, uid): Linux 5.14 moved it onto ucounts
+    ("Reimplement RLIMIT_NPROC on top of ucounts"), so inside bwrap's own user namespace the limit counts only the
+    sample's processes, not every process the trainer's user runs on the host. Before 5.14 a limit of 64 would
+    count the trainer's threads too and refuse the harness's own forks, so it is only set from 5.14 on."""
+    match = re.match(r"(\d+)\.(\d+)", os.uname().release if release is None else release)
+    return match is not None and (int(match[1]), int(match[2])) >= (5, 14)
+
+
 def _bwrap_works(bwrap: str, is_root: bool) -> tuple[bool, str]:
     """Run the real sandbox command line once with the real interpreter (namespaces can be forbidden in
     containers, and an interpreter under /tmp or a home directory must be visible inside)."""
@@ -185,15 +198,20 @@ def detect_isolation(mode: str | None = None) -> IsolationReport:
     if mode != "fallback":
         ok, why = _bwrap_works(bwrap, is_root) if bwrap else (False, "bwrap (bubblewrap) is not installed")
         if ok:
-            lacking = set() if is_root else {"private_uid", "sample_process_limit"}
+            nproc_in_namespace = not is_root and nproc_counted_per_user_namespace()
+            lacking = set() if is_root else {"private_uid"}
+            if not is_root and not nproc_in_namespace:
+                lacking.add("sample_process_limit")
             if not _seccomp_supported():
                 lacking.update({"no_user_namespaces", "private_keyrings"})
             enforced = tuple(p for p in PROTECTIONS if p not in lacking)
             missing = tuple(p for p in PROTECTIONS if p not in enforced)
-            note = "" if is_root else "not root: cannot switch to a per-run uid, RLIMIT_NPROC left unset"
+            note = "" if is_root else "not root: cannot switch to a per-run uid" + (
+                "" if nproc_in_namespace else ", and this kernel counts RLIMIT_NPROC per host user: left unset")
             memory, cgroup = memory_mechanism("; /tmp and /dev/shm tmpfs capped")
-            limits = (("memory", memory),
-                      ("pids", "RLIMIT_NPROC of the per-run uid" if is_root else "harness monitor count only"),
+            pids = ("RLIMIT_NPROC of the per-run uid" if is_root else
+                    NPROC_IN_NAMESPACE if nproc_in_namespace else "harness monitor count only")
+            limits = (("memory", memory), ("pids", pids),
                       ("ipc", "private IPC namespace (--unshare-ipc)"), ("cpu", cpu_mechanism()),
                       ("trusted_side", TRUSTED_SIDE))
             report = IsolationReport("bwrap", enforced, missing, is_root, bwrap, note, limits, cgroup)
@@ -720,7 +738,8 @@ def launch(job: dict, report: IsolationReport) -> SandboxProcess:
 
     if report.backend == "bwrap":
         job.update(workdir="/tmp", unshare_network=False, network_isolated_by_launcher=True,
-                   in_pid_namespace=True, in_ipc_namespace=True, tmpfs_dirs=["/tmp", "/dev/shm"])
+                   in_pid_namespace=True, in_ipc_namespace=True, tmpfs_dirs=["/tmp", "/dev/shm"],
+                   nproc_in_user_namespace=not report.is_root and "sample_process_limit" in report.enforced)
         argv = _bwrap_prefix(report.bwrap_path, report.is_root) + ["--"] + interpreter
         try:
             proc = subprocess.Popen(wrap(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE,

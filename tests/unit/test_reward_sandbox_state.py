@@ -230,6 +230,38 @@ def test_remove_tree_handles_depth_modes_and_symlinks(tmp_path):
     assert (outside / "keep").read_text() == "keep"
 
 
+# ------------------------------------------------------------------------------ process limit, not root
+@pytest.mark.parametrize("release, per_namespace", [
+    ("6.18.44-fc-v669", True), ("5.14.0", True), ("5.15.0-1051-azure", True), ("6.1.0+", True),
+    ("5.13.19", False), ("5.4.0-150-generic", False), ("4.19.0-25-amd64", False), ("5.14rc1", True), ("5.1", False), ("5.9-rc2", False),
+    ("garbage", False), ("", False)])
+def test_rlimit_nproc_is_per_user_namespace_from_linux_5_14(release, per_namespace):
+    from reward_fns.sandbox import nproc_counted_per_user_namespace
+
+    assert nproc_counted_per_user_namespace(release) is per_namespace
+
+
+@pytest.mark.parametrize("per_namespace", [True, False])
+def test_bwrap_as_a_non_root_user_limits_processes_only_where_the_kernel_counts_them_per_namespace(
+        monkeypatch, per_namespace):
+    """Not root, no per-run uid: the sample's own user namespace is what bounds its processes (Linux >= 5.14);
+    on an older kernel RLIMIT_NPROC would count the trainer's processes too, so the report says it is missing."""
+    from reward_fns import sandbox
+
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(sandbox, "nproc_counted_per_user_namespace", lambda: per_namespace)
+    detect_isolation.cache_clear()
+    try:
+        report = detect_isolation("bwrap")
+    finally:
+        detect_isolation.cache_clear()
+    assert not report.is_root and "private_uid" in report.missing
+    assert ("sample_process_limit" in report.enforced) is per_namespace
+    assert ("sample_process_limit" in report.missing) is not per_namespace
+    pids = dict(report.limits)["pids"]
+    assert pids.startswith("RLIMIT_NPROC counted in the sample's own user namespace") is per_namespace
+
+
 # --------------------------------------------------------------------------------------- ground truths
 def test_code_ground_truth_with_a_byte_order_mark_is_read():
     tests = {"inputs": ["1 2\n"], "outputs": ["3\n"], "fn_name": None}
