@@ -31,6 +31,17 @@ class ModelShape:
     attention_dim: int  # d: num_attention_heads × head_dim
 
 
+def active_matmul_params(matrices: int, routed_expert_matrices: int, experts: int, experts_per_token: int) -> int:
+    """N of a mixture-of-experts model: each token computes with ``experts_per_token`` of the ``experts`` routed
+    experts, so their ``routed_expert_matrices`` count k/E of themselves; every other weight matrix (attention,
+    router, shared experts, the LM head) counts in full: N = matrices − routed · (1 − k/E)."""
+    if not 0 < experts_per_token <= experts:
+        raise ValueError(f"{experts_per_token} experts per token of {experts}")
+    if not 0 < routed_expert_matrices <= matrices:
+        raise ValueError(f"{routed_expert_matrices} routed-expert parameters of {matrices} weight-matrix parameters")
+    return int(round(matrices - routed_expert_matrices * (1 - experts_per_token / experts)))
+
+
 def forward_flops(lengths: Sequence[int] | np.ndarray, shape: ModelShape) -> float:
     """Σ_rows F(s) = 2·N·s + 2·L·d·s·(s+1) for one forward pass over rows of ``lengths`` valid tokens."""
     s = np.asarray(lengths, dtype=np.float64)

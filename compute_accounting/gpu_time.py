@@ -75,7 +75,24 @@ def serving_shape(name: str, hidden: int, layers: int, heads: int, kv_heads: int
     (hidden × kv_heads·head_dim each), gated MLP (3 · hidden × intermediate); one LM head (hidden × vocab)."""
     per_layer = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim + 3 * hidden * intermediate
     n = layers * per_layer + hidden * vocab
-    return ServingShape(name, int(n), 2.0 * n, float(2 * layers * kv_heads * head_dim * 2))
+    return ServingShape(name, int(n), 2.0 * n, kv_bytes_per_token(layers, kv_heads, head_dim))
+
+
+def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int) -> float:
+    """K and V of one token over all layers, bf16."""
+    return float(2 * layers * kv_heads * head_dim * 2)
+
+
+def mixture_of_experts_shape(name: str, matrices: int, active_matrices: int, layers: int, kv_heads: int,
+                             head_dim: int) -> ServingShape:
+    """A mixture-of-experts decoder's :class:`ServingShape` from its weight-matrix parameters (``matrices``, the
+    input embedding excluded unless tied, as for a dense model) and those a token computes with
+    (``active_matrices``: :func:`compute_accounting.flops.active_matmul_params`). Memory: a decode pass over B
+    sequences reads a share 1 − (1 − k/E)^B of each layer's E experts (≥ 98% for Qwen3-30B-A3B, k/E = 8/128, from
+    B = 64), so at the batch sizes of RL rollouts it reads every weight matrix: bytes = 2 · matrices."""
+    if not 0 < active_matrices <= matrices:
+        raise ValueError(f"{name}: {active_matrices} active of {matrices} weight-matrix parameters")
+    return ServingShape(name, active_matrices, 2.0 * matrices, kv_bytes_per_token(layers, kv_heads, head_dim))
 
 
 # config.json of each Hugging Face model (hidden_size, num_hidden_layers, num_attention_heads,

@@ -3,13 +3,14 @@ for, the shape the FLOP counter needs and the shape the GPU-time model needs."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Mapping
 
 from omegaconf import DictConfig, OmegaConf
 
-from compute_accounting.flops import ModelShape
-from compute_accounting.gpu_time import ServingShape, serving_shape
+from compute_accounting.flops import ModelShape, active_matmul_params
+from compute_accounting.gpu_time import ServingShape, mixture_of_experts_shape, serving_shape
 from recipe.common.preflight.errors import SetupError
 
 
@@ -20,10 +21,28 @@ def check_model_path(model_path: str) -> None:
         raise SetupError(f"actor_rollout_ref.model.path={model_path} is not a directory")
 
 
-def model_flop_shape(model_path: str) -> ModelShape:
-    """The FLOP counter's :class:`compute_accounting.flops.ModelShape` of the HF model at ``model_path``, built on the meta
-    device (no weights loaded): N = the weight matrices but the input embedding (a tied LM head reuses it
-    and counts once; biases and norm scales are no matmuls), L = ``num_hidden_layers``, d = heads × head dim."""
+# transformers names the routed experts' weights `<layer>.mlp.experts.<weight>` (Qwen3-MoE, Mixtral, ...), with the
+# expert index as a leading dimension; shared experts (`shared_expert(s)`) do not match and count in full
+ROUTED_EXPERT_WEIGHT = re.compile(r"(^|\.)experts\.")
+EXPERT_COUNT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
+
+
+def mixture_of_experts(text_config: Any, model_path: str) -> tuple[int, int] | None:
+    """(routed experts E, experts per token k) of a mixture-of-experts model config, None for a dense one."""
+    experts = next((int(v) for k in EXPERT_COUNT_KEYS if (v := getattr(text_config, k, None))), None)
+    if experts is None:
+        return None
+    per_token = getattr(text_config, "num_experts_per_tok", None)
+    if not per_token:
+        raise SetupError(f"actor_rollout_ref.model.path={model_path}: the config names {experts} experts but no "
+                         "num_experts_per_tok, which the FLOP and GPU-time counts need")
+    return experts, int(per_token)
+
+
+def _weight_matrices(model_path: str) -> tuple[Any, int, int]:
+    """The model's text config, its weight-matrix parameters as a forward pass uses them (the input embedding
+    excluded unless the LM head is tied to it; biases and norm scales are no matmuls) and, of those, the routed
+    experts' (0 for a dense model). Built on the meta device: no weights loaded."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -33,35 +52,67 @@ def model_flop_shape(model_path: str) -> ModelShape:
     embedding = model.get_input_embeddings().weight
     output = model.get_output_embeddings()
     tied = output is not None and output.weight is embedding
-    # weight matrices (shared tensors are yielded once); biases and norm scales are not multiply-adds
-    matrices = int(sum(p.numel() for p in model.parameters() if p.dim() >= 2))
-    text = getattr(hf_config, "text_config", None) or hf_config
+    # named_parameters yields a shared tensor once
+    named = [(n, p) for n, p in model.named_parameters() if p.dim() >= 2]
+    matrices = int(sum(p.numel() for _, p in named)) - (0 if tied else int(embedding.numel()))
+    routed = int(sum(p.numel() for n, p in named if ROUTED_EXPERT_WEIGHT.search(n)))
+    return getattr(hf_config, "text_config", None) or hf_config, matrices, routed
+
+
+def _active_matrices(model_path: str) -> tuple[Any, int, int]:
+    """(text config, weight-matrix parameters, those a token computes with) of the model at ``model_path``
+    (:func:`_weight_matrices`; of a mixture of experts, k routed experts of E:
+    :func:`compute_accounting.flops.active_matmul_params`)."""
+    text, matrices, routed = _weight_matrices(model_path)
+    routing = mixture_of_experts(text, model_path)
+    if routing is None:
+        return text, matrices, matrices
+    if routed == 0:
+        raise SetupError(f"actor_rollout_ref.model.path={model_path}: the config names {routing[0]} experts but no "
+                         "weight is named like transformers' routed experts ('mlp.experts.'), so the FLOP and "
+                         "GPU-time counts cannot tell the active parameters")
+    return text, matrices, active_matmul_params(matrices, routed, *routing)
+
+
+def model_flop_shape(model_path: str) -> ModelShape:
+    """The FLOP counter's :class:`compute_accounting.flops.ModelShape` of the HF model at ``model_path``, built on
+    the meta device (no weights loaded): N = the weight matrices a token computes with (:func:`_weight_matrices`;
+    of a mixture of experts, its k routed experts of E: :func:`compute_accounting.flops.active_matmul_params`),
+    L = ``num_hidden_layers``, d = heads × head dim."""
+    text, _, active = _active_matrices(model_path)
     heads = int(text.num_attention_heads)
     head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
-    return ModelShape(matmul_params=matrices if tied else matrices - int(embedding.numel()),
-                      num_layers=int(text.num_hidden_layers), attention_dim=heads * int(head_dim))
+    return ModelShape(matmul_params=active, num_layers=int(text.num_hidden_layers), attention_dim=heads * int(head_dim))
 
 
 def model_serving_shape(model_path: str) -> ServingShape:
     """The GPU-time model's :class:`compute_accounting.gpu_time.ServingShape` of the HF model at ``model_path``
     (``compute_budget.cost_model=roofline:<GPU>`` prices the run's own model), from its config (no weights):
     hidden size, layers, attention and key-value heads, head dim (hidden / heads when unset), the MLP's
-    intermediate size and the vocabulary (a multimodal model's ``text_config`` first). A config without one of
-    them (a mixture of experts names its MLP otherwise) raises :class:`SetupError` naming it."""
+    intermediate size and the vocabulary (a multimodal model's ``text_config`` first). A mixture of experts is
+    counted on the meta device instead (:func:`compute_accounting.gpu_time.mixture_of_experts_shape`: its
+    active parameters per token, every expert's bytes per decode pass). A config without one of them raises
+    :class:`SetupError` naming it."""
     from transformers import AutoConfig
 
     hf_config = AutoConfig.from_pretrained(model_path, trust_remote_code=False)
     text = getattr(hf_config, "text_config", None) or hf_config
-    missing = [k for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-                           "vocab_size") if getattr(text, k, None) is None]
+    name = Path(str(model_path)).name or str(model_path)
+    moe = mixture_of_experts(text, model_path) is not None
+    needed = ("hidden_size", "num_hidden_layers", "num_attention_heads") + (
+        () if moe else ("intermediate_size", "vocab_size"))
+    missing = [k for k in needed if getattr(text, k, None) is None]
     if missing:
         raise SetupError(f"actor_rollout_ref.model.path={model_path}: the model config has no {missing}, which the "
                          "roofline GPU-time model needs (compute_budget.cost_model=roofline:<GPU>); give "
                          "compute_budget.cost_model the path of a scripts/bench_gpu.py JSON instead")
     heads = int(text.num_attention_heads)
-    return serving_shape(Path(str(model_path)).name or str(model_path), int(text.hidden_size),
-                         int(text.num_hidden_layers), heads, int(getattr(text, "num_key_value_heads", None) or heads),
-                         int(getattr(text, "head_dim", None) or text.hidden_size // heads),
+    kv_heads = int(getattr(text, "num_key_value_heads", None) or heads)
+    head_dim = int(getattr(text, "head_dim", None) or text.hidden_size // heads)
+    if moe:
+        _, matrices, active = _active_matrices(model_path)
+        return mixture_of_experts_shape(name, matrices, active, int(text.num_hidden_layers), kv_heads, head_dim)
+    return serving_shape(name, int(text.hidden_size), int(text.num_hidden_layers), heads, kv_heads, head_dim,
                          int(text.intermediate_size), int(text.vocab_size))
 
 
