@@ -39,14 +39,13 @@ def mixture_of_experts(text_config: Any, model_path: str) -> tuple[int, int] | N
     return experts, int(per_token)
 
 
-def _weight_matrices(model_path: str) -> tuple[Any, int, int]:
-    """The model's text config, its weight-matrix parameters as a forward pass uses them (the input embedding
-    excluded unless the LM head is tied to it; biases and norm scales are no matmuls) and, of those, the routed
-    experts' (0 for a dense model). Built on the meta device: no weights loaded."""
+def _weight_matrices(hf_config: Any) -> tuple[int, int]:
+    """The model's weight-matrix parameters as a forward pass uses them (the input embedding excluded unless the LM
+    head is tied to it; biases and norm scales are no matmuls) and, of those, the routed experts' (0 for a dense
+    model). Built on the meta device from its config: no weights loaded."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
 
-    hf_config = AutoConfig.from_pretrained(model_path, trust_remote_code=False)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(hf_config)
     embedding = model.get_input_embeddings().weight
@@ -56,22 +55,22 @@ def _weight_matrices(model_path: str) -> tuple[Any, int, int]:
     named = [(n, p) for n, p in model.named_parameters() if p.dim() >= 2]
     matrices = int(sum(p.numel() for _, p in named)) - (0 if tied else int(embedding.numel()))
     routed = int(sum(p.numel() for n, p in named if ROUTED_EXPERT_WEIGHT.search(n)))
-    return getattr(hf_config, "text_config", None) or hf_config, matrices, routed
+    return matrices, routed
 
 
-def _active_matrices(model_path: str) -> tuple[Any, int, int]:
-    """(text config, weight-matrix parameters, those a token computes with) of the model at ``model_path``
+def _active_matrices(hf_config: Any, model_path: str) -> tuple[int, int]:
+    """(weight-matrix parameters, those a token computes with) of the model of ``hf_config``
     (:func:`_weight_matrices`; of a mixture of experts, k routed experts of E:
     :func:`compute_accounting.flops.active_matmul_params`)."""
-    text, matrices, routed = _weight_matrices(model_path)
-    routing = mixture_of_experts(text, model_path)
+    matrices, routed = _weight_matrices(hf_config)
+    routing = mixture_of_experts(getattr(hf_config, "text_config", None) or hf_config, model_path)
     if routing is None:
-        return text, matrices, matrices
+        return matrices, matrices
     if routed == 0:
         raise SetupError(f"actor_rollout_ref.model.path={model_path}: the config names {routing[0]} experts but no "
                          "weight is named like transformers' routed experts ('mlp.experts.'), so the FLOP and "
                          "GPU-time counts cannot tell the active parameters")
-    return text, matrices, active_matmul_params(matrices, routed, *routing)
+    return matrices, active_matmul_params(matrices, routed, *routing)
 
 
 def model_flop_shape(model_path: str) -> ModelShape:
@@ -79,7 +78,11 @@ def model_flop_shape(model_path: str) -> ModelShape:
     the meta device (no weights loaded): N = the weight matrices a token computes with (:func:`_weight_matrices`;
     of a mixture of experts, its k routed experts of E: :func:`compute_accounting.flops.active_matmul_params`),
     L = ``num_hidden_layers``, d = heads × head dim."""
-    text, _, active = _active_matrices(model_path)
+    from transformers import AutoConfig
+
+    hf_config = AutoConfig.from_pretrained(model_path, trust_remote_code=False)
+    text = getattr(hf_config, "text_config", None) or hf_config
+    _, active = _active_matrices(hf_config, model_path)
     heads = int(text.num_attention_heads)
     head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
     return ModelShape(matmul_params=active, num_layers=int(text.num_hidden_layers), attention_dim=heads * int(head_dim))
@@ -110,7 +113,7 @@ def model_serving_shape(model_path: str) -> ServingShape:
     kv_heads = int(getattr(text, "num_key_value_heads", None) or heads)
     head_dim = int(getattr(text, "head_dim", None) or text.hidden_size // heads)
     if moe:
-        _, matrices, active = _active_matrices(model_path)
+        matrices, active = _active_matrices(hf_config, model_path)
         return mixture_of_experts_shape(name, matrices, active, int(text.num_hidden_layers), kv_heads, head_dim)
     return serving_shape(name, int(text.hidden_size), int(text.num_hidden_layers), heads, kv_heads, head_dim,
                          int(text.intermediate_size), int(text.vocab_size))
