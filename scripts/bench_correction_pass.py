@@ -298,13 +298,26 @@ def build_engine(model_dir: Path, max_model_len: int, args: argparse.Namespace, 
 
 
 def release_engine(llm) -> None:
-    """Free the GPU for the next setting's engine."""
+    """Free the GPU for the next setting's engine. ``LLM`` itself has no ``shutdown`` in vLLM 0.24.0: its engine
+    core's does it (a separate process: ended; in this process, ``VLLM_ENABLE_V1_MULTIPROCESSING=0``: the
+    executor shut down and the start-up's ``gc.freeze()`` undone, without which deleting an in-process engine
+    leaks its GPU memory, vLLM's own comment). Then vLLM's ``cleanup_dist_env_and_memory``, as its tests do
+    between engines in one process. The caller drops its own reference too."""
     import torch
 
-    shutdown = getattr(getattr(llm, "llm_engine", None), "shutdown", None)
-    if callable(shutdown):
-        shutdown()
-    del llm
+    engine = getattr(llm, "llm_engine", None)
+    for owner in (getattr(engine, "engine_core", None), engine):
+        shutdown = getattr(owner, "shutdown", None)
+        if callable(shutdown):
+            shutdown()
+            break
+    del llm, engine
+    try:
+        from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+    except ImportError:
+        cleanup_dist_env_and_memory = None
+    if cleanup_dist_env_and_memory is not None:
+        cleanup_dist_env_and_memory()
     gc.collect()
     torch.cuda.empty_cache()
 

@@ -440,9 +440,11 @@ def gpu_environment() -> None:
 
 
 def build_engine(model_dir: Path, max_model_len: int, capture_sizes: list[int], max_num_seqs: int,
-                 draft_k: int = 0, gpu_memory_utilization: float = 0.4):
+                 draft_k: int = 0, gpu_memory_utilization: float = 0.3):
     """vLLM's offline engine on the dummy-weight model: CUDA graphs for ``capture_sizes`` only (token counts
-    of a decode pass: batch x (1 + k) with speculation), ngram drafts of ``draft_k`` tokens (0: off)."""
+    of a decode pass: batch x (1 + k) with speculation), ngram drafts of ``draft_k`` tokens (0: off). 0.3 of the
+    GPU's memory holds the grid's largest cell (64 x 2.1k tokens of KV cache at ~112 KiB each) on an 80 GB card
+    and leaves the actor's forward + backward room beside the engine."""
     from vllm import LLM
 
     spec = ({"speculative_config": {"method": "ngram", "prompt_lookup_min": 2, "prompt_lookup_max": 5,
@@ -567,6 +569,7 @@ def vllm_parts(args, model_dir: Path, budget: Budget, report: Report, runs: set[
             save()
     finally:
         release_engine(llm)
+        llm = None  # the last reference: the next engine starts with this one's memory free
     for k in args.draft_lengths if targets is not None else []:
         if budget.left() < PART_ESTIMATE_S["copy_per_draft_length"] + (reserve - part_estimate("copy", args.draft_lengths)):
             report.notes.append(f"speculation stopped before draft length {k} (budget)")
@@ -577,6 +580,7 @@ def vllm_parts(args, model_dir: Path, budget: Budget, report: Report, runs: set[
             save()
         finally:
             release_engine(llm)
+            llm = None
 
 
 def copy_rows(llm, k: int, xs: list[list[int]], targets: list[list[int]], new_tokens: int, report: Report) -> None:
