@@ -76,6 +76,7 @@ from compute_accounting.gpu_time import (  # noqa: E402
     DECODE_TERMS,
     GenerationWork,
     GpuTimeCoefficients,
+    coefficients_from_json,
     coefficients_to_json,
     fit_decode_coefficients,
     generation_seconds,
@@ -283,9 +284,11 @@ class Report:
     notes: list[str] = field(default_factory=list)
 
     def coefficients(self) -> GpuTimeCoefficients | None:
+        """This run's measured coefficients (the roofline's where it measured none of a kind); None before any.
+        The vLLM child's report has no meta (its GPU and commit are the parent's, named there)."""
         if not self.measured:
             return None
-        return measured_coefficients(self.measured, self.meta["gpu"], self.meta["commit"])
+        return measured_coefficients(self.measured, self.meta.get("gpu", "this GPU"), self.meta.get("commit", "?"))
 
     def to_json(self) -> dict:
         out = {"meta": self.meta, "plan": [p.__dict__ for p in self.plan], "decode_grid": self.decode_rows,
@@ -565,7 +568,7 @@ def vllm_parts(args, model_dir: Path, budget: Budget, report: Report, runs: set[
             save()
         if "copy" in runs:
             targets = timed_generate(llm, xs, args.copy_tokens)[1]  # y: the model's own greedy continuation
-            copy_rows(llm, 0, xs, targets, args.copy_tokens, report)
+            copy_rows(llm, 0, xs, targets, args.copy_tokens, report, given_coefficients(args))
             save()
     finally:
         release_engine(llm)
@@ -576,15 +579,17 @@ def vllm_parts(args, model_dir: Path, budget: Budget, report: Report, runs: set[
             break
         llm = build_engine(model_dir, longest, [args.copy_prompts * (1 + k)], args.copy_prompts, draft_k=k)
         try:
-            copy_rows(llm, k, xs, targets, args.copy_tokens, report)
+            copy_rows(llm, k, xs, targets, args.copy_tokens, report, given_coefficients(args))
             save()
         finally:
             release_engine(llm)
             llm = None
 
 
-def copy_rows(llm, k: int, xs: list[list[int]], targets: list[list[int]], new_tokens: int, report: Report) -> None:
-    """The ordinary workload (x -> T tokens) and the copy workload (x + y + x -> T tokens) on one engine."""
+def copy_rows(llm, k: int, xs: list[list[int]], targets: list[list[int]], new_tokens: int, report: Report,
+              cost_model: GpuTimeCoefficients | None = None) -> None:
+    """The ordinary workload (x -> T tokens) and the copy workload (x + y + x -> T tokens) on one engine; the
+    cost model's seconds from this run's coefficients, else from ``cost_model`` (``--coefficients-json``)."""
     for workload, prompts in (("ordinary", xs), ("copy", copy_prompts(xs, targets))):
         before = spec_counters_from_metrics(llm.get_metrics())
         seconds, outs = timed_generate(llm, prompts, new_tokens)
@@ -592,7 +597,12 @@ def copy_rows(llm, k: int, xs: list[list[int]], targets: list[list[int]], new_to
         counts = None if after is None else after.since(before)
         agree = agreement(outs, targets)
         report.spec_rows.append(spec_row(workload, k, seconds, len(prompts), [len(p) for p in prompts], counts,
-                                         agree, report.coefficients()))
+                                         agree, report.coefficients() or cost_model))
+
+
+def given_coefficients(args) -> GpuTimeCoefficients | None:
+    """``--coefficients-json``'s coefficients (None without it)."""
+    return None if args.coefficients_json is None else coefficients_from_json(args.coefficients_json)
 
 
 def step_command(args, out: Path, model: Path, data: dict) -> tuple[list[str], dict]:
@@ -676,6 +686,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--copy-prompts", type=int, default=16)
     p.add_argument("--copy-prompt-len", type=int, default=256)
     p.add_argument("--copy-tokens", type=int, default=512, help="T: the target's and the copy's length")
+    p.add_argument("--coefficients-json", type=Path, default=None,
+                   help="an earlier run's bench_gpu.json: the copy part's cost-model seconds when --skip coefficients")
     p.add_argument("--step-prompts", type=int, default=2, help="prompts of the step (x G = 8 responses)")
     p.add_argument("--step-response", type=int, default=2048, help="the step's response length (forced)")
     p.add_argument("--step-draft-k", type=int, default=8)
@@ -763,8 +775,10 @@ def child_options(args) -> list[str]:
     """The measurement options of this command line, for the vLLM/actor child."""
     out = []
     for name in ("batches", "contexts", "new_tokens", "actor_seqs", "actor_len", "draft_lengths", "copy_prompts",
-                 "copy_prompt_len", "copy_tokens"):
+                 "copy_prompt_len", "copy_tokens", "coefficients_json"):
         value = getattr(args, name)
+        if value is None:
+            continue
         out += [f"--{name.replace('_', '-')}", *(str(v) for v in (value if isinstance(value, list) else [value]))]
     return out
 
