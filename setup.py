@@ -50,7 +50,7 @@ setup(
     packages=find_packages(include=["compute_accounting", "compute_accounting.*", "ibpo", "ibpo.*", "counterfactual", "counterfactual.*", "analysis", "analysis.*",
                                     "verl_cpu", "verl_cpu.*", "recipe", "recipe.*", "reward_fns", "reward_fns.*",
                                     "data_prep", "data_prep.*", "toy_task", "toy_task.*"]),
-    package_data={"recipe": RECIPE_DATA},
+    package_data={"recipe": RECIPE_DATA, "compute_accounting": ["measured/*.json"]},
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS,
     entry_points={

@@ -53,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="what the budget counts (analysis.toy_loop --budget-unit); use its own --out")
     p.add_argument("--correction-cost-share", type=float, default=1.0,
                    help="charge this share of the correction phase (analysis.toy_loop); use its own --out")
+    p.add_argument("--cost-model", default=toy_loop.DEFAULT_COST_MODEL,
+                   help="what prices modelled GPU seconds (analysis.toy_loop --cost-model); use its own --out")
     p.add_argument("--warmup-unit", choices=("budget", "updates"), default="budget",
                    help="warm-up counted in the budget's unit or in updates (analysis.toy_loop); use its own --out")
     p.add_argument("--milestones", type=float, nargs="+", default=[1.0],
@@ -79,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
                                "--seeds", *chunk, "--budget-steps", str(args.budget_steps), "--lr", repr(args.lr),
                                "--test-size", str(args.test_size), "--jobs", str(args.jobs), "--milestones", *map(str, args.milestones),
                                "--budget-unit", args.budget_unit, "--correction-cost-share", repr(args.correction_cost_share),
-                               "--warmup-unit", args.warmup_unit,
+                               "--warmup-unit", args.warmup_unit, "--cost-model", args.cost_model,
                                *(["--budget-arm", args.budget_arm] if args.budget_arm is not None else []),
                                "--eval-split", args.eval_split,
                                *(["--max-steps", str(args.max_steps)] if args.max_steps is not None else [])])

@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     clash = [a for a in protocol if a.split("=")[0] in owned]
     if clash:
         p.error(f"after --: {clash} are set by lr_per_arm itself; pass only protocol options "
-                "(--budget-steps, --budget-unit, --warmup-unit, --correction-cost-share, --max-steps)")
+                "(--budget-steps, --budget-unit, --warmup-unit, --correction-cost-share, --cost-model, --max-steps)")
     warm = parse_warm_starts(args.warm_start)
     parse_seeds(args.seeds)  # a malformed seed list stops here, before any run
     out = Path(args.out)

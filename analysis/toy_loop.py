@@ -42,7 +42,13 @@ from ibpo.first_divergence import MASK_RULES
 from ibpo.lookup_decoding import NgramParams, simulate_lookup
 from ibpo.advantages import get_mask_sign, group_normalized_advantages, ibpo_sequence_advantages, signed_token_mask
 from compute_accounting.flops import ModelShape, StepWork, step_flops
-from compute_accounting.gpu_time import GenerationWork, GpuTimeCoefficients, roofline_coefficients, step_seconds
+from compute_accounting.gpu_time import (
+    GenerationWork,
+    GpuTimeCoefficients,
+    resolve_coefficients,
+    roofline_coefficients,
+    step_seconds,
+)
 from ibpo.mechanism import RewardDropAlarm, advantage_mechanism, group_kinds, localised_coverage, sibling_overlap
 from ibpo.options import IBPOConfig
 from ibpo.pipeline import plan_corrections, shape_batch
@@ -60,6 +66,8 @@ WARMUP_UNITS = ("budget", "updates")
 # Qwen3-1.7B would run it on one H100 (roofline: compute_accounting.gpu_time), and vLLM's ngram defaults as
 # the verl scripts set them for the correction pass.
 TOY_COST_MODEL = ("H100-SXM", "Qwen3-1.7B")
+TOY_MODEL_SHAPE = TOY_COST_MODEL[1]  # the shape the toy's work is priced at, whatever --cost-model names
+DEFAULT_COST_MODEL = f"roofline:{TOY_COST_MODEL[0]}"  # every modelled-GPU-second result before 2f used it
 TOY_NGRAM = NgramParams(prompt_lookup_min=2, prompt_lookup_max=5, num_speculative_tokens=8)
 
 
@@ -486,8 +494,9 @@ def mechanism_metrics(samples: StepSamples, corr: CorrectionResult, adv: torch.T
 class Schedule:
     """What a run's budget counts and how its learning rate warms up. ``unit``: ``flops`` (the FLOP counter) or
     ``modelled_gpu_seconds`` (``compute_accounting.gpu_time`` priced by ``coefficients``: the toy's realised
-    work as Qwen3-1.7B on one H100 by default, ``TOY_COST_MODEL``); ``correction_share`` scales what the
-    correction phase is charged in either unit (1: its full cost; the break-even sweep lowers it);
+    work as Qwen3-1.7B, on one H100's roofline by default, ``TOY_COST_MODEL``, or by ``--cost-model``);
+    ``correction_share`` scales what the correction phase is charged in either unit (1: its full cost; the
+    break-even sweep lowers it);
     ``warmup_unit``: ``budget`` (lr · min(1, spent after the step / ``warmup``), ``warmup`` in the unit) or
     ``updates`` (lr · min(1, step / ``warmup``), ``warmup`` in updates, every arm the same ramp per update)."""
 
@@ -680,7 +689,8 @@ def run_and_save(toy: Toy | None, arm: Arm, seed: int, path: str, budget: float,
 RUN_DEFINING_OPTIONS = {  # option -> its value in a meta.json written before the option existed
     "task": "addition", "n": 4, "batch_size": 8, "lr": 3e-4, "warmup_steps": 5, "budget_steps": 20,
     "budget_flops": None, "train_size": 1024, "test_size": 512, "max_steps": None, "eval_split": "test",
-    "budget_unit": "flops", "correction_cost_share": 1.0, "warmup_unit": "budget", "budget_arm": None}
+    "budget_unit": "flops", "correction_cost_share": 1.0, "warmup_unit": "budget", "budget_arm": None,
+    "cost_model": DEFAULT_COST_MODEL}
 
 
 def check_same_protocol(meta: dict, args: argparse.Namespace, path: Path) -> None:
@@ -724,7 +734,8 @@ def load_or_measure_meta(path: Path, toy: Toy, baseline: Arm, args: argparse.Nam
 
 
 def schedule_from(args: argparse.Namespace) -> Schedule:
-    return Schedule(unit=args.budget_unit, correction_share=args.correction_cost_share, warmup_unit=args.warmup_unit)
+    return Schedule(unit=args.budget_unit, correction_share=args.correction_cost_share, warmup_unit=args.warmup_unit,
+                    coefficients=resolve_coefficients(args.cost_model, TOY_MODEL_SHAPE))
 
 
 def run_all(todo: list[tuple[int, Arm]], toy: Toy, out: Path, args: argparse.Namespace, common: dict) -> set[int]:
@@ -784,6 +795,10 @@ def checked_arms(p: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[
         p.error(f"--lr must be > 0, got {args.lr}")
     if not 0.0 <= args.correction_cost_share <= 1.0:
         p.error(f"--correction-cost-share must be in [0, 1], got {args.correction_cost_share}")
+    try:
+        resolve_coefficients(args.cost_model, TOY_MODEL_SHAPE)
+    except ValueError as exc:
+        p.error(f"--cost-model: {exc}")
     arms = default_arms()
     unknown = [a for a in (args.arms or []) if a not in arms]
     if unknown:
@@ -812,11 +827,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget-flops", type=float, default=None, help="the FLOP budget itself (overrides --budget-steps)")
     p.add_argument("--budget-unit", choices=BUDGET_UNITS, default="flops",
                    help="what the budget counts: the FLOP counter, or modelled GPU seconds (compute_accounting."
-                        "gpu_time: the toy's work priced as Qwen3-1.7B on one H100, roofline, prompt-lookup "
+                        "gpu_time: the toy's work priced as Qwen3-1.7B by --cost-model, prompt-lookup "
                         "speculation on the corrections); meta.json's budget_flops / baseline_step_flops are then "
                         "in that unit")
     p.add_argument("--correction-cost-share", type=float, default=1.0,
                    help="charge this share of the correction phase's cost (1: its full cost; the break-even sweep)")
+    p.add_argument("--cost-model", default=DEFAULT_COST_MODEL,
+                   help="what prices modelled GPU seconds (compute_budget.cost_model's values, at Qwen3-1.7B's "
+                        "shape): roofline:<GPU> (default roofline:H100-SXM, every result before docs/evidence.md 2f), "
+                        "measured:H200 (scripts/bench_gpu.py's coefficients on an H200) or a bench_gpu.py JSON")
     p.add_argument("--warmup-unit", choices=WARMUP_UNITS, default="budget",
                    help="budget: warm up over --warmup-steps baseline steps' worth of the budget's unit; updates: "
                         "over --warmup-steps optimizer updates")

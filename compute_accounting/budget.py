@@ -61,8 +61,10 @@ class ComputeBudgetConfig:
                "training, weight sync) x the GPUs its coefficients are for"})
     cost_model: str = field(default="roofline:H100-SXM", metadata={
         "doc": "what prices modelled_gpu_seconds (compute_accounting/gpu_time.py): roofline:<GPU> (H100-SXM | H200; "
-               "data-sheet peaks, the run's model shape) or the path of a scripts/bench_gpu.py JSON (measured "
-               "coefficients); logged every step whatever the unit"})
+               "data-sheet peaks, the run's model shape), measured:<GPU> (coefficients measured by "
+               "scripts/bench_gpu.py, shipped in compute_accounting/measured/: H200 at Qwen3-1.7B's shape; another "
+               "shape is refused) or "
+               "the path of a scripts/bench_gpu.py JSON; logged every step whatever the unit"})
     val_fractions: tuple[float, ...] = field(default=(0.25, 0.5, 0.75, 1.0), metadata={
         "doc": "with a budget, validate when the spend first reaches each fraction of `limit` (and at the last "
                "step), logged against compute_budget/<unit>; replaces trainer.test_freq, which must be <= 0"})
@@ -78,9 +80,9 @@ class ComputeBudgetConfig:
                                      "distinct, each in (0, 1]")
         object.__setattr__(self, "val_fractions", fracs)
         kind, sep, rest = self.cost_model.partition(":")
-        if not ((kind == "roofline" and sep and rest) or (not sep and self.cost_model.endswith(".json"))):
-            raise ComputeBudgetError(f"compute_budget.cost_model={self.cost_model!r} must be roofline:<GPU> or the "
-                                     "path of a scripts/bench_gpu.py JSON")
+        if not ((kind in ("roofline", "measured") and sep and rest) or (not sep and self.cost_model.endswith(".json"))):
+            raise ComputeBudgetError(f"compute_budget.cost_model={self.cost_model!r} must be roofline:<GPU>, "
+                                     "measured:<GPU> or the path of a scripts/bench_gpu.py JSON")
 
     @property
     def enabled(self) -> bool:

@@ -18,7 +18,8 @@ Why a second axis. A GPU runs three kinds of work at very different cost per tok
 - **weight sync** (actor → rollout engine) costs ``weight_sync_s`` per step.
 
 Every coefficient names where it came from (:class:`GpuTimeCoefficients.sources`): a measured row of
-``scripts/bench_gpu.py`` (a JSON it writes, :func:`coefficients_from_json`) or the **roofline** of
+``scripts/bench_gpu.py`` (a JSON it writes, :func:`coefficients_from_json`; the shipped ones:
+:func:`shipped_coefficients`) or the **roofline** of
 :func:`roofline_coefficients` for a named GPU and model shape (peak dense bf16 FLOP/s and HBM bandwidth from
 the vendor's data sheet, with the efficiencies written in :data:`ROOFLINE_EFFICIENCY`), marked ``roofline``
 until a measurement replaces it.
@@ -168,11 +169,17 @@ def roofline_coefficients(gpu: str = "H100-SXM", model: str | ServingShape = "Qw
             "max_num_seqs": "vLLM default", "gpus": "one GPU"})
 
 
-def coefficients_from_json(path: str | Path) -> GpuTimeCoefficients:
+def coefficients_from_json(path: str | Path, model: str | ServingShape | None = None) -> GpuTimeCoefficients:
     """Coefficients written by ``scripts/bench_gpu.py`` (its ``coefficients`` object); unknown or missing
-    fields fail, naming the file."""
+    fields fail, naming the file. With ``model``, a JSON that names the shape it was measured at
+    (``model_shape``, top level or in ``meta``) must be that shape: coefficients measured at one model size
+    misprice another silently otherwise."""
     data = json.loads(Path(path).read_text())
     block = data.get("coefficients", data)
+    measured_at = data.get("model_shape", data.get("meta", {}).get("model_shape"))
+    if model is not None and measured_at is not None and not same_shape(measured_at, model):
+        raise ValueError(f"{path}: measured at {measured_at}'s shape, not this run's model ({shape_of(model).name}); "
+                         "measure at its shape (scripts/bench_gpu.py) or use roofline:<GPU>")
     known = {f.name for f in fields(GpuTimeCoefficients)}
     unknown = sorted(set(block) - known)
     if unknown:
@@ -183,16 +190,60 @@ def coefficients_from_json(path: str | Path) -> GpuTimeCoefficients:
         raise ValueError(f"{path}: {exc}") from None
 
 
-def resolve_coefficients(spec: str, model: str | ServingShape) -> GpuTimeCoefficients:
+# Coefficients measured by scripts/bench_gpu.py and shipped with the package: <GPU>_<model shape>.json, each
+# naming its run (GPU, date, commit, versions) and its raw output under docs/assets/.
+MEASURED_DIR = Path(__file__).with_name("measured")
+
+
+def measured_files() -> dict[tuple[str, str], Path]:
+    """``(GPU, model shape)`` -> the shipped measured coefficients."""
+    return {tuple(p.stem.split("_", 1)): p for p in sorted(MEASURED_DIR.glob("*_*.json"))}
+
+
+def shape_of(model: str | ServingShape) -> ServingShape:
+    if isinstance(model, ServingShape):
+        return model
+    if model not in MODEL_SHAPES:
+        raise ValueError(f"unknown model shape {model!r}; known: {sorted(MODEL_SHAPES)}")
+    return MODEL_SHAPES[model]
+
+
+def same_shape(named: str, model: str | ServingShape) -> bool:
+    """Whether ``model`` is the named shape of :data:`MODEL_SHAPES`: the same KV bytes per token and the same
+    matrix parameters to 0.5% (a config read from disk may count its LM head or norms slightly differently)."""
+    if named not in MODEL_SHAPES:
+        return False
+    a, b = MODEL_SHAPES[named], shape_of(model)
+    close = abs(a.matmul_params - b.matmul_params) <= 0.005 * a.matmul_params
+    return a.kv_bytes_per_token == b.kv_bytes_per_token and close
+
+
+def shipped_coefficients(gpu: str, model: str | ServingShape) -> GpuTimeCoefficients:
+    """The shipped measured coefficients of ``gpu`` at ``model``'s shape; a GPU or shape without a measurement
+    fails, naming what was measured."""
+    files = measured_files()
+    for (g, named), path in files.items():
+        if g == gpu and same_shape(named, model):
+            return coefficients_from_json(path, model)
+    raise ValueError(f"no measured coefficients for {gpu} at {shape_of(model).name}'s shape; measured: "
+                     f"{[f'{g} {m}' for g, m in files] or 'none'}. Use roofline:<GPU> or a scripts/bench_gpu.py JSON "
+                     "measured at this model's shape")
+
+
+def resolve_coefficients(spec: str, model: str | ServingShape | None) -> GpuTimeCoefficients:
     """The coefficients a ``compute_budget.cost_model`` value names: ``roofline:<GPU>`` (this model's shape on a
-    GPU of :data:`GPUS`) or the path of a ``scripts/bench_gpu.py`` JSON (measured; its model shape is the
-    bench's)."""
+    GPU of :data:`GPUS`), ``measured:<GPU>`` (the shipped measurement of that GPU at this model's shape:
+    :func:`measured_files`) or the path of a ``scripts/bench_gpu.py`` JSON (measured; checked against the
+    model's shape when both are known)."""
     kind, sep, gpu = spec.partition(":")
-    if kind == "roofline" and sep:
-        return roofline_coefficients(gpu, model)
+    if kind in ("roofline", "measured") and sep:
+        if model is None:
+            raise ValueError(f"cost model {spec!r} needs the run's model shape")
+        return roofline_coefficients(gpu, model) if kind == "roofline" else shipped_coefficients(gpu, model)
     if Path(spec).is_file():
-        return coefficients_from_json(spec)
-    raise ValueError(f"cost model {spec!r}: expected roofline:<GPU> (GPUs: {sorted(GPUS)}) or the path of a "
+        return coefficients_from_json(spec, model)
+    raise ValueError(f"cost model {spec!r}: expected roofline:<GPU> (GPUs: {sorted(GPUS)}), measured:<GPU> "
+                     f"(measured: {sorted(f'{g} {m}' for g, m in measured_files())}) or the path of a "
                      "scripts/bench_gpu.py JSON")
 
 

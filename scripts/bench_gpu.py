@@ -667,7 +667,7 @@ def run_meta(args) -> dict:
                              text=True, timeout=30).stdout.strip().splitlines()[0]
     except (OSError, subprocess.SubprocessError, IndexError):
         gpu = torch.cuda.get_device_name(0)
-    return {"gpu": gpu, "commit": commit, "budget_s": args.budget_s, "versions": versions,
+    return {"gpu": gpu, "commit": commit, "budget_s": args.budget_s, "versions": versions, "model_shape": MODEL_SHAPE,
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}}
 

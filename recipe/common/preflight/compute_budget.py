@@ -33,21 +33,28 @@ def compute_budget_from(config: DictConfig) -> ComputeBudgetConfig:
 
 def gpu_time_coefficients(config: DictConfig, budget: ComputeBudgetConfig) -> GpuTimeCoefficients | None:
     """What prices the run's modelled GPU seconds (``compute_accounting.gpu_time``): ``compute_budget.cost_model``
-    resolved, ``roofline:<GPU>`` with the run's own model shape (:func:`model_serving_shape`). An unknown GPU or
+    resolved, ``roofline:<GPU>`` or ``measured:<GPU>`` with the run's own model shape (:func:`model_serving_shape`;
+    a measurement at another shape is refused, as is a bench JSON measured at another shape). An unknown GPU or
     a missing or malformed JSON fails naming the option. A model whose shape the roofline cannot read fails only
     when the budget is in ``modelled_gpu_seconds``; otherwise the run goes on without the modelled seconds
     (None, said once)."""
     spec = budget.cost_model
     model_path = OmegaConf.select(config, "actor_rollout_ref.model.path")
+    needs_shape = spec.startswith(("roofline:", "measured:"))
     try:
-        if spec.startswith("roofline:") and model_path is None:
-            raise SetupError("actor_rollout_ref.model.path is unset: the roofline GPU-time model has no model shape")
-        shape = model_serving_shape(str(model_path)) if spec.startswith("roofline:") else None
+        if needs_shape and model_path is None:
+            raise SetupError(f"actor_rollout_ref.model.path is unset: {spec} needs the run's model shape")
+        shape = model_serving_shape(str(model_path)) if needs_shape else None
     except SetupError as exc:
         if budget.unit == "modelled_gpu_seconds":
             raise
         print(f"[recipe] note: no modelled GPU seconds for this run: {exc}", flush=True)
         return None
+    if shape is None and model_path is not None:  # a bench JSON names the shape it measured: check it if we can
+        try:
+            shape = model_serving_shape(str(model_path))
+        except SetupError:
+            shape = None
     try:
         return resolve_coefficients(spec, shape)
     except ValueError as exc:
