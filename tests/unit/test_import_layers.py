@@ -209,7 +209,11 @@ def test_package_data_is_by_pattern_and_ships_every_file_of_recipe(monkeypatch, 
     monkeypatch.setattr(setuptools, "setup", lambda **kw: captured.update(kw))
     monkeypatch.chdir(ROOT)
     runpy.run_path(str(ROOT / "setup.py"))
-    assert list(captured["package_data"]) == ["recipe"]
+    assert list(captured["package_data"]) == ["recipe", "compute_accounting"]
+    shipped = {ROOT / f for f in subprocess.run(["git", "ls-files", "compute_accounting"], cwd=ROOT, capture_output=True,
+                                                text=True, check=True).stdout.split() if not f.endswith(".py")}
+    assert shipped and shipped == packaged_recipe_files(captured["package_data"]["compute_accounting"],
+                                                        ROOT / "compute_accounting")  # the measured coefficients
     patterns = captured["package_data"]["recipe"]
     assert not [p for p in patterns for m in METHOD_FOLDERS if m in p], patterns
     tracked = subprocess.run(["git", "ls-files", "recipe"], cwd=ROOT, capture_output=True, text=True,
