@@ -1,9 +1,12 @@
 #!/usr/bin/env python
 """What a GPU user needs to know, in one command that fits a short GPU slot: one table, a JSON beside it.
 
-    python scripts/bench_gpu.py                                   # every part, --budget-s 480 (8 minutes)
-    python scripts/bench_gpu.py --skip step --budget-s 240        # the cost model and the copy workload only
-    python scripts/bench_gpu.py --skip coefficients copy          # one IBPO step through the trainer only
+    python scripts/bench_gpu.py                                   # the cost model and the copy workload, 8 minutes
+    python scripts/bench_gpu.py --skip coefficients copy --budget-s 560   # one IBPO step through the trainer only
+
+On an H200 (docs/gpu.md) the coefficients took ~110 s and an engine per draft length ~60 s, while verl's start-up
+alone took more than 290 s before the step's first request: the step does not fit beside the other two parts in
+one 8-minute slot, so the default budget plans the first two and the step runs in a slot of its own.
 
 No downloads: a Qwen3-1.7B-shaped model (``bench_one_gpu_shape.QWEN3_1P7B_SHAPE``) with random weights (vLLM's
 ``load_format=dummy``; the actor and the trainer's checkpoint from ``transformers``' ``from_config``), the
@@ -86,11 +89,13 @@ from compute_accounting.gpu_time import (  # noqa: E402
 from recipe.ibpo.correction.rollout import SPEC_PROM_COUNTERS, SpecCounters, spec_counter_metrics  # noqa: E402
 
 PARTS = ("coefficients", "copy", "step")
-# Planning guesses (seconds), not measurements: an engine start with CUDA graphs for a few batch sizes ~60 s,
-# the grid ~30 s, the actor ~30 s; one speculative engine + two workloads ~40 s; a verl start-up ~4 min at
-# 86eda05 on an H200 (docs/gpu.md) before FAST_START, plus one short step. Replace them with what a run prints.
-PART_ESTIMATE_S = {"coefficients": 130.0, "copy_per_draft_length": 40.0, "step": 270.0}
-STEP_MIN_S = 180.0  # below this the step cannot finish: skipped, not started
+# Planning estimates (seconds) from the H200 runs of 2026-11-27 (docs/gpu.md; c9ae526 and 74eb390): the
+# coefficients part 114 s whole (vLLM's import ~20 s, its engine ~67 s with compile and graphs, grid, actor and
+# weight load ~27 s); an engine for the copy part ~60 s before its two workloads; verl's start-up with FAST_START=1
+# more than 292 s before the step's first request (stopped there at the budget), so the step's 420 s is a lower
+# bound plus a guess for the step itself.
+PART_ESTIMATE_S = {"coefficients": 120.0, "copy_per_draft_length": 70.0, "step": 420.0}
+STEP_MIN_S = 330.0  # below this the step cannot finish (its start-up alone took > 292 s): skipped, not started
 MODEL_SHAPE = "Qwen3-1.7B"
 
 
