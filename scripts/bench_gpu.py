@@ -653,6 +653,27 @@ def run_step(args, out: Path, budget: Budget, report: Report, watchdog: Watchdog
         report.measured["weight_sync_s"] = float(np.median(sync))
 
 
+def source_tree_id(root: Path = ROOT) -> str:
+    """Git's tree id of the files as they are (tracked and untracked, ``.gitignore`` applied), written through a
+    temporary index so the checkout's own is untouched: equal to ``git rev-parse <commit>^{tree}`` of the commit
+    whose files ran, even where the copy's ``.git`` is older than its files (a GPU machine sent a working tree:
+    ``git describe --dirty`` then names the old commit). A file the checkout does not ignore counts: an offline
+    stack carried into the checkout must be ignored (``.gpu/`` is, in ``.gitignore``). "unknown" without git."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        try:
+            for cmd in (["add", "-A", "."], ["write-tree"]):
+                done = subprocess.run(["git", "-C", str(root), *cmd], env=env, capture_output=True, text=True,
+                                      timeout=60)
+                if done.returncode != 0:
+                    return "unknown"
+        except (OSError, subprocess.SubprocessError):
+            return "unknown"
+    return done.stdout.strip() or "unknown"
+
+
 def run_meta(args) -> dict:
     import torch
 
@@ -672,7 +693,8 @@ def run_meta(args) -> dict:
                              text=True, timeout=30).stdout.strip().splitlines()[0]
     except (OSError, subprocess.SubprocessError, IndexError):
         gpu = torch.cuda.get_device_name(0)
-    return {"gpu": gpu, "commit": commit, "budget_s": args.budget_s, "versions": versions, "model_shape": MODEL_SHAPE,
+    return {"gpu": gpu, "commit": commit, "source_tree": source_tree_id(), "budget_s": args.budget_s,
+            "versions": versions, "model_shape": MODEL_SHAPE,
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}}
 

@@ -281,3 +281,31 @@ def test_watchdog_writes_what_finished_at_the_budget(tmp_path, monkeypatch):
     data = json.loads((tmp_path / "bench_gpu.json").read_text())
     assert data["coefficients"]["decode_step_s"] == 5e-3  # the child's result made it in
     assert "stopped at --budget-s by the watchdog" in (tmp_path / "bench_gpu.md").read_text()
+
+
+# ------------------------------------------------------------------ provenance of a run on a sent copy
+def test_source_tree_names_the_commit_whose_files_ran_even_when_git_is_older(tmp_path):
+    import subprocess
+
+    def git(*args):
+        return subprocess.run(["git", "-C", str(tmp_path), *args], capture_output=True, text=True, check=True).stdout
+
+    git("init", "-q")
+    git("config", "user.email", "t@t")
+    git("config", "user.name", "t")
+    (tmp_path / ".gitignore").write_text("out/\n")
+    (tmp_path / "a.py").write_text("x = 1\n")
+    git("add", "-A")
+    git("commit", "-qm", "one")
+    first_tree = git("rev-parse", "HEAD^{tree}").strip()
+    assert bench.source_tree_id(tmp_path) == first_tree
+    (tmp_path / "a.py").write_text("x = 2\n")  # the files of a later commit, .git still at the first
+    (tmp_path / "new.py").write_text("y = 1\n")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "big.bin").write_text("ignored")
+    later = bench.source_tree_id(tmp_path)
+    assert git("diff", "--cached", "--name-only") == ""  # the checkout's own index is untouched
+    git("add", "-A")
+    git("commit", "-qm", "two")
+    assert later == git("rev-parse", "HEAD^{tree}").strip() != first_tree
+    assert bench.source_tree_id(tmp_path / "nowhere") == "unknown"
