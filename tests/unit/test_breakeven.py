@@ -1,0 +1,127 @@
+"""analysis.breakeven: the weighted line against a slow reference on random inputs, the bootstrap's resampling
+unit (a seed with all its shares), the verdicts, and the per-share rule over synthetic ablation folders."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from analysis.breakeven import (
+    SharePoint,
+    analyse,
+    bootstrap_line,
+    fit_line,
+    format_report,
+    line_break_even,
+    main,
+    parse_shares,
+)
+
+
+def slow_weighted_line(points: list[SharePoint]) -> tuple[float, float]:
+    """argmin Σ w_i (y_i − a − b x_i)² with w_i = 1 / (points of i's warm start), by the 2×2 normal equations
+    built term by term."""
+    counts = {}
+    for p in points:
+        counts[p.warm_start] = counts.get(p.warm_start, 0) + 1
+    s0 = s1 = s2 = t0 = t1 = 0.0
+    for p in points:
+        w = 1.0 / counts[p.warm_start]
+        s0 += w
+        s1 += w * p.share
+        s2 += w * p.share * p.share
+        t0 += w * p.delta
+        t1 += w * p.share * p.delta
+    det = s0 * s2 - s1 * s1
+    return (s2 * t0 - s1 * t1) / det, (s0 * t1 - s1 * t0) / det
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_fit_line_is_weighted_least_squares_with_every_warm_start_counted_once(seed):
+    rng = np.random.default_rng(seed)
+    shares = [0.0, 0.1, 0.25, 0.5, 1.0]
+    points = [SharePoint(s, w, k, float(rng.normal(0.01 - 0.02 * s, 0.03)))
+              for w, n in (("weak", 3), ("medium", 5), ("strong", 8)) for k in range(n) for s in shares
+              if rng.random() > 0.2]
+    assert fit_line(points) == pytest.approx(slow_weighted_line(points), rel=1e-10, abs=1e-12)
+    # each warm start counts once: duplicating one warm start's points changes nothing
+    doubled = points + [p for p in points if p.warm_start == "strong"]
+    assert fit_line(doubled) == pytest.approx(fit_line(points), rel=1e-10, abs=1e-12)
+    with pytest.raises(ValueError, match="two different shares"):
+        fit_line([SharePoint(0.5, "weak", 0, 0.1), SharePoint(0.5, "weak", 1, 0.2)])
+
+
+def test_the_bootstrap_resamples_seeds_with_all_their_shares():
+    # every seed: its own intercept, the same slope -0.03: any resample of whole seeds has slope exactly -0.03,
+    # while resampling single points would not
+    points = [SharePoint(s, w, k, 0.05 * k - 0.03 * s) for w in ("a", "b") for k in range(6)
+              for s in (0.0, 0.5, 1.0)]
+    boot = bootstrap_line(points, n_boot=200, seed=1)
+    assert np.allclose(boot[:, 1], -0.03, atol=1e-12)
+    assert boot[:, 0].std() > 0.01  # the intercepts do vary
+    assert np.array_equal(boot, bootstrap_line(points, n_boot=200, seed=1))
+
+
+def test_line_verdicts():
+    assert line_break_even(0.02, -0.04, -0.06, -0.01) == ("crosses", pytest.approx(0.5))
+    assert line_break_even(0.06, -0.04, -0.06, -0.01) == ("crosses beyond the shares tried", pytest.approx(1.5))
+    assert line_break_even(-0.01, -0.04, -0.06, -0.01) == ("behind at every share", None)
+    assert line_break_even(0.01, 0.02, 0.005, 0.04) == ("rises with the share", None)
+    assert line_break_even(0.01, -0.02, -0.05, 0.01) == ("not resolved", None)
+
+
+def _run(arm: str, seed: int, accuracy: float) -> dict:
+    return {"arm": arm, "seed": seed, "steps": [], "evals": [{"milestone": 1.0, "accuracy": accuracy}]}
+
+
+def _share_folder(root, share: float, slope: float, seeds: int = 6) -> None:
+    """Two warm starts; GSPO the same at every share (its runs do not depend on it); the arm ahead by
+    0.03 + slope · share with a seed-to-seed wobble."""
+    for w, base in (("weak", 0.3), ("strong", 0.8)):
+        folder = root / f"s{share}" / f"ws_{w}"
+        folder.mkdir(parents=True)
+        (folder / "meta.json").write_text(json.dumps({"budget_flops": 1.0}))
+        for k in range(seeds):
+            wobble = 0.004 * ((k % 3) - 1)
+            (folder / f"gspo_s{k}.json").write_text(json.dumps(_run("GSPO G=n", k, base + 0.01 * k)))
+            (folder / f"arm_s{k}.json").write_text(
+                json.dumps(_run("A", k, base + 0.01 * k + 0.03 + slope * share + wobble)))
+
+
+def test_analyse_reads_the_share_folders_and_both_rules(tmp_path):
+    for share in (0.0, 0.5, 1.0):
+        _share_folder(tmp_path, share, slope=-0.04)
+    folders = {s: tmp_path / f"s{s}" for s in (0.0, 0.5, 1.0)}
+    result = analyse(folders, ["weak", "strong"], ["A"], "GSPO G=n", n_boot=300)
+    r = result["arms"]["A"]
+    assert r["a"] == pytest.approx(0.03, abs=1e-9) and r["b"] == pytest.approx(-0.04, abs=1e-9)
+    assert r["line_break_even"] == ("crosses", pytest.approx(0.75, abs=1e-6))
+    # per share: +0.03 and +0.01 match, -0.01 is behind on both warm starts (every seed, Holm p small)
+    assert [result["per_share"][str(s)]["A"]["matches"] for s in (0.0, 0.5, 1.0)] == [True, True, False]
+    assert r["rule_break_even"] == 0.5
+    assert result["per_share"]["1.0"]["A"]["pooled"]["diff"] == pytest.approx(-0.01, abs=1e-9)
+    assert max(result["per_share"]["1.0"]["A"]["holm_p"].values()) < 0.05
+    assert r["seeds_per_warm_start"] == {"weak": 6, "strong": 6}
+    text = format_report(result, [0.0, 0.5, 1.0])
+    assert "| 1 | -0.010 [" in text and "✗ |" in text and "crosses at 0.75" in text
+    only = analyse(folders, ["weak", "strong"], ["A"], "GSPO G=n", seeds={0, 1, 2}, n_boot=50)
+    assert only["arms"]["A"]["seeds_per_warm_start"] == {"weak": 3, "strong": 3}
+
+
+def test_bad_shares_stop_before_reading(tmp_path, capsys):
+    (tmp_path / "s0").mkdir()
+    with pytest.raises(ValueError, match="SHARE=FOLDER"):
+        parse_shares(["0.5"])
+    with pytest.raises(ValueError, match="in \\[0, 1\\]"):
+        parse_shares([f"1.5={tmp_path}"])
+    with pytest.raises(ValueError, match="is not a folder"):
+        parse_shares([f"0={tmp_path / 'nowhere'}", f"1={tmp_path}"])
+    with pytest.raises(ValueError, match="at least two shares"):
+        parse_shares([f"0={tmp_path}"])
+    with pytest.raises(SystemExit):
+        main(["--share", f"0={tmp_path / 's0'}", "--share", f"1={tmp_path}", "--warm-start", "weak", "--arms", "A"])
+    assert "no ws_weak folder" in capsys.readouterr().err
+    assert math.isfinite(fit_line([SharePoint(0, "w", 0, 0.0), SharePoint(1, "w", 0, 1.0)])[1])
