@@ -144,3 +144,18 @@ def test_the_measured_files_ship_with_the_package():
         data = json.loads(path.read_text())
         assert data["gpu"] == gpu and data["model_shape"] == model and model in MODEL_SHAPES
         assert (ROOT / data["raw"]).is_file()
+
+
+def test_a_runs_qwen3_1p7b_config_resolves_to_the_measurement(tmp_path):
+    """The pre-flight reads the run's own config (meta device, no weights): Qwen3-1.7B's published config is the
+    measured shape, so ``measured:H200`` prices it with the shipped coefficients."""
+    from bench_one_gpu_shape import qwen3_1p7b_config
+
+    from recipe.common.preflight.compute_budget import compute_budget_from, gpu_time_coefficients
+
+    qwen3_1p7b_config().save_pretrained(tmp_path)
+    config = OmegaConf.create({"actor_rollout_ref": {"model": {"path": str(tmp_path)}, "actor": {"ppo_epochs": 1}},
+                               "algorithm": {}, "trainer": {"test_freq": -1},
+                               "compute_budget": {"cost_model": "measured:H200", "unit": "modelled_gpu_seconds",
+                                                  "limit": 100.0}})
+    assert gpu_time_coefficients(config, compute_budget_from(config)) == shipped_coefficients("H200", "Qwen3-1.7B")
