@@ -145,6 +145,11 @@ def analyse(folders: dict[float, Path], warm_starts: list[str], arms: list[str],
             seeds: set[int] | None = None, n_boot: int = 4000) -> dict:
     """Both rules for every arm (module docstring)."""
     points = {s: {a: share_points(f, s, warm_starts, a, baseline, seeds) for a in arms} for s, f in folders.items()}
+    for s, by_arm in points.items():
+        for arm, pts in by_arm.items():
+            if not pts:
+                raise ValueError(f"share {s:g} ({folders[s]}): no seed with both a finished {arm!r} run and a "
+                                 f"{baseline!r} run at the full budget")
     rule = per_share_rule(points, warm_starts)
     arms_out = {}
     for arm in arms:
@@ -199,6 +204,8 @@ def parse_shares(items: list[str]) -> dict[float, Path]:
             raise ValueError(f"--share {item!r}: expected SHARE=FOLDER with SHARE in [0, 1]")
         if not Path(folder).is_dir():
             raise ValueError(f"--share {item!r}: {folder} is not a folder")
+        if value in out:
+            raise ValueError(f"--share {item!r}: share {value:g} is given twice")
         out[value] = Path(folder)
     if len(out) < 2:
         raise ValueError("--share: at least two shares (the line needs two)")
@@ -223,8 +230,13 @@ def main(argv: list[str] | None = None) -> int:
         missing = [w for w in args.warm_start if not (folder / f"ws_{w}").is_dir()]
         if missing:
             p.error(f"--share {s:g}={folder}: no ws_{missing[0]} folder")
-    seeds = set(parse_seeds(args.seeds)) if args.seeds else None
-    result = analyse(folders, args.warm_start, args.arms, args.baseline, seeds, args.bootstrap)
+    if args.bootstrap < 100:
+        p.error(f"--bootstrap must be >= 100, got {args.bootstrap}")
+    try:
+        seeds = set(parse_seeds(args.seeds)) if args.seeds else None
+        result = analyse(folders, args.warm_start, args.arms, args.baseline, seeds, args.bootstrap)
+    except ValueError as exc:
+        p.error(str(exc))
     text = format_report(result, sorted(folders))
     print(text)
     if args.out is not None:

@@ -121,7 +121,26 @@ def test_bad_shares_stop_before_reading(tmp_path, capsys):
         parse_shares([f"0={tmp_path / 'nowhere'}", f"1={tmp_path}"])
     with pytest.raises(ValueError, match="at least two shares"):
         parse_shares([f"0={tmp_path}"])
+    with pytest.raises(ValueError, match="share 0 is given twice"):
+        parse_shares([f"0={tmp_path}", f"0.0={tmp_path / 's0'}"])
     with pytest.raises(SystemExit):
         main(["--share", f"0={tmp_path / 's0'}", "--share", f"1={tmp_path}", "--warm-start", "weak", "--arms", "A"])
     assert "no ws_weak folder" in capsys.readouterr().err
     assert math.isfinite(fit_line([SharePoint(0, "w", 0, 0.0), SharePoint(1, "w", 0, 1.0)])[1])
+
+
+def test_an_arm_missing_at_a_share_is_named(tmp_path, capsys):
+    for share in (0.0, 1.0):
+        _share_folder(tmp_path, share, slope=-0.04)
+    args = ["--share", f"0={tmp_path / 's0.0'}", "--share", f"1={tmp_path / 's1.0'}", "--warm-start", "weak",
+            "--warm-start", "strong"]
+    with pytest.raises(SystemExit):
+        main([*args, "--arms", "B"])
+    assert "share 0 (" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([*args, "--arms", "A", "--seeds", "x-y"])
+    with pytest.raises(SystemExit):
+        main([*args, "--arms", "A", "--bootstrap", "10"])
+    assert main([*args, "--arms", "A", "--bootstrap", "200", "--out", str(tmp_path / "report")]) == 0
+    assert "crosses at 0.75" in (tmp_path / "report" / "breakeven.md").read_text()
+    assert json.loads((tmp_path / "report" / "breakeven.json").read_text())["arms"]["A"]["b"] == pytest.approx(-0.04)
