@@ -159,3 +159,19 @@ def test_a_runs_qwen3_1p7b_config_resolves_to_the_measurement(tmp_path):
                                "compute_budget": {"cost_model": "measured:H200", "unit": "modelled_gpu_seconds",
                                                   "limit": 100.0}})
     assert gpu_time_coefficients(config, compute_budget_from(config)) == shipped_coefficients("H200", "Qwen3-1.7B")
+
+
+def test_the_shape_tolerance_admits_a_recount_and_refuses_another_model():
+    """``same_shape`` allows 0.5% in the matrix parameters (a config may count its LM head or norms a little
+    differently) and nothing in the KV bytes: a model 1% bigger, or with other KV heads, is another shape."""
+    from compute_accounting.gpu_time import ServingShape, same_shape
+
+    base = MODEL_SHAPES["Qwen3-1.7B"]
+    near = ServingShape("recount", int(base.matmul_params * 1.004), base.weight_bytes, base.kv_bytes_per_token)
+    far = ServingShape("bigger", int(base.matmul_params * 1.01), base.weight_bytes, base.kv_bytes_per_token)
+    other_kv = ServingShape("kv", base.matmul_params, base.weight_bytes, base.kv_bytes_per_token * 2)
+    assert same_shape("Qwen3-1.7B", near)
+    assert not same_shape("Qwen3-1.7B", far) and not same_shape("Qwen3-1.7B", other_kv)
+    assert not same_shape("no such shape", base)
+    with pytest.raises(ValueError, match="no measured coefficients for H200 at bigger's shape"):
+        resolve_coefficients("measured:H200", far)
