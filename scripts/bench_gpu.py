@@ -555,6 +555,7 @@ def vllm_parts(args, model_dir: Path, budget: Budget, report: Report, runs: set[
         part_estimate("copy", args.draft_lengths) if "copy" in runs else 0.0)
     longest = max(max(args.contexts) + args.new_tokens, 2 * args.copy_prompt_len + 2 * args.copy_tokens) + 16
     seqs = max([*args.batches, args.copy_prompts])
+    cost_model = given_coefficients(args)  # read once, before the first engine: a bad file fails at once
     llm = build_engine(model_dir, longest, [*args.batches, args.copy_prompts], seqs)
     targets = None
     try:
@@ -573,7 +574,7 @@ def vllm_parts(args, model_dir: Path, budget: Budget, report: Report, runs: set[
             save()
         if "copy" in runs:
             targets = timed_generate(llm, xs, args.copy_tokens)[1]  # y: the model's own greedy continuation
-            copy_rows(llm, 0, xs, targets, args.copy_tokens, report, given_coefficients(args))
+            copy_rows(llm, 0, xs, targets, args.copy_tokens, report, cost_model)
             save()
     finally:
         release_engine(llm)
@@ -584,7 +585,7 @@ def vllm_parts(args, model_dir: Path, budget: Budget, report: Report, runs: set[
             break
         llm = build_engine(model_dir, longest, [args.copy_prompts * (1 + k)], args.copy_prompts, draft_k=k)
         try:
-            copy_rows(llm, k, xs, targets, args.copy_tokens, report, given_coefficients(args))
+            copy_rows(llm, k, xs, targets, args.copy_tokens, report, cost_model)
             save()
         finally:
             release_engine(llm)
