@@ -146,9 +146,7 @@ def roofline_coefficients(gpu: str = "H100-SXM", model: str | ServingShape = "Qw
     a GPU of :data:`GPUS` and a model of :data:`MODEL_SHAPES` (or any :class:`ServingShape`)."""
     if gpu not in GPUS:
         raise ValueError(f"unknown GPU {gpu!r}; known: {sorted(GPUS)}")
-    if isinstance(model, str) and model not in MODEL_SHAPES:
-        raise ValueError(f"unknown model shape {model!r}; known: {sorted(MODEL_SHAPES)}")
-    g, m, e = GPUS[gpu], (MODEL_SHAPES[model] if isinstance(model, str) else model), ROOFLINE_EFFICIENCY
+    g, m, e = GPUS[gpu], shape_of(model), ROOFLINE_EFFICIENCY
     model = m.name
     bw = g.hbm_bytes_per_s * e["hbm"]
     tag = f"roofline: {gpu} ({g.peak_bf16_flops / 1e12:.0f} TFLOP/s bf16, {g.hbm_bytes_per_s / 1e12:.2f} TB/s), {model}"
@@ -201,6 +199,7 @@ def measured_files() -> dict[tuple[str, str], Path]:
 
 
 def shape_of(model: str | ServingShape) -> ServingShape:
+    """A shape given by name (:data:`MODEL_SHAPES`, an unknown name fails) or itself."""
     if isinstance(model, ServingShape):
         return model
     if model not in MODEL_SHAPES:
