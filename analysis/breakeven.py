@@ -7,8 +7,9 @@ folder. This reads them together:
         --warm-start weak --warm-start medium --warm-start strong \\
         --arms 'greedy disagreements' 'mask lam 0 mixed' [--baseline 'GSPO G=n'] [--out REPORT_DIR]
 
-For each arm, Δ is arm − baseline at the full budget, paired by seed (the baseline's runs do not depend on the
-share: one run per seed serves every share).
+For each arm, Δ is arm − baseline at the full budget (or, with ``--fraction F``, at the evaluation made at that
+fraction of it: one of the runs' ``--milestones``), paired by seed (the baseline's runs do not depend on the share:
+one run per seed serves every share).
 
 - **Per share (D's rule)**: the pooled stratified Δ and its interval, and whether the arm *matches* the baseline
   there: pooled Δ ≥ 0 and no warm start Holm-significantly behind (Holm over arms × warm starts at that share). The
@@ -142,14 +143,15 @@ def per_share_rule(points_by_share: dict[float, dict[str, list[SharePoint]]], wa
 
 
 def analyse(folders: dict[float, Path], warm_starts: list[str], arms: list[str], baseline: str,
-            seeds: set[int] | None = None, n_boot: int = 4000) -> dict:
-    """Both rules for every arm (module docstring)."""
-    points = {s: {a: share_points(f, s, warm_starts, a, baseline, seeds) for a in arms} for s, f in folders.items()}
+            seeds: set[int] | None = None, n_boot: int = 4000, fraction: float = 1.0) -> dict:
+    """Both rules for every arm at ``fraction`` of the budget (module docstring)."""
+    points = {s: {a: share_points(f, s, warm_starts, a, baseline, seeds, fraction) for a in arms}
+              for s, f in folders.items()}
     for s, by_arm in points.items():
         for arm, pts in by_arm.items():
             if not pts:
                 raise ValueError(f"share {s:g} ({folders[s]}): no seed with both a finished {arm!r} run and a "
-                                 f"{baseline!r} run at the full budget")
+                                 f"{baseline!r} run evaluated at {_at(fraction)}")
     rule = per_share_rule(points, warm_starts)
     arms_out = {}
     for arm in arms:
@@ -164,8 +166,12 @@ def analyse(folders: dict[float, Path], warm_starts: list[str], arms: list[str],
                          "rule_break_even": max(matching) if matching else None,
                          "seeds_per_warm_start": {w: len({p.seed for p in pts if p.warm_start == w})
                                                   for w in warm_starts}}
-    return {"per_share": {str(s): v for s, v in rule.items()}, "arms": arms_out, "baseline": baseline}
+    return {"per_share": {str(s): v for s, v in rule.items()}, "arms": arms_out, "baseline": baseline,
+            "fraction": fraction}
 
+
+def _at(fraction: float) -> str:
+    return "the full budget" if fraction == 1.0 else f"{fraction:g} of the budget"
 
 def _interval(d: dict) -> str:
     return f"{d['diff']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]"
@@ -173,7 +179,8 @@ def _interval(d: dict) -> str:
 
 def format_report(result: dict, shares: list[float]) -> str:
     arms = list(result["arms"])
-    lines = [f"Δ = arm − {result['baseline']} at the full budget, paired by seed; pooled stratified 95% interval; "
+    lines = [f"Δ = arm − {result['baseline']} at {_at(result['fraction'])}, paired by seed; pooled stratified 95% "
+             "interval; "
              "✓ = matches (pooled Δ ≥ 0, no warm start Holm-significantly behind).", "",
              "| share | " + " | ".join(arms) + " |", "|---:|" + "---:|" * len(arms)]
     for s in shares:
@@ -220,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--baseline", default="GSPO G=n")
     p.add_argument("--seeds", nargs="+", default=None, help="only these seeds (e.g. 0-3)")
     p.add_argument("--bootstrap", type=int, default=4000)
+    p.add_argument("--fraction", type=float, default=1.0,
+                   help="read every run at this fraction of the budget (one of its --milestones; default the end)")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
     try:
@@ -230,11 +239,13 @@ def main(argv: list[str] | None = None) -> int:
         missing = [w for w in args.warm_start if not (folder / f"ws_{w}").is_dir()]
         if missing:
             p.error(f"--share {s:g}={folder}: no ws_{missing[0]} folder")
+    if not 0.0 < args.fraction <= 1.0:
+        p.error(f"--fraction must be in (0, 1], got {args.fraction}")
     if args.bootstrap < 100:
         p.error(f"--bootstrap must be >= 100, got {args.bootstrap}")
     try:
         seeds = set(parse_seeds(args.seeds)) if args.seeds else None
-        result = analyse(folders, args.warm_start, args.arms, args.baseline, seeds, args.bootstrap)
+        result = analyse(folders, args.warm_start, args.arms, args.baseline, seeds, args.bootstrap, args.fraction)
     except ValueError as exc:
         p.error(str(exc))
     text = format_report(result, sorted(folders))

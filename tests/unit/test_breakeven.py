@@ -144,3 +144,36 @@ def test_an_arm_missing_at_a_share_is_named(tmp_path, capsys):
     assert main([*args, "--arms", "A", "--bootstrap", "200", "--out", str(tmp_path / "report")]) == 0
     assert "crosses at 0.75" in (tmp_path / "report" / "breakeven.md").read_text()
     assert json.loads((tmp_path / "report" / "breakeven.json").read_text())["arms"]["A"]["b"] == pytest.approx(-0.04)
+
+
+def test_fraction_reads_the_evaluation_made_there(tmp_path, capsys):
+    # at 1/4 of the budget the arm leads by 0.05 − 0.02·share; at the end by 0.03 − 0.04·share (the runs' own
+    # milestones); --fraction picks which evaluation every run is read at, both arms the same
+    for share in (0.0, 1.0):
+        for w, base in (("weak", 0.3), ("strong", 0.8)):
+            folder = tmp_path / f"s{share}" / f"ws_{w}"
+            folder.mkdir(parents=True)
+            (folder / "meta.json").write_text(json.dumps({"budget_flops": 1.0}))
+            for k in range(4):
+                gspo = {"milestone": 0.25, "accuracy": base - 0.1 + 0.01 * k}, {"milestone": 1.0,
+                                                                                 "accuracy": base + 0.01 * k}
+                arm = ({"milestone": 0.25, "accuracy": gspo[0]["accuracy"] + 0.05 - 0.02 * share},
+                       {"milestone": 1.0, "accuracy": gspo[1]["accuracy"] + 0.03 - 0.04 * share})
+                for name, evals, stem in (("GSPO G=n", gspo, "gspo"), ("A", arm, "arm")):
+                    (folder / f"{stem}_s{k}.json").write_text(
+                        json.dumps({"arm": name, "seed": k, "steps": [], "evals": list(evals)}))
+    folders = {s: tmp_path / f"s{s}" for s in (0.0, 1.0)}
+    quarter = analyse(folders, ["weak", "strong"], ["A"], "GSPO G=n", n_boot=100, fraction=0.25)["arms"]["A"]
+    end = analyse(folders, ["weak", "strong"], ["A"], "GSPO G=n", n_boot=100)["arms"]["A"]
+    assert (quarter["a"], quarter["b"]) == (pytest.approx(0.05, abs=1e-9), pytest.approx(-0.02, abs=1e-9))
+    assert (end["a"], end["b"]) == (pytest.approx(0.03, abs=1e-9), pytest.approx(-0.04, abs=1e-9))
+    with pytest.raises(ValueError, match="evaluated at 0.5 of the budget"):
+        analyse(folders, ["weak", "strong"], ["A"], "GSPO G=n", n_boot=100, fraction=0.5)
+    args = ["--share", f"0={folders[0.0]}", "--share", f"1={folders[1.0]}", "--warm-start", "weak", "--warm-start",
+            "strong", "--arms", "A", "--bootstrap", "100"]
+    assert main([*args, "--fraction", "0.25"]) == 0
+    assert "at 0.25 of the budget" in capsys.readouterr().out
+    for bad in ("0", "1.5", "nan"):
+        with pytest.raises(SystemExit):
+            main([*args, "--fraction", bad])
+        assert "--fraction must be in (0, 1]" in capsys.readouterr().err
