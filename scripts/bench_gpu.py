@@ -40,7 +40,8 @@ the budget lasts (:func:`plan_parts`; the estimates are planning guesses, :data:
   weights: every response wrong, every one corrected), ngram speculation with vLLM's stats on, sdpa attention.
   From the run's metrics JSONL (:func:`step_report`): per-phase seconds, correction / main generation,
   corrections run, ``rollout/spec_*``, ``training/rollout_probs_diff_mean`` (actor vs vLLM in bf16), the
-  actor's peak memory and ``nvidia-smi``'s peak over the run.
+  actor's peak memory and ``nvidia-smi``'s peak over the run; its start-up timeline (:class:`StampedLog`: the
+  log's tail and when each :data:`STARTUP_MARKERS` line came), also when the budget stops it.
 
 The coefficients and copy parts run in a child process of this script (vLLM's engine in-process there, so the
 actor's weights load into it directly), which leaves the GPU free for the step's verl run when it exits; it
@@ -57,6 +58,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -340,11 +342,22 @@ def speculation_lines(rows: list[dict]) -> list[str]:
     return lines
 
 
+def startup_line(run: dict) -> list[str]:
+    """The step's start-up as its log showed it (:data:`STARTUP_MARKERS`), in seconds since the launch."""
+    seen = run.get("startup_s") or {}
+    if not seen:
+        return []
+    marks = ", ".join(f"{name.replace('_', ' ')} {seen[name]:.0f} s" for name in STARTUP_MARKERS if name in seen)
+    missing = [name.replace("_", " ") for name in STARTUP_MARKERS if name not in seen]
+    return [f"step start-up: {marks}" + (f" (not seen: {', '.join(missing)})" if missing else "")]
+
+
 def step_lines(report: Report) -> list[str]:
+    run = report.step_run
     if not report.step_rows:
-        run = report.step_run
-        return [f"(no step finished{': ' + run['status'] if run.get('status') else ''})"]
+        return [f"(no step finished{': ' + run['status'] if run.get('status') else ''})", *startup_line(run)]
     lines = shape.format_table(report.step_rows, int(report.step_run.get("peak_mib", 0))).splitlines()
+    lines += startup_line(run)
     for r in report.step_rows:
         lines.append(f"step {r['step']}: correction / main generation {r['correction_vs_main']:.2f}; "
                      f"training/rollout_probs_diff_mean {fmt(r['rollout_probs_diff_mean'], '.4g')}; actor peak "
@@ -641,12 +654,13 @@ def run_step(args, out: Path, budget: Budget, report: Report, watchdog: Watchdog
     monitor = shape.PeakMemory()
     monitor.start()
     start = time.monotonic()
-    status = run_child(cmd, limit, watchdog, out / "train.log", env={**base_env, **env})
-    monitor.stop()
-    report.step_run = {"status": status, "seconds": time.monotonic() - start,
-                       "peak_mib": monitor.peak_mib, "log": str(out / "train.log"),
+    # filled while the step runs (its log's tail and start-up times): what the watchdog writes if it fires first
+    report.step_run = {"status": "running", "log": str(out / "train.log"),
                        "shape": {"prompts": args.step_prompts, "group": 8, "response": args.step_response,
                                  "draft_k": args.step_draft_k}}
+    status = run_child(cmd, limit, watchdog, out / "train.log", env={**base_env, **env}, target=report.step_run)
+    monitor.stop()
+    report.step_run.update({"status": status, "seconds": time.monotonic() - start, "peak_mib": monitor.peak_mib})
     metrics = read_metrics_jsonl(out / "metrics.jsonl") if (out / "metrics.jsonl").exists() else {}
     report.step_rows = step_report(metrics)
     sync = [r["update_weights"] for r in report.step_rows if r.get("update_weights")]
@@ -764,23 +778,75 @@ def inner_vllm_main(args) -> int:
     return 0
 
 
-def run_child(cmd: list[str], limit_s: float, watchdog: Watchdog, log_path: Path, env: dict | None = None) -> str:
-    """A child in its own process group, ended (TERM, then KILL) when ``limit_s`` passes; its status."""
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
-        watchdog.child_pgid = proc.pid
+# The first line of each, as Ray, vLLM 0.24 and verl 0.9.1 print them (best effort: a marker that never shows
+# stays absent): the step's start-up timeline survives in the JSON even where its log is not copied off the machine.
+STARTUP_MARKERS = {
+    "pre_flight_passed": re.compile(r"\[recipe\] pre-flight checks passed"),
+    "ray_started": re.compile(r"Started a local Ray instance"),
+    "vllm_engine_ready": re.compile(r"init engine \(profile"),
+    "first_step_logged": re.compile(r"\bstep:1 - "),
+}
+
+
+READER_JOIN_S = 5.0  # how long a finished child's reader may drain the pipe before the caller goes on
+
+
+class StampedLog:
+    """A child's output written to ``path`` as it arrives, each line prefixed with the seconds since the child
+    started; ``target`` (a report's dict, or None) gets the last ``keep`` lines as ``log_tail`` and, as
+    ``startup_s``, when the first line of each :data:`STARTUP_MARKERS` came."""
+
+    def __init__(self, path: Path, target: dict | None = None, keep: int = 80):
+        self.path, self.target, self.keep = path, target, keep
+        self.start = time.monotonic()
+        self.first_s: dict[str, float] = {}
+        self.tail: list[str] = []
+
+    def follow(self, stream) -> threading.Thread:
+        """Reads ``stream`` (bytes, line by line) to its end in a daemon thread: a grandchild that outlives the
+        child and keeps the pipe open cannot hold up the caller."""
+        thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        thread.start()
+        return thread
+
+    def _read(self, stream) -> None:
+        with open(self.path, "w") as log:
+            for raw in iter(stream.readline, b""):
+                line = raw.decode("utf-8", "replace").rstrip("\r\n")
+                elapsed = time.monotonic() - self.start
+                stamped = f"[{elapsed:8.1f} s] {line}"
+                log.write(stamped + "\n")
+                log.flush()
+                self.tail = [*self.tail[-(self.keep - 1):], stamped]
+                for name, pattern in STARTUP_MARKERS.items():
+                    if name not in self.first_s and pattern.search(line):
+                        self.first_s[name] = round(elapsed, 1)
+                if self.target is not None:  # new objects, assigned whole: the watchdog may write them any time
+                    self.target["log_tail"] = list(self.tail)
+                    self.target["startup_s"] = dict(self.first_s)
+
+
+def run_child(cmd: list[str], limit_s: float, watchdog: Watchdog, log_path: Path, env: dict | None = None,
+              target: dict | None = None) -> str:
+    """A child in its own process group, ended (TERM, then KILL) when ``limit_s`` passes; its status. Its output
+    goes to ``log_path`` through :class:`StampedLog` (``target``: where its tail and start-up times go)."""
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT,
+                            start_new_session=True)
+    reader = StampedLog(log_path, target).follow(proc.stdout)
+    watchdog.child_pgid = proc.pid
+    try:
+        proc.wait(timeout=max(1.0, limit_s))
+        return f"exited {proc.returncode}"
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGTERM)
         try:
-            proc.wait(timeout=max(1.0, limit_s))
-            return f"exited {proc.returncode}"
+            proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-            return f"stopped at the budget after {limit_s:.0f} s"
-        finally:
-            watchdog.child_pgid = None
+            os.killpg(proc.pid, signal.SIGKILL)
+        return f"stopped at the budget after {limit_s:.0f} s"
+    finally:
+        watchdog.child_pgid = None
+        reader.join(timeout=READER_JOIN_S)
 
 
 def vllm_child(args, out: Path, budget: Budget, report: Report, watchdog: Watchdog, runs: set[str]) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -263,6 +264,36 @@ def test_a_child_past_its_limit_is_ended(tmp_path):
     status = bench.run_child(["sleep", "30"], 1.0, watchdog, tmp_path / "log")
     assert status == "stopped at the budget after 1 s" and watchdog.child_pgid is None
     assert bench.run_child(["true"], 10.0, watchdog, tmp_path / "log") == "exited 0"
+
+
+def test_a_childs_log_is_stamped_and_its_start_up_reaches_the_report(tmp_path, monkeypatch):
+    watchdog = bench.Watchdog(bench.Report({}, []), tmp_path, bench.Budget(60))
+    script = ("import sys, time; w = sys.stdout.buffer.write\n"
+              "w(b'[recipe] pre-flight checks passed in 3.1 s\\n'); sys.stdout.flush(); time.sleep(0.3)\n"
+              "w(b'(TaskRunner pid=7) Started a local Ray instance.\\n'); w(b'bad \\xff byte\\n')\n"
+              "[w(b'line %d\\n' % i) for i in range(100)]\n"
+              "w(b'(TaskRunner pid=7) step:1 - timing_s/gen:1.0\\n'); sys.stdout.flush(); time.sleep(30)\n")
+    target: dict = {}
+    status = bench.run_child([sys.executable, "-c", script], 2.0, watchdog, tmp_path / "log", target=target)
+    assert status == "stopped at the budget after 2 s"
+    seen = target["startup_s"]
+    assert list(seen) == ["pre_flight_passed", "ray_started", "first_step_logged"]  # vLLM's marker never came
+    assert seen["pre_flight_passed"] < 0.3 <= seen["ray_started"] <= seen["first_step_logged"] < 2.0
+    assert len(target["log_tail"]) == 80 and target["log_tail"][-1].endswith("step:1 - timing_s/gen:1.0")
+    lines = (tmp_path / "log").read_text().splitlines()
+    assert len(lines) == 104 and all(line.startswith("[") and " s] " in line for line in lines)
+    assert lines[2].endswith("bad \ufffd byte")  # undecodable output is replaced, not fatal
+    text = "\n".join(bench.step_lines(bench.Report({}, [], step_run={"status": status, **target})))
+    assert "(no step finished: stopped at the budget after 2 s)" in text
+    assert "step start-up: pre flight passed 0 s, ray started 0 s, first step logged 0 s (not seen: vllm engine " \
+           "ready)" in text
+    # a grandchild that outlives the child and keeps the pipe open holds the caller up only READER_JOIN_S
+    monkeypatch.setattr(bench, "READER_JOIN_S", 0.5)
+    start = time.monotonic()
+    daemon = "import subprocess, sys; subprocess.Popen(['sleep', '20'], start_new_session=True); print('bye')"
+    assert bench.run_child([sys.executable, "-c", daemon], 10.0, watchdog, tmp_path / "log2") == "exited 0"
+    assert time.monotonic() - start < 5.0
+    assert (tmp_path / "log2").read_text().endswith("] bye\n")
 
 
 def test_watchdog_writes_what_finished_at_the_budget(tmp_path, monkeypatch):
