@@ -655,7 +655,7 @@ def run_step(args, out: Path, budget: Budget, report: Report, watchdog: Watchdog
     monitor.start()
     start = time.monotonic()
     # filled while the step runs (its log's tail and start-up times): what the watchdog writes if it fires first
-    report.step_run = {"status": "running", "log": str(out / "train.log"),
+    report.step_run = {"status": "running", "log": str(out / "train.log"), "log_tail": [], "startup_s": {},
                        "shape": {"prompts": args.step_prompts, "group": 8, "response": args.step_response,
                                  "draft_k": args.step_draft_k}}
     status = run_child(cmd, limit, watchdog, out / "train.log", env={**base_env, **env}, target=report.step_run)
@@ -822,6 +822,7 @@ class StampedLog:
                     if name not in self.first_s and pattern.search(line):
                         self.first_s[name] = round(elapsed, 1)
                 if self.target is not None:  # new objects, assigned whole: the watchdog may write them any time
+                    # (run_step creates both keys first, so the dict never changes size while it is written)
                     self.target["log_tail"] = list(self.tail)
                     self.target["startup_s"] = dict(self.first_s)
 
