@@ -11,6 +11,7 @@ loop: ``RewardLoopWorker.compute_score`` -> ``RewardManager.run_single``), so it
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from .code_tests import TestsDecodeError, decode_tests, encode_tests
@@ -98,6 +99,23 @@ def _row_label(data_source: str, extra_info: dict | None) -> str:
     return f"data_source={data_source!r}" + (f" ({', '.join(ids)})" if ids else "")
 
 
+def check_limit_options(**limits: object) -> None:
+    """Raise ``ValueError`` naming the keyword when a limit option of :func:`compute_score` is set (not ``None``)
+    but is not a finite number > 0 (``code_memory_mb``: an int): a timeout or memory cap of 0, below 0 or NaN
+    would otherwise score every response 0 (``timeout`` / ``memory_limit``), and an infinite one raises deep
+    in the worker pool or the sandbox."""
+    for name, value in limits.items():
+        if value is None:
+            continue
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if name.endswith("_mb") and not isinstance(value, int):
+            number = False
+        if not number or not math.isfinite(value) or value <= 0:
+            kind = "an integer" if name.endswith("_mb") else "a finite number"
+            raise ValueError(f"reward_kwargs.{name}={value!r}: must be {kind} > 0 "
+                             f"({'MiB' if name.endswith('_mb') else 'seconds'})")
+
+
 def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_info: dict | None = None,
                   *, math_fallback_extraction: bool | None = None, math_timeout_s: float = 15.0,
                   code_timeout_s: float | None = None, code_memory_mb: int | None = None,
@@ -108,9 +126,11 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_
     ``reward.custom_reward_function.reward_kwargs`` against this signature and a misspelt option fails by
     name instead of being swallowed. ``reward_router_address`` / ``reward_model_tokenizer`` are what the
     pinned verl's reward managers add when a reward model is served; they are accepted and ignored. Raises
-    :class:`UnknownDataSource` for an unknown ``data_source`` and ``ValueError`` subclasses naming the row and
-    field ``reward_model.ground_truth`` for an unusable ground truth (a dataset bug is never scored as 0).
+    :class:`UnknownDataSource` for an unknown ``data_source``, ``ValueError`` subclasses naming the row and
+    field ``reward_model.ground_truth`` for an unusable ground truth (a dataset bug is never scored as 0), and
+    ``ValueError`` naming the keyword for a limit that is not a finite number > 0 (:func:`check_limit_options`).
     """
+    check_limit_options(math_timeout_s=math_timeout_s, code_timeout_s=code_timeout_s, code_memory_mb=code_memory_mb)
     kind = KNOWN_DATA_SOURCES.get(data_source)
     if kind is None:
         raise UnknownDataSource(f"unknown data_source {data_source!r}; reward_fns knows "

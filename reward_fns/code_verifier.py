@@ -89,12 +89,20 @@ class CodeLimits:
 
     @classmethod
     def from_env(cls, **overrides: Any) -> "CodeLimits":
-        """Defaults, then ``IBPO_CODE_MEMORY_MB`` / ``IBPO_CODE_TIMEOUT_S`` from the environment, then overrides."""
+        """Defaults, then ``IBPO_CODE_MEMORY_MB`` / ``IBPO_CODE_TIMEOUT_S`` from the environment, then overrides.
+        Raises ``ValueError`` naming the variable when one is not a finite number > 0."""
         values: dict[str, Any] = {}
-        if os.environ.get("IBPO_CODE_MEMORY_MB"):
-            values["memory_mb"] = int(os.environ["IBPO_CODE_MEMORY_MB"])
-        if os.environ.get("IBPO_CODE_TIMEOUT_S"):
-            values["timeout_s"] = float(os.environ["IBPO_CODE_TIMEOUT_S"])
+        env = (("memory_mb", "IBPO_CODE_MEMORY_MB", int), ("timeout_s", "IBPO_CODE_TIMEOUT_S", float))
+        for field, name, kind in env:
+            raw = os.environ.get(name)
+            if not raw:
+                continue
+            try:
+                values[field] = kind(raw)
+            except ValueError as exc:
+                raise ValueError(f"environment variable {name}={raw!r} is not {kind.__name__}") from exc
+            if not math.isfinite(values[field]) or values[field] <= 0:
+                raise ValueError(f"environment variable {name}={raw!r} must be a finite number > 0")
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 

@@ -173,6 +173,27 @@ def test_dispatch_errors_name_the_problem():
         compute_score("livecodebench_v6", fenced("print(1)"), "{\"inputs\": []}", extra_info={"question_id": "3708"})
 
 
+@pytest.mark.parametrize("option, value", [
+    ("math_timeout_s", -1.0), ("math_timeout_s", 0), ("math_timeout_s", float("nan")), ("math_timeout_s", float("inf")),
+    ("code_timeout_s", -1.0), ("code_timeout_s", float("nan")), ("code_memory_mb", 0), ("code_memory_mb", -5),
+    ("code_memory_mb", 2.5), ("math_timeout_s", "5"), ("code_timeout_s", True),
+])
+def test_a_limit_that_is_not_positive_and_finite_raises_naming_the_option(option, value):
+    # before: -1 / 0 scored every response 0 as timeout / memory_limit, NaN and inf raised deep in the pool
+    samples = (("math_dapo", "\\boxed{1}", "1"), ("livecodebench_v6", fenced("print(1)"), ADD))
+    for data_source, solution, truth in samples:
+        with pytest.raises(ValueError, match=rf"reward_kwargs\.{option}=.*must be"):
+            compute_score(data_source, solution, truth, **{option: value})
+
+
+@pytest.mark.parametrize("name, raw", [("IBPO_CODE_TIMEOUT_S", "abc"), ("IBPO_CODE_TIMEOUT_S", "-1"),
+                                       ("IBPO_CODE_MEMORY_MB", "0"), ("IBPO_CODE_MEMORY_MB", "1.5")])
+def test_a_bad_code_limit_in_the_environment_raises_naming_it(monkeypatch, name, raw):
+    monkeypatch.setenv(name, raw)
+    with pytest.raises(ValueError, match=f"environment variable {name}="):
+        CodeLimits.from_env()
+
+
 def test_big_integers_beyond_python_str_limit():
     # ~7600 digits: over Python's default 4300-digit str<->int limit, under LCB's 50000 (Decimal is unlimited).
     big = str(Decimal(7 ** 9000))
