@@ -14,11 +14,22 @@ from analysis.evaluation_stats import student_t_cdf, student_t_quantile
 
 
 def parse_seeds(spec: list[str]) -> list[int]:
-    """``['0-29']`` or ``['0', '1', '5-7']`` → the seeds, in order."""
+    """``['0-29']`` or ``['0', '1', '5-7']`` → the seeds, in order. A malformed item (not ``N`` or ``LO-HI`` with
+    0 <= LO <= HI), a seed given twice or an empty list stops here, naming ``--seeds`` and the item."""
     seeds: list[int] = []
     for item in spec:
-        lo, _, hi = item.partition("-")
-        seeds += list(range(int(lo), int(hi) + 1)) if hi else [int(lo)]
+        lo, sep, hi = item.strip().partition("-")
+        if not (lo.isdigit() and (hi.isdigit() if sep else True)):
+            raise SystemExit(f"--seeds {item!r}: expected a seed N or a range LO-HI of non-negative integers")
+        if sep and int(hi) < int(lo):
+            raise SystemExit(f"--seeds {item!r}: the range is empty ({hi} < {lo}); write LO-HI with LO <= HI")
+        new = list(range(int(lo), int(hi) + 1)) if sep else [int(lo)]
+        twice = sorted(set(new) & set(seeds))
+        if twice:
+            raise SystemExit(f"--seeds {item!r}: seed {twice[0]} is given twice")
+        seeds += new
+    if not seeds:
+        raise SystemExit("--seeds: no seed given")
     return seeds
 
 

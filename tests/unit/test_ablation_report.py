@@ -19,6 +19,17 @@ def test_parse_seeds_ranges_and_singles():
     assert parse_seeds(["0-2", "5", "7-8"]) == [0, 1, 2, 5, 7, 8]
 
 
+@pytest.mark.parametrize("spec, message", [
+    (["3-1"], "--seeds '3-1': the range is empty"), (["a"], "--seeds 'a': expected a seed N"),
+    (["-1"], "--seeds '-1': expected"), (["1-"], "--seeds '1-': expected"), (["0-2", "1"], "seed 1 is given twice"),
+    ([], "--seeds: no seed given"),
+])
+def test_parse_seeds_refuses_a_malformed_list_naming_the_item(spec, message):
+    # before: '3-1' gave no seed at all (the run did nothing), '0-2 1' ran seed 1 twice, 'a' a bare int() error
+    with pytest.raises(SystemExit, match=message):
+        parse_seeds(spec)
+
+
 def test_stratified_difference_matches_a_direct_computation():
     """Mean of the stratum means; variance Σ s²/n / W²; Welch-Satterthwaite df rounded down: recomputed here
     term by term on random strata."""
