@@ -68,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         p.error(f"--arms/--budget-arm: unknown {unknown}; the arms are {list(arms)}")
     seeds = parse_seeds(args.seeds)
+    if args.chunk < 1:
+        p.error(f"--chunk must be >= 1, got {args.chunk}")
     if not args.report_only:
         import time
 

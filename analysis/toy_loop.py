@@ -784,6 +784,32 @@ def run_all(todo: list[tuple[int, Arm]], toy: Toy, out: Path, args: argparse.Nam
     return started
 
 
+def check_numbers(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Stop before anything runs on a numeric option a run cannot use: a learning rate, budget or warm-up that is
+    NaN, infinite or out of range (a NaN budget never reaches its milestones: every run would make max_steps
+    steps), milestones outside (0, 1] or not increasing (evaluated in the wrong place), a group below 2 (every
+    advantage 0), an empty batch or problem set, a seed below 0 or given twice."""
+    finite = math.isfinite
+    if not (finite(args.lr) and args.lr > 0):
+        p.error(f"--lr must be a finite number > 0, got {args.lr}")
+    if not 0.0 <= args.correction_cost_share <= 1.0:
+        p.error(f"--correction-cost-share must be in [0, 1], got {args.correction_cost_share}")
+    for option, value in (("--budget-steps", args.budget_steps), ("--budget-flops", args.budget_flops)):
+        if value is not None and not (finite(value) and value > 0):
+            p.error(f"{option} must be a finite number > 0, got {value}")
+    if not (finite(args.warmup_steps) and args.warmup_steps >= 0):
+        p.error(f"--warmup-steps must be a finite number >= 0, got {args.warmup_steps}")
+    milestones = list(args.milestones)
+    if any(not 0.0 < m <= 1.0 for m in milestones) or milestones != sorted(set(milestones)):
+        p.error(f"--milestones must be increasing fractions of the budget in (0, 1], got {milestones}")
+    for option, value, least in (("--n", args.n, 2), ("--batch-size", args.batch_size, 1),
+                                 ("--train-size", args.train_size, 1), ("--test-size", args.test_size, 1)):
+        if value < least:
+            p.error(f"{option} must be >= {least}, got {value}")
+    if any(seed < 0 for seed in args.seeds) or len(set(args.seeds)) != len(args.seeds):
+        p.error(f"--seeds must be distinct integers >= 0, got {args.seeds}")
+
+
 def checked_arms(p: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[list[Arm], Arm]:
     """Stop on a bad option before anything runs; return the arms to run and the arm whose step sets the budget
     (``--budget-arm``, else the first of them)."""
@@ -791,10 +817,7 @@ def checked_arms(p: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[
         p.error(f"--jobs must be >= 1, got {args.jobs}")
     if args.max_steps is not None and args.max_steps < 1:
         p.error(f"--max-steps must be >= 1, got {args.max_steps}")
-    if not args.lr > 0:
-        p.error(f"--lr must be > 0, got {args.lr}")
-    if not 0.0 <= args.correction_cost_share <= 1.0:
-        p.error(f"--correction-cost-share must be in [0, 1], got {args.correction_cost_share}")
+    check_numbers(p, args)
     try:
         resolve_coefficients(args.cost_model, TOY_MODEL_SHAPE)
     except ValueError as exc:

@@ -118,3 +118,15 @@ def test_a_validation_ablation_reports_against_the_validation_warm_start(tmp_pat
     (tmp_path / "ws_b" / "meta.json").write_text(json.dumps(meta_b))
     with pytest.raises(SystemExit, match="different splits.*a: val.*b: test"):
         write_report(tmp_path, ["a", "b"], "GSPO G=n", [])
+
+
+def test_ablation_refuses_a_chunk_below_one_before_any_run(tmp_path, capsys):
+    # before: range(0, n, 0) raised a bare "range() arg 3 must not be zero"
+    from analysis import ablation
+
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "config.json").write_text("{}")
+    with pytest.raises(SystemExit):
+        ablation.main(["--out", str(tmp_path / "out"), "--warm-start", f"w={tmp_path / 'ws'}", "--arms", "GSPO G=n",
+                       "--seeds", "0", "--chunk", "0"])
+    assert "--chunk must be >= 1, got 0" in capsys.readouterr().err

@@ -101,7 +101,31 @@ def test_toy_loop_refuses_a_non_positive_lr(tmp_path, capsys):
 
     with pytest.raises(SystemExit):
         toy_loop.main(["--model", str(tmp_path / "absent"), "--out", str(tmp_path / "out"), "--lr", "0"])
-    assert "--lr must be > 0, got 0.0" in capsys.readouterr().err
+    assert "--lr must be a finite number > 0, got 0.0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--lr", "inf"], "--lr must be a finite number > 0, got inf"),
+    (["--budget-steps", "nan"], "--budget-steps must be a finite number > 0, got nan"),
+    (["--budget-steps", "-3"], "--budget-steps must be a finite number > 0, got -3.0"),
+    (["--budget-flops", "0"], "--budget-flops must be a finite number > 0, got 0.0"),
+    (["--warmup-steps", "-1"], "--warmup-steps must be a finite number >= 0, got -1.0"),
+    (["--milestones", "1.0", "0.5"], "--milestones must be increasing fractions of the budget in (0, 1]"),
+    (["--milestones", "nan"], "--milestones must be increasing fractions"),
+    (["--milestones", "0", "1"], "--milestones must be increasing fractions"),
+    (["--n", "1"], "--n must be >= 2, got 1"), (["--batch-size", "0"], "--batch-size must be >= 1, got 0"),
+    (["--test-size", "0"], "--test-size must be >= 1, got 0"),
+    (["--seeds", "1", "1"], "--seeds must be distinct integers >= 0"), (["--seeds", "-1"], "--seeds must be distinct"),
+])
+def test_toy_loop_refuses_a_numeric_option_no_run_can_use(tmp_path, capsys, argv, message):
+    # before: a NaN budget ran every arm max_steps (10000) steps, unsorted milestones evaluated 0.5 at the full
+    # budget, a repeated seed ran twice into one file; all after the model was loaded and probed
+    from analysis import toy_loop
+
+    with pytest.raises(SystemExit):
+        toy_loop.main(["--model", str(tmp_path / "absent"), "--out", str(tmp_path / "out"), *argv])
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
 
 
 # ------------------------------------------------------------------- each arm's own rate (analysis.lr_per_arm)
