@@ -18,10 +18,13 @@ IBPO_EPSILON = 1e-8
 
 
 def shaped_rewards(rewards: torch.Tensor, delta: torch.Tensor, lam: float) -> torch.Tensor:
-    """r' = r + λΔ (Eq. 15/27), asserting 0 <= λΔ < 1 (Eq. 8)."""
+    """r' = r + λΔ (Eq. 15/27), asserting 0 <= λΔ < 1 (Eq. 8); a NaN λΔ (NaN λ or Δ) is outside it too."""
     bonus = lam * delta.to(rewards.dtype)
-    if bonus.numel() and (bool((bonus < 0).any()) or bool((bonus >= 1).any())):
-        raise ValueError(f"λΔ must lie in [0, 1) (Eq. 8); got min {bonus.min().item()}, max {bonus.max().item()}")
+    outside = ~((bonus >= 0) & (bonus < 1))  # written so that NaN, which fails every comparison, is outside
+    if bonus.numel() and bool(outside.any()):
+        rows = torch.nonzero(outside.reshape(-1)).squeeze(-1)[:5].tolist()
+        raise ValueError(f"λΔ must lie in [0, 1) (Eq. 8); got {bonus.reshape(-1)[rows].tolist()} at rows {rows} "
+                         f"(λ = {lam})")
     return rewards + bonus
 
 
@@ -35,11 +38,15 @@ def group_normalized_advantages(
     scores: torch.Tensor, group_ids: Sequence[Hashable], epsilon: float = IBPO_EPSILON
 ) -> torch.Tensor:
     """Eq. 9/23 per group, vectorised: (s − mean_g) / (std_g + ε), population std; 0 for groups of size 1
-    or with constant scores."""
+    or with constant scores. A non-finite score raises ``ValueError`` naming its rows."""
     if scores.dim() != 1 or scores.shape[0] != len(group_ids):
         raise ValueError(f"scores must be 1-D with one entry per group id; got {tuple(scores.shape)}, {len(group_ids)}")
     if scores.numel() == 0:
         return scores.clone()
+    bad = torch.nonzero(~torch.isfinite(scores)).squeeze(-1)
+    if bad.numel():  # one NaN would make its whole group's advantages NaN, silently
+        rows = bad[:5].tolist()
+        raise ValueError(f"scores must be finite; rows {rows} (of {bad.numel()}) hold {scores[bad[:5]].tolist()}")
     index = group_ids_to_index(group_ids).to(scores.device)
     num_groups = int(index.max()) + 1
     values = scores.to(torch.float64)

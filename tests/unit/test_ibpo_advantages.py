@@ -78,6 +78,21 @@ def test_shaped_rewards_bounds():
         shaped_rewards(torch.tensor([0.0]), torch.tensor([1.0]), 1.0)
 
 
+@pytest.mark.parametrize("delta, lam", [([math.nan, 0.0], 0.6), ([0.5, 0.0], math.nan), ([0.5, 0.0], math.inf)])
+def test_shaped_rewards_refuse_a_nan_bonus(delta, lam):
+    # before: NaN passed the 0 <= λΔ < 1 check (every comparison with NaN is False) and made the group's
+    # advantages NaN
+    with pytest.raises(ValueError, match=r"Eq\. 8.*rows \[0"):
+        shaped_rewards(torch.tensor([0.0, 1.0]), torch.tensor(delta), lam)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_group_advantages_refuse_a_non_finite_score(bad):
+    # before: one NaN score silently made every advantage of its group NaN
+    with pytest.raises(ValueError, match=r"scores must be finite; rows \[1\]"):
+        group_normalized_advantages(torch.tensor([1.0, bad, 0.0, 0.5]), ["a", "a", "a", "b"])
+
+
 def test_broadcast_shape_check():
     with pytest.raises(ValueError, match="token_mask shape"):
         broadcast_advantages(torch.ones(2), torch.ones(2, 3), torch.ones(2, 4))
