@@ -85,12 +85,17 @@ def find_input_files(path: str | Path, patterns: Iterable[str]) -> list[Path]:
 
 
 def iter_jsonl(path: Path) -> Iterator[RawRow]:
-    """Rows of a JSON-lines file, streamed; a line that is not a JSON object is a :class:`PrepError`."""
-    with open(path, encoding="utf-8") as handle:
+    """Rows of a JSON-lines file, streamed; a line that is not UTF-8 or not a JSON object is a :class:`PrepError`
+    naming it."""
+    with open(path, encoding="utf-8", errors="surrogateescape") as handle:  # a bad byte: named below, by line
         for line_no, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
             ref = RowRef(str(path), line_no)
+            try:
+                line.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise PrepError(ref, None, f"line is not valid UTF-8 (byte at column {exc.start + 1})") from None
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
@@ -115,7 +120,10 @@ def iter_parquet(path: Path, batch_size: int = 256) -> Iterator[RawRow]:
 
 def iter_json(path: Path) -> Iterator[RawRow]:
     """Rows of a ``.json`` file: a JSON array of objects, or JSON lines (both are hub conventions)."""
-    text = Path(path).read_text(encoding="utf-8")
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise PrepError(str(path), None, f"not valid UTF-8 (byte {exc.start} of the file)") from None
     try:
         obj = json.loads(text)
     except json.JSONDecodeError:

@@ -388,6 +388,17 @@ def test_malformed_row_error_names_file_row_and_field(prepare, name, field, mess
     assert message in str(info.value)
 
 
+@pytest.mark.parametrize("suffix, where", [(".jsonl", ", row 2: line is not valid UTF-8"),
+                                           (".json", ": not valid UTF-8")])
+def test_a_file_that_is_not_utf8_names_the_file_and_line(suffix, where, tmp_path):
+    # before: a bare UnicodeDecodeError traceback naming neither the file nor the line
+    path = tmp_path / f"train{suffix}"
+    path.write_bytes(b'{"question": "What is 1+1?", "answer": "#### 2"}\n{"question": "x\xff", "answer": "#### 3"}\n')
+    with pytest.raises(PrepError) as info:
+        gsm8k.prepare_gsm8k(path)
+    assert str(info.value).startswith(f"{path}{where}"), str(info.value)
+
+
 @pytest.mark.parametrize("answer, message", [
     ("\\frac{1}{", "gold answer '\\\\frac{1}{' is unusable: math ground truth '\\\\frac{1}{' has an unclosed '{'"),
     ("some words", "gold answer 'some words' is unusable: math ground truth 'some words' is prose, not a math answer"),
