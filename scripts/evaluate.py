@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -70,8 +71,8 @@ class Sampling:
     max_new_tokens: int
 
     def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise ValueError(f"--temperature={self.temperature} must be >= 0")
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):  # NaN passes a plain < 0 test
+            raise ValueError(f"--temperature={self.temperature} must be a finite number >= 0")
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"--top-p={self.top_p} must lie in (0, 1]")
         if not 0.0 <= self.min_p < 1.0:

@@ -208,6 +208,18 @@ def test_bad_model_rows_and_flags_stop_before_generation(tiny, tmp_path, monkeyp
         assert message in refused_before_generating(mod, monkeypatch, capsys, *model, *base, *extra)
 
 
+@pytest.mark.parametrize("field, value, message", [
+    ("temperature", float("nan"), "--temperature=nan must be a finite number >= 0"),
+    ("temperature", float("inf"), "--temperature=inf must be a finite number >= 0"),
+    ("top_p", float("nan"), "--top-p=nan must lie in (0, 1]"), ("min_p", float("nan"), "--min-p=nan must lie"),
+])
+def test_a_nan_or_infinite_sampling_setting_is_refused(field, value, message):
+    # before: --temperature nan / inf passed the `< 0` check and reached the sampler after the model was loaded
+    settings = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "max_new_tokens": 16, field: value}
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace("]", r"\]")):
+        load_script().Sampling(**settings)
+
+
 @pytest.mark.parametrize("edit, expected", [
     (lambda r: r.__setitem__("data_source", "aime2025"), "row 1, field data_source: 'aime2025' is not a data source"),
     (lambda r: r["reward_model"].__setitem__("ground_truth", "\\frac{1}{"),
