@@ -395,6 +395,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.table and args.threshold is None:
             raise ValueError("--table needs --threshold (the table is the compute to reach it)")
+        if args.threshold is not None and not math.isfinite(args.threshold):  # NaN: never reached, silently
+            raise ValueError(f"--threshold {args.threshold}: must be a finite reward level")
         runs = parse_runs(args.run)
         if args.x == "auto":
             args.x = matched_x_axis(runs)

@@ -199,6 +199,15 @@ def test_no_plot_of_nothing(file_logs, tmp_path, capsys):
     assert not out.exists()
 
 
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_a_threshold_that_is_not_finite_is_refused(file_logs, tmp_path, capsys, value):
+    # before: --threshold nan was never reached by any run and the table said so, silently
+    mod = load_script()
+    assert error_of(mod, capsys, "--run", f"A={file_logs['GSPO']}", "--threshold", value, "--smooth", "1",
+                    "--out", str(tmp_path / "x.png")) == f"error: --threshold {value}: must be a finite reward level"
+    assert not (tmp_path / "x.png").exists()
+
+
 def test_a_panel_with_no_finite_point_is_refused(tmp_path, capsys):
     mod = load_script()
     path = tmp_path / "nan_eval.jsonl"
