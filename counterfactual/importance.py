@@ -512,6 +512,10 @@ def raw_token_importance(
     """Per response token: ``base_importance`` on reasoning tokens plus drop_s / |s| on span s; 0 elsewhere."""
     if drops.shape != (len(segmentation.spans),):
         raise ValueError(f"raw_token_importance: {tuple(drops.shape)} drops for {len(segmentation.spans)} spans")
+    bad = [i for i, ok in enumerate(torch.isfinite(drops).tolist()) if not ok]
+    if bad:  # an infinite drop (a masked answer log-prob of -inf) would make the min-max weights NaN, silently
+        raise ValueError(f"raw_token_importance: the drops of spans {bad[:5]} are not finite "
+                         f"({drops[bad[:5]].tolist()}): a masked or full answer log-prob was -inf or NaN")
     importance = torch.zeros(segmentation.num_tokens, dtype=torch.float64)
     importance[: segmentation.reasoning_end] = base_importance
     for span, drop in zip(segmentation.spans, drops.tolist(), strict=True):

@@ -343,6 +343,16 @@ def test_vanilla_control_is_all_ones():
     assert torch.equal(w, torch.ones(10, dtype=torch.float64))
 
 
+def test_a_drop_that_is_not_finite_is_refused_naming_its_span():
+    # a masked answer log-prob of -inf makes that span's drop +inf: min-max over it would give NaN weights
+    full = torch.tensor(-0.75, dtype=torch.float64)
+    drops = span_drops(full, torch.tensor([-float("inf"), -0.45], dtype=torch.float64))
+    assert drops.tolist()[0] == float("inf")
+    for bad, span in ((drops, 0), (torch.tensor([0.6, float("nan")]), 1)):
+        with pytest.raises(ValueError, match=rf"spans \[{span}\] are not finite"):
+            response_weights(HAND_SEG, CounterfactualConfig(), bad)
+
+
 def test_counterfactual_needs_drops():
     with pytest.raises(ValueError, match="drops"):
         response_weights(HAND_SEG, CounterfactualConfig(), None)
