@@ -300,13 +300,24 @@ def check_golds(path: str, sources: list, golds: list, score_fn: Callable[..., A
 
 
 def read_columns(path: str, prompt_key: str = "prompt") -> pa.Table:
-    """The columns the checks need; a missing column raises :class:`RowCheckError` naming it."""
-    names = pq.ParquetFile(path).schema_arrow.names
+    """The columns the checks need; a file that is not a readable
+    parquet file (a JSON-lines file, a truncated download) or a missing column raises :class:`RowCheckError`
+    naming it."""
+    try:
+        names = pq.ParquetFile(path).schema_arrow.names
+    except (pa.ArrowException, OSError) as exc:
+        raise RowCheckError(path, None, None, f"not a readable parquet file ({type(exc).__name__}: "
+                            f"{' '.join(str(exc).split())[:200]}); the run's data files are verl RL parquet files "
+                            "(build them with data_prep)") from None
     for name in ("data_source", prompt_key, "reward_model"):
         if name not in names:
             raise RowCheckError(path, None, name, f"no such column (has {names}); not a verl RL parquet file "
                                 "(build it with data_prep)")
-    table = pq.read_table(path, columns=["data_source", prompt_key, "reward_model"])
+    try:
+        table = pq.read_table(path, columns=["data_source", prompt_key, "reward_model"])
+    except (pa.ArrowException, OSError) as exc:
+        raise RowCheckError(path, None, None, f"not a readable parquet file ({type(exc).__name__}: "
+                            f"{' '.join(str(exc).split())[:200]})") from None
     if table.num_rows == 0:
         raise RowCheckError(path, None, None, "has no rows")
     return table

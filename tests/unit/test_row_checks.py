@@ -76,6 +76,23 @@ def test_a_missing_column_is_named(tmp_path):
     assert message_of(path, prompt_key="question").startswith(f"{path}, row 0, field question: stored as string")
 
 
+@pytest.mark.parametrize("name, content", [
+    ("rows.jsonl", b'{"data_source": "math_dapo"}\n'),  # verl reads JSON lines, the pre-flight parquet only
+    ("truncated.parquet", None),  # a download cut short: the parquet footer is missing
+    ("tiny.parquet", b"PAR1"),
+])
+def test_a_file_that_is_not_a_readable_parquet_is_named(tmp_path, name, content):
+    # before: a bare ArrowInvalid ("Parquet magic bytes not found in footer...") naming no file
+    path = tmp_path / name
+    if content is None:
+        whole = Path(written(tmp_path, [row(), row()])).read_bytes()
+        content = whole[:len(whole) // 2]
+    path.write_bytes(content)
+    message = message_of(str(path))
+    assert message.startswith(f"{path}: not a readable parquet file (ArrowInvalid: "), message
+    assert message.endswith("(build them with data_prep)"), message
+
+
 @pytest.mark.parametrize("gold", ["?", "-", "N/A", " n/a ", "TBD"])
 def test_a_placeholder_gold_is_refused(gold):
     with pytest.raises(BadGold, match="has no math in it"):
