@@ -224,6 +224,15 @@ def check_prompts(path: str, prompts: pa.ChunkedArray, prompt_key: str = "prompt
         raise RowCheckError(path, row, field, bad_rows[row])
 
 
+def check_extra_info(path: str, extra_info: pa.ChunkedArray) -> None:
+    """``extra_info``, where a file has it, is a struct (a dict per row; a null row is one verl fills with ``{}``):
+    verl's ``RLHFDataset`` reads ``extra_info.get("index")`` from every row and the reward function is called with
+    it, so a string or a list there fails only in a dataloader worker, after Ray and the models have started."""
+    if not (pa.types.is_struct(extra_info.type) or pa.types.is_null(extra_info.type)):
+        raise RowCheckError(path, 0, "extra_info", f"stored as {extra_info.type}, not a struct: verl reads "
+                            "extra_info.get('index') from every row (data_prep writes a struct)")
+
+
 PLAIN_INTEGER = re.compile(r"-?[0-9]+")
 # Plain-integer golds checked per (data_source, sign, digit count) class: the first, middle and last of them.
 INTEGER_CLASS_REPRESENTATIVES = 3
@@ -300,7 +309,7 @@ def check_golds(path: str, sources: list, golds: list, score_fn: Callable[..., A
 
 
 def read_columns(path: str, prompt_key: str = "prompt") -> pa.Table:
-    """The columns the checks need; a file that is not a readable
+    """The columns the checks need (and ``extra_info`` where the file has it); a file that is not a readable
     parquet file (a JSON-lines file, a truncated download) or a missing column raises :class:`RowCheckError`
     naming it."""
     try:
@@ -313,8 +322,9 @@ def read_columns(path: str, prompt_key: str = "prompt") -> pa.Table:
         if name not in names:
             raise RowCheckError(path, None, name, f"no such column (has {names}); not a verl RL parquet file "
                                 "(build it with data_prep)")
+    columns = ["data_source", prompt_key, "reward_model"] + (["extra_info"] if "extra_info" in names else [])
     try:
-        table = pq.read_table(path, columns=["data_source", prompt_key, "reward_model"])
+        table = pq.read_table(path, columns=columns)
     except (pa.ArrowException, OSError) as exc:
         raise RowCheckError(path, None, None, f"not a readable parquet file ({type(exc).__name__}: "
                             f"{' '.join(str(exc).split())[:200]})") from None
@@ -349,6 +359,8 @@ def check_rows(path: str, *, known_sources: Iterable[str] | None, prompt_key: st
             raise RowCheckError(path, row, "data_source", f"{source!r} is not a data source the reward function "
                                 f"knows ({sorted(known)})")
     check_prompts(path, table.column(prompt_key), prompt_key)
+    if "extra_info" in table.column_names:
+        check_extra_info(path, table.column("extra_info"))
     reward_model = table.column("reward_model")
     if not pa.types.is_struct(reward_model.type) or reward_model.type.get_field_index("ground_truth") < 0:
         raise RowCheckError(path, 0, "reward_model", f"stored as {reward_model.type}, has no ground_truth")

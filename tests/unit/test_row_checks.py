@@ -93,6 +93,20 @@ def test_a_file_that_is_not_a_readable_parquet_is_named(tmp_path, name, content)
     assert message.endswith("(build them with data_prep)"), message
 
 
+@pytest.mark.parametrize("extra_info, stored", [("{\"index\": 0}", "string"), ([1, 2], "list<")])
+def test_an_extra_info_that_is_not_a_struct_is_named(tmp_path, extra_info, stored):
+    # before: passed the row checks; verl's RLHFDataset then fails on extra_info.get('index') in a dataloader worker
+    path = written(tmp_path, [dict(row(), extra_info=extra_info), dict(row(), extra_info=extra_info)])
+    assert message_of(path).startswith(f"{path}, row 0, field extra_info: stored as {stored}"), message_of(path)
+
+
+def test_an_extra_info_struct_with_null_rows_passes(tmp_path):
+    path = written(tmp_path, [dict(row(), extra_info={"index": 0}), dict(row(), extra_info=None)])
+    assert check_rows(path, known_sources=KNOWN_DATA_SOURCES).rows == 2
+    assert check_rows(written(tmp_path, [dict(row(), extra_info=None)], "null.parquet"),
+                      known_sources=KNOWN_DATA_SOURCES).rows == 1
+
+
 @pytest.mark.parametrize("gold", ["?", "-", "N/A", " n/a ", "TBD"])
 def test_a_placeholder_gold_is_refused(gold):
     with pytest.raises(BadGold, match="has no math in it"):
