@@ -50,6 +50,8 @@ NUMERIC_RANGES = {
     "grad_probe_interval": (lambda v: v >= 0, ">= 0 (0 disables the probe)"),
     "grad_probe_coordinates": (lambda v: v >= 1, ">= 1"),
     "grad_probe_micro_batch_size": (lambda v: v >= 0, ">= 0"),
+    # numpy seeds the reference draw with (seed, step): a negative seed would fail there, at the first step
+    "seed": (lambda v: v >= 0, ">= 0 (numpy's generator is seeded with (seed, step))"),
 }
 
 # Options that were renamed or replaced: an old key fails naming its successor instead of as merely unknown.

@@ -42,6 +42,8 @@ from ibpo.references import select_references, select_references_in_group
         ({"joint_grouping": "per_target"}, "ibpo.joint_grouping"),
         ({"joint_minibatch": "fixed"}, "ibpo.joint_minibatch"),
         ({"joint_grouping": "per_correction_prompt"}, "needs ibpo.corrections_per_target >= 2"),
+        # before: accepted, then np.random.default_rng([-1, step]) raised in the trainer at the first step
+        ({"seed": -1}, r"ibpo.seed=-1 is out of range: must be >= 0"),
     ],
 )
 def test_bad_options_fail_at_construction(options, message):
