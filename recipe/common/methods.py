@@ -23,7 +23,7 @@ from typing import Any, Callable
 from omegaconf import DictConfig, OmegaConf
 
 from recipe.common.preflight.errors import SetupError
-from recipe.common.preflight.option_types import check_option_types
+from recipe.common.preflight.option_types import check_option_types, is_interpolation
 
 RECIPE_DIR = Path(__file__).resolve().parents[1]
 METHOD_MODULE = "method"  # recipe/<folder>/method.py registers the folder's method
@@ -140,14 +140,26 @@ def trainer_class_for(config: DictConfig) -> type:
     return registered_methods()[method_of(config)].trainer()
 
 
+def holds_interpolation(value: Any) -> bool:
+    """Whether an option value (a list's items included) is or holds an unresolved ``${...}``."""
+    if isinstance(value, (list, tuple)):
+        return any(holds_interpolation(v) for v in value)
+    return is_interpolation(value)
+
+
 def check_option_block_types(config: DictConfig) -> None:
     """The declared types of every method option block present, and of the shared ``compute_budget:`` block,
-    before the config is resolved (its interpolations read them)."""
+    before the config is resolved (its interpolations read them). A block without interpolations is validated
+    whole too (its dataclass's ranges), so an out-of-range option is named before an interpolation that reads it
+    fails on it (``ibpo.num_references=-1``: a division by zero sizing ``rollout.prompt_length``)."""
     from recipe.common.preflight.compute_budget import check_compute_budget_types
 
     for name, entry in registered_methods().items():
         if config.get(name) is not None:
-            check_option_types(OmegaConf.to_container(config[name], resolve=False), entry.options, name)
+            block = OmegaConf.to_container(config[name], resolve=False)
+            check_option_types(block, entry.options, name)
+            if not any(holds_interpolation(v) for v in block.values()):
+                entry.options.from_mapping(block)
     check_compute_budget_types(config)
 
 

@@ -206,6 +206,20 @@ def test_the_counterfactual_block_is_typed_too(tiny_run):
         resolve_config(cfg)
 
 
+@pytest.mark.parametrize("override, expected", [
+    # before: "config: cannot resolve its interpolation: ZeroDivisionError ..." (rollout.prompt_length's resolver
+    # divides by 1 + num_references), naming no option
+    ("ibpo.num_references=-1", "ibpo.num_references=-1 is out of range: must be >= 0"),
+])
+def test_an_out_of_range_option_an_interpolation_reads_is_named(tiny_run, override, expected):
+    register_config_resolvers()
+    with initialize_config_module(config_module="recipe.ibpo.config", version_base=None):
+        cfg = compose(config_name="ibpo_trainer", overrides=overrides_for(tiny_run, override))
+    with pytest.raises(ValueError) as info:  # IBPOConfigError; the launcher prints any ValueError in one line
+        resolve_config(cfg)
+    assert str(info.value).startswith(expected) and "\n" not in str(info.value), str(info.value)
+
+
 def test_an_ibpo_disabled_run_is_also_checked_against_the_context(tiny_run):
     assert "exceeds the context 4096" in refused(tiny_run, "ibpo.enable=False", "data.max_response_length=5000")
 
