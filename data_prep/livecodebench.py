@@ -152,12 +152,18 @@ def parse_test_cases(raw: RawRow, field_name: str, value: Any, test_type: str) -
 
 
 def contest_datetime(raw: RawRow) -> datetime:
-    """``contest_date`` parsed with ``datetime.fromisoformat`` (as LiveCodeBench does)."""
+    """``contest_date`` parsed with ``datetime.fromisoformat`` (as LiveCodeBench does); a date with a UTC offset
+    (``...+00:00``, ``...Z``) is a :class:`PrepError`: LiveCodeBench's dates are naive, and so are the window's
+    ``--start``/``--end``, which an offset-aware date cannot be compared with."""
     text = require_str(raw, "contest_date")
     try:
-        return datetime.fromisoformat(text)
+        date = datetime.fromisoformat(text)
     except ValueError as exc:
         raise PrepError(raw.ref, "contest_date", f"not an ISO datetime: {text!r}") from exc
+    if date.tzinfo is not None:
+        raise PrepError(raw.ref, "contest_date", f"{text!r} has a UTC offset; LiveCodeBench dates are naive ISO "
+                        "datetimes (e.g. '2025-03-15T00:00:00'), compared with the naive --start/--end")
+    return date
 
 
 def choice_field(raw: RawRow, name: str, allowed: tuple[str, ...]) -> str:

@@ -424,6 +424,19 @@ def test_an_unusable_hmmt_gold_never_reaches_a_parquet(answer, message, tmp_path
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize("date", ["2025-03-15T00:00:00+00:00", "2025-03-15T00:00:00Z"])
+def test_an_lcb_date_with_a_utc_offset_is_named(date, tmp_path):
+    # before: TypeError "can't compare offset-naive and offset-aware datetimes", a traceback naming no row
+    rows = [json.loads(line) for line in (LCB_RAW / "test6.jsonl").read_text().splitlines()][:2]
+    rows[1]["contest_date"] = date
+    path = tmp_path / "test6.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(PrepError) as info:
+        livecodebench.prepare_livecodebench([path], tmp_path / "lcb.parquet")
+    assert str(info.value).startswith(f"{path}, row 2, field 'contest_date': {date!r} has a UTC offset"), str(info.value)
+    assert not (tmp_path / "lcb.parquet").exists()
+
+
 def test_skip_invalid_counts_instead_of_stopping(tmp_path):
     out = tmp_path / "skip.parquet"
     summary = livecodebench.prepare_livecodebench([MALFORMED / "lcb/bad_platform.jsonl"], out, skip_invalid=True)
