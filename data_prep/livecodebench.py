@@ -41,11 +41,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+import pyarrow as pa
+
 from data_prep.common import (
     CODE_EXTRA_INFO,
     PrepError,
     PrepSummary,
     RawRow,
+    RowRef,
     format_counts,
     iter_converted,
     iter_rows,
@@ -368,8 +371,22 @@ def parse_day(text: str, flag: str) -> datetime:
 
 
 def eval_problem_ids(parquet_path: str | Path) -> set[str]:
-    """``problem_id`` of every row of a prepared LCB parquet."""
-    return {row["extra_info"]["problem_id"] for row in read_verl_parquet(parquet_path)}
+    """``problem_id`` of every row of a prepared LCB parquet (``--check-disjoint``); a file that is missing, not
+    a parquet file or not a prepared one (no ``extra_info.problem_id``) is a :class:`PrepError` naming it."""
+    where = f"--check-disjoint {parquet_path}"
+    try:
+        rows = read_verl_parquet(parquet_path)
+    except (OSError, pa.ArrowException) as exc:
+        raise PrepError(where, None, f"not a readable parquet file ({type(exc).__name__}: "
+                        f"{' '.join(str(exc).split())[:200]})") from None
+    ids = set()
+    for row_no, row in enumerate(rows, start=1):
+        extra = row.get("extra_info")
+        if not isinstance(extra, dict) or not isinstance(extra.get("problem_id"), str):
+            raise PrepError(RowRef(where, row_no), "extra_info.problem_id",
+                            "missing: not a parquet prepared by data_prep.livecodebench")
+        ids.add(extra["problem_id"])
+    return ids
 
 
 def prepare_livecodebench(
@@ -392,6 +409,8 @@ def prepare_livecodebench(
         raise PrepError("--end", None, f"end {end} is not after start {start}")
     drop_errata = (errata or ("drop" if split == "train" else "keep")) == "drop"
     files = find_lcb_files(inputs, config)
+    # read before the (minutes-long) preparation: a missing or wrong file stops the run before it writes anything
+    disjoint_ids = {str(other): eval_problem_ids(other) for other in check_disjoint}
     summary = PrepSummary(DATA_SOURCES[split])
     state = LcbRunState()
     with unlimited_int_digits():
@@ -413,8 +432,8 @@ def prepare_livecodebench(
     overlaps: dict[str, set[str]] = {}
     if split == "train":
         overlaps["this input's eval window"] = written & state.eval_window_ids
-    for other in check_disjoint:
-        overlaps[str(other)] = written & eval_problem_ids(other)
+    for other, ids in disjoint_ids.items():
+        overlaps[other] = written & ids
     for name, shared in overlaps.items():
         if shared:
             Path(output).unlink(missing_ok=True)

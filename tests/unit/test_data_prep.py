@@ -437,6 +437,26 @@ def test_an_lcb_date_with_a_utc_offset_is_named(date, tmp_path):
     assert not (tmp_path / "lcb.parquet").exists()
 
 
+@pytest.mark.parametrize("name, content, message", [
+    ("missing.parquet", None, "not a readable parquet file (FileNotFoundError"),
+    ("text.parquet", b"not parquet\n", "not a readable parquet file (ArrowInvalid"),
+    ("raw.parquet", "raw", "row 1, field 'extra_info.problem_id': missing: not a parquet prepared by"),
+])
+def test_a_bad_check_disjoint_file_is_named_before_anything_is_written(name, content, message, tmp_path):
+    # before: FileNotFoundError / ArrowInvalid / KeyError tracebacks after the whole split was prepared and written
+    other = tmp_path / name
+    if content == "raw":
+        other = next((FIXTURES / "raw_parquet").rglob("*.parquet"))  # a raw LCB file, not a prepared one
+    elif content is not None:
+        other.write_bytes(content)
+    out = tmp_path / "out" / "lcb.parquet"
+    with pytest.raises(PrepError) as info:
+        livecodebench.prepare_livecodebench([LCB_RAW], out, check_disjoint=[other])
+    assert str(info.value).startswith(f"--check-disjoint {other}"), str(info.value)
+    assert message in str(info.value), str(info.value)
+    assert not out.exists()
+
+
 def test_skip_invalid_counts_instead_of_stopping(tmp_path):
     out = tmp_path / "skip.parquet"
     summary = livecodebench.prepare_livecodebench([MALFORMED / "lcb/bad_platform.jsonl"], out, skip_invalid=True)
