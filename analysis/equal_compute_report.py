@@ -21,14 +21,39 @@ from analysis.evaluation_stats import paired_difference, seeds_for_power, studen
 PHASES = ("main_gen", "score", "correction_gen", "ibpo_host", "update", "eval")
 
 
+def read_json_object(path: Path) -> dict:
+    """The JSON object in ``path``; a file that is not readable JSON (a run killed mid-write) or not an object is
+    a ``ValueError`` naming it."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: not readable JSON ({type(exc).__name__}: {' '.join(str(exc).split())[:200]}); "
+                         "a run stopped while writing it?") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
 def load_results(out: str | Path) -> tuple[dict, dict[str, dict[int, dict]]]:
-    """``meta.json`` and ``{arm: {seed: result}}`` under ``out``."""
+    """``meta.json`` and ``{arm: {seed: result}}`` under ``out``; a folder without ``meta.json`` is a
+    ``FileNotFoundError``, a result that is not readable JSON or lacks its ``arm`` / ``seed`` a ``ValueError``,
+    each naming the file."""
     out = Path(out)
-    meta = json.loads((out / "meta.json").read_text())
+    if not (out / "meta.json").is_file():
+        raise FileNotFoundError(f"{out / 'meta.json'}: no such file; {out} is not an analysis.toy_loop output folder "
+                                "(or no run has started there)")
+    meta = read_json_object(out / "meta.json")
     results: dict[str, dict[int, dict]] = {}
     for path in sorted(out.glob("*_s*.json")):
-        r = json.loads(path.read_text())
-        results.setdefault(r["arm"], {})[int(r["seed"])] = r
+        r = read_json_object(path)
+        try:
+            seed = int(r["seed"])
+        except (KeyError, TypeError, ValueError):
+            seed = None
+        if not isinstance(r.get("arm"), str) or seed is None:
+            raise ValueError(f"{path}: not an analysis.toy_loop result (expected a string 'arm' and an integer "
+                             f"'seed', got arm={r.get('arm')!r:.60}, seed={r.get('seed')!r:.60})")
+        results.setdefault(r["arm"], {})[seed] = r
     return meta, results
 
 

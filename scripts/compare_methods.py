@@ -409,7 +409,11 @@ def run_loop(args: argparse.Namespace, command: str) -> int:
                    "--budget-steps", str(args.budget_steps), "--n", str(args.n), "--batch-size", str(args.batch_size),
                    "--lr", str(args.lr), "--warmup-steps", str(args.warmup_steps), "--test-size", str(args.test_size),
                    "--jobs", str(args.jobs), *(["--deadline", str(args.deadline)] if args.deadline else [])])
-    meta, results = report.load_results(out)
+    try:
+        meta, results = report.load_results(out)
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     results = {k: v for k, v in results.items() if k in names}
     if names[0] not in results:
         print(f"error: no finished run of the baseline {names[0]!r} under {out}", file=sys.stderr)

@@ -105,3 +105,23 @@ def test_report_of_budget_matched_runs_says_they_are_matched_on_compute(tmp_path
     assert proc.returncode == 0, proc.stderr
     table = (tmp_path / "table.md").read_text()
     assert "**Equal compute**: every arm stopped at the trainer's budget of 1e+03 FLOPs" in table
+
+
+@pytest.mark.parametrize("setup, message", [
+    (None, "meta.json: no such file; "),
+    ("truncated", "ibpo_s0.json: not readable JSON (JSONDecodeError: "),
+])
+def test_report_only_of_a_missing_or_corrupt_loop_folder_is_one_line(tmp_path, capsys, setup, message):
+    # before: a FileNotFoundError / JSONDecodeError traceback (the latter naming no file)
+    spec = importlib.util.spec_from_file_location("compare_methods", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["compare_methods"] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    out = tmp_path / "runs"
+    if setup == "truncated":
+        out.mkdir()
+        (out / "meta.json").write_text(json.dumps({"warm_start_sha256": "ab" * 32, "budget_flops": 1.0}))
+        (out / "ibpo_s0.json").write_text('{"arm": "IBPO G=n", "seed": 0, "st')
+    code = module.main(["--assets", str(tmp_path / "none"), "--out", str(out), "--report-only", "--seeds", "0"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: ") and message in err and err.count("\n") == 1, err

@@ -88,3 +88,23 @@ def test_runs_csv_has_one_row_per_arm_and_seed(tmp_path):
     ibpo1 = rows[4]
     assert float(ibpo1["accuracy_at_1"]) == pytest.approx(0.76) and float(ibpo1["accuracy_at_0.5"]) == 0.55
     assert (ibpo1["steps"], ibpo1["step_at_1"], ibpo1["step_at_0.5"], float(ibpo1["flops"])) == ("5", "5", "2", 100.0)
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("ibpo_s1.json", '{"arm": "IBPO G=n", "seed": 1, "steps": [{"st', "not readable JSON (JSONDecodeError: "),
+    ("meta.json", "{", "not readable JSON (JSONDecodeError: "),
+    ("ibpo_s1.json", "[]", "expected a JSON object, got list"),
+    ("ibpo_s1.json", '{"seed": 1}', "not an analysis.toy_loop result (expected a string 'arm' and an integer 'seed'"),
+])
+def test_a_truncated_or_foreign_result_file_is_named(tmp_path, name, content, message):
+    # before: a bare JSONDecodeError / KeyError / TypeError traceback naming no file
+    write(tmp_path)
+    (tmp_path / name).write_text(content)
+    with pytest.raises(ValueError) as info:
+        report.load_results(tmp_path)
+    assert str(info.value).startswith(f"{tmp_path / name}: {message}"), str(info.value)
+
+
+def test_a_folder_without_results_is_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match="meta.json: no such file; .* is not an analysis.toy_loop output folder"):
+        report.load_results(tmp_path / "nowhere")
