@@ -139,6 +139,18 @@ def only_seeds(loaded: dict, seeds: set[int]) -> dict:
             for w, (meta, res) in loaded.items()}
 
 
+def check_arm_names(loaded: dict, baseline: str, arms: list[str] | None) -> None:
+    """The baseline and every requested arm have runs in at least one warm start's folder; a misspelt name is a
+    ``ValueError`` naming the option and the arms there are (it would otherwise print a table of dashes)."""
+    present = sorted({a for _, res in loaded.values() for a, runs in res.items() if runs})
+    if baseline not in present:
+        raise ValueError(f"--baseline {baseline!r}: no run of that arm in the warm starts "
+                         f"{sorted(loaded)}; the arms are {present}")
+    unknown = [a for a in arms or [] if a not in present]
+    if unknown:
+        raise ValueError(f"--arms: no run of {unknown} in the warm starts {sorted(loaded)}; the arms are {present}")
+
+
 def report(out: Path, warm_starts: list[str], baseline: str, arms: list[str] | None = None,
            arm_folders: dict[str, Path] | None = None, seeds: set[int] | None = None) -> str:
     """The markdown tables and ``curves_runs.csv`` (one row per warm start, arm and seed, one accuracy column per
@@ -150,6 +162,7 @@ def report(out: Path, warm_starts: list[str], baseline: str, arms: list[str] | N
     loaded = load_with_arm_folders(out, warm_starts, arm_folders)
     if seeds is not None:
         loaded = only_seeds(loaded, seeds)
+    check_arm_names(loaded, baseline, arms)
     arms = arms or sorted({a for _, res in loaded.values() for a in res if a != baseline})
     milestones = sorted({e["milestone"] for _, res in loaded.values() for runs in res.values() for r in runs.values()
                          for e in r["evals"] if e["milestone"] is not None})

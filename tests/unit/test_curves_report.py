@@ -103,3 +103,15 @@ def test_the_report_leaves_the_ablations_runs_csv_alone(tmp_path):
     report(tmp_path, ["a"], "B")
     assert (tmp_path / "runs.csv").read_text() == "task,warm_start,arm,seed,accuracy_at_1\n"
     assert (tmp_path / "curves_runs.csv").read_text().startswith("warm_start,warm_start_sha256,arm,seed,updates,")
+
+
+@pytest.mark.parametrize("baseline, arms, message", [
+    ("GSPO", None, "--baseline 'GSPO': no run of that arm in the warm starts ['a']; the arms are ['A', 'B']"),
+    ("B", ["A", "Z"], "--arms: no run of ['Z'] in the warm starts ['a']; the arms are ['A', 'B']"),
+])
+def test_a_misspelt_baseline_or_arm_is_named(tmp_path, baseline, arms, message):
+    # before: a report whose every difference cell was "—", exit status 0
+    _folder(tmp_path, "a", {"B": [0.5, 0.6], "A": [0.5, 0.7]})
+    with pytest.raises(ValueError) as info:
+        report(tmp_path, ["a"], baseline, arms)
+    assert str(info.value) == message
