@@ -319,11 +319,28 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def report_option_errors(args: argparse.Namespace) -> list[str]:
+    """What is wrong with the report's own options (checked before any run starts, not after hours of runs):
+    ``--smooth`` a window of at least one step, ``--threshold`` finite, ``--effect`` finite and > 0 (a NaN
+    effect made the power search run for minutes, a negative one raised after every run had finished)."""
+    errors = []
+    if args.smooth < 1:
+        errors.append(f"--smooth must be >= 1 (a trailing window of steps), got {args.smooth}")
+    if not math.isfinite(args.threshold):
+        errors.append(f"--threshold must be a finite training reward, got {args.threshold}")
+    if not (math.isfinite(args.effect) and args.effect > 0):
+        errors.append(f"--effect must be a finite difference > 0, got {args.effect}")
+    return errors
+
+
 def main(argv: list[str] | None = None) -> int:
     p = build_parser()
     args = p.parse_args(argv)
     if args.jobs < 1:
         p.error(f"--jobs must be >= 1, got {args.jobs}")
+    errors = report_option_errors(args)
+    if errors:
+        p.error("; ".join(errors))
     command = "python scripts/compare_methods.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     if args.engine == "loop":
         return run_loop(args, command)

@@ -125,3 +125,23 @@ def test_report_only_of_a_missing_or_corrupt_loop_folder_is_one_line(tmp_path, c
     code = module.main(["--assets", str(tmp_path / "none"), "--out", str(out), "--report-only", "--seeds", "0"])
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("error: ") and message in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("--smooth", "0", "--smooth must be >= 1"),
+    ("--threshold", "nan", "--threshold must be a finite training reward, got nan"),
+    ("--effect", "nan", "--effect must be a finite difference > 0, got nan"),
+    ("--effect", "-0.05", "--effect must be a finite difference > 0, got -0.05"),
+])
+def test_a_report_option_out_of_range_stops_before_any_run(tmp_path, capsys, option, value, message):
+    # before: --smooth 0 / --threshold nan reported every arm as never reaching the threshold, --effect nan ran the
+    # power search for minutes, --effect -0.05 raised after all runs had finished
+    spec = importlib.util.spec_from_file_location("compare_methods", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["compare_methods"] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    with pytest.raises(SystemExit) as info:
+        module.main(["--assets", str(tmp_path / "none"), "--out", str(tmp_path / "runs"), "--seeds", "0",
+                     "--report-only", option, value])  # --report-only: never a run, even were the check missing
+    assert info.value.code == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "none").exists()
