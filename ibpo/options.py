@@ -280,6 +280,10 @@ class IBPOConfig:
                 f"ibpo.candidate_labels has {len(self.candidate_labels)} labels but a correction prompt shows "
                 f"1 + num_references = {1 + self.num_references} candidates"
             )
+        shown = self.candidate_labels[:1 + self.num_references]  # the labels of a prompt's candidates
+        if len(set(shown)) < len(shown) or not all(str(label).strip() for label in shown):
+            raise bad("candidate_labels", f"distinct, non-blank labels for the {len(shown)} candidates of a "
+                      "correction prompt (each is the '### <label>' heading of one candidate)")
         missing = [p for p in ("{problem}", "{candidates}") if p not in self.template]
         if missing:
             raise IBPOConfigError(f"ibpo.template lacks the placeholder(s) {missing}")

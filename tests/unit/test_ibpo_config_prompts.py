@@ -44,6 +44,9 @@ from ibpo.references import select_references, select_references_in_group
         ({"joint_grouping": "per_correction_prompt"}, "needs ibpo.corrections_per_target >= 2"),
         # before: accepted, then np.random.default_rng([-1, step]) raised in the trainer at the first step
         ({"seed": -1}, r"ibpo.seed=-1 is out of range: must be >= 0"),
+        # before: accepted; the correction prompt then showed two candidates under one heading (or none)
+        ({"candidate_labels": ("A", "A")}, r"ibpo.candidate_labels=\('A', 'A'\) is out of range: must be distinct"),
+        ({"candidate_labels": ("A", " ")}, r"ibpo.candidate_labels=.* must be distinct, non-blank labels for the 2"),
     ],
 )
 def test_bad_options_fail_at_construction(options, message):
