@@ -81,6 +81,16 @@ def test_a_reward_function_returning_nonsense_is_caught(tiny_run, tmp_path):
                            "reward.custom_reward_function.name=score"))
 
 
+@pytest.mark.parametrize("value", ["float('nan')", "{'score': float('inf')}"])
+def test_a_reward_function_returning_a_non_finite_score_is_caught(tiny_run, tmp_path, value):
+    # before: passed the pre-flight; the first step's advantages were NaN
+    bad = tmp_path / "nan_reward.py"
+    bad.write_text(f"def score(data_source, solution_str, ground_truth, extra_info=None, **kw):\n    return {value}\n")
+    with pytest.raises(SetupError, match="for an empty response; verl needs a finite number"):
+        preflight(composed(tiny_run, f"reward.custom_reward_function.path={bad}",
+                           "reward.custom_reward_function.name=score"))
+
+
 def test_a_wrong_reward_name_stops_the_launcher_before_ray_within_seconds(tiny_run, tmp_path):
     """The real entry point as a subprocess: exit status 2, one line naming the option, no Ray start."""
     env = process_env(os.environ, {**cpu_env(), "PYTHONPATH": str(REPO)})

@@ -3,6 +3,7 @@ its signature, one row scored as verl calls it, and the project's own verifiers'
 
 from __future__ import annotations
 
+import math
 import typing
 
 from omegaconf import DictConfig, OmegaConf
@@ -114,6 +115,8 @@ def score_row(config: DictConfig, reward_fn, path: str, row_index: int, row: dic
     if isinstance(score, bool) or not isinstance(score, (int, float)):
         raise SetupError(f"{where}: returned {result!r:.200}; verl needs a number or a dict with a numeric "
                              "'score'")
+    if not math.isfinite(score):  # a NaN reward turns the group's advantages (and the loss) into NaN
+        raise SetupError(f"{where}: returned the score {score!r} for an empty response; verl needs a finite number")
     return float(score)
 
 
