@@ -343,7 +343,7 @@ def iter_lcb_rows(
         if not window.keeps(date):
             summary.skip("outside the date range of this split")
             return None
-        if drop_errata and (question_id in LCB_ERRATA or raw.data.get("question_title") in LCB_ERRATA):
+        if drop_errata and (question_id in LCB_ERRATA or require_str(raw, "question_title") in LCB_ERRATA):
             summary.skip("listed in LiveCodeBench ERRATA.md")
             return None
         row = lcb_row(raw, data_source, window.split, len(state.written_ids), prompt_style)

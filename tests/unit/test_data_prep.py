@@ -457,6 +457,17 @@ def test_a_bad_check_disjoint_file_is_named_before_anything_is_written(name, con
     assert not out.exists()
 
 
+def test_an_lcb_title_that_is_not_a_string_is_named_where_errata_are_dropped(tmp_path):
+    # before: TypeError "unhashable type: 'list'" from the errata lookup, naming no row
+    rows = [json.loads(line) for line in (LCB_RAW / "test6.jsonl").read_text().splitlines()][:2]
+    rows[1]["question_title"] = ["A. Short Sort"]
+    path = tmp_path / "test6.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(PrepError) as info:
+        livecodebench.prepare_livecodebench([path], tmp_path / "lcb.parquet", errata="drop")
+    assert str(info.value).startswith(f"{path}, row 2, field 'question_title': expected a string"), str(info.value)
+
+
 def test_skip_invalid_counts_instead_of_stopping(tmp_path):
     out = tmp_path / "skip.parquet"
     summary = livecodebench.prepare_livecodebench([MALFORMED / "lcb/bad_platform.jsonl"], out, skip_invalid=True)
