@@ -572,6 +572,23 @@ def verdict_counts(records: Sequence[dict]) -> dict[str, dict[str, dict[str, int
     return counts
 
 
+def problems_by_data_source(paths: Sequence[str], max_problems: int = 0) -> dict[str, list[Problem]]:
+    """The problems of every ``--data`` file (the first ``max_problems`` of each; 0 = all), by data source. A
+    problem id met twice in one data source (the same file given twice, two files sharing problems) is a
+    ``ValueError`` naming both rows: its samples would count twice and narrow every interval."""
+    by_source: dict[str, list[Problem]] = {}
+    seen: dict[tuple[str, str], str] = {}
+    for path in paths:
+        for prob in load_problems(path)[: max_problems or None]:
+            first = seen.get((prob.data_source, prob.problem_id))
+            if first is not None:
+                raise ValueError(f"--data: problem {prob.problem_id!r} of {prob.data_source} is in {first} and "
+                                 f"again in {prob.where}; each problem must be evaluated once")
+            seen[(prob.data_source, prob.problem_id)] = prob.where
+            by_source.setdefault(prob.data_source, []).append(prob)
+    return by_source
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     # everything that can be wrong is checked before the (slow) model load and generation
@@ -592,10 +609,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if not Path(path).is_file():
             raise FileNotFoundError(f"{path}: no such parquet file")
     check_data_rows(args.data)  # first: a bad row is named as the training pre-flight names it
-    problems_by_source: dict[str, list[Problem]] = {}
-    for path in args.data:
-        for prob in load_problems(path)[: args.max_problems or None]:
-            problems_by_source.setdefault(prob.data_source, []).append(prob)
+    problems_by_source = problems_by_data_source(args.data, args.max_problems)
     render_prompts(model_dir, [p for probs in problems_by_source.values() for p in probs], template_kwargs)
     generator = make_generator(args.backend, args.model, args.batch_size, args.dtype, args.max_model_len,
                                args.tensor_parallel_size)

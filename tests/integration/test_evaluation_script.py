@@ -237,6 +237,17 @@ def test_a_bad_later_row_stops_before_generation(tiny, tmp_path, monkeypatch, ca
     assert message.startswith(f"error: {bad}, {expected}"), message
 
 
+def test_a_problem_given_twice_stops_before_generation(tiny, tmp_path, monkeypatch, capsys):
+    # before: `--data f f` evaluated every problem twice as two problems (intervals too narrow, exit 0)
+    mod = load_script()
+    copy = write_math_parquet(tmp_path / "copy.parquet", [(1, 2)])  # SUM-0 again, in another file
+    for data in ([str(tiny["data"]), str(tiny["data"])], [str(tiny["data"]), str(copy)]):
+        message = refused_before_generating(mod, monkeypatch, capsys, "--model", tiny["model"], "--data", *data,
+                                            "--out", str(tmp_path / "o"), "--backend", "hf")
+        assert message == (f"error: --data: problem 'SUM-0' of aime25 is in {tiny['data']}, row 0 and again in "
+                           f"{data[1]}, row 0; each problem must be evaluated once"), message
+
+
 def test_every_flag_has_help_with_its_default():
     mod = load_script()
     parser = mod.build_parser()
