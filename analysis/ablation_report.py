@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -113,6 +114,13 @@ def write_report(out: Path, warm_starts: list[str], baseline: str, argv: list[st
                                  "accuracy_at_1": (final_eval(r) or {}).get("accuracy"),
                                  "collapse_alarm": int(alarm_fired(r)),
                                  **{k: _num(run_mean(r, f"mechanism/{k}"), "{:.4f}") for k in MECHANISM_KEYS}})
+    if not metas:
+        raise SystemExit(f"{out}: no ws_<name>/meta.json for the warm starts {warm_starts}: nothing to report (no run "
+                         "has started there, or --out / --warm-start names another folder)")
+    absent = [name for name in warm_starts if name not in metas]
+    if absent:
+        print(f"[ablation] note: no runs of the warm start(s) {absent} under {out} (no ws_<name>/meta.json); the "
+              "report leaves them out", file=sys.stderr, flush=True)
     splits = {eval_split(meta) for meta in metas.values()}
     if len(splits) > 1:
         raise SystemExit(f"{out}: the warm starts' folders were evaluated on different splits "

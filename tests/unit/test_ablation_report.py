@@ -130,3 +130,14 @@ def test_ablation_refuses_a_chunk_below_one_before_any_run(tmp_path, capsys):
         ablation.main(["--out", str(tmp_path / "out"), "--warm-start", f"w={tmp_path / 'ws'}", "--arms", "GSPO G=n",
                        "--seeds", "0", "--chunk", "0"])
     assert "--chunk must be >= 1, got 0" in capsys.readouterr().err
+
+
+def test_a_report_with_no_warm_start_folder_is_refused_and_a_missing_one_is_said(tmp_path, capsys):
+    # before: an empty report (headers only), exit status 0, for an --out or --warm-start that names no runs
+    with pytest.raises(SystemExit, match=r"no ws_<name>/meta.json for the warm starts \['weak'\]: nothing to report"):
+        write_report(tmp_path, ["weak"], "GSPO G=n", [])
+    assert not (tmp_path / "report.md").exists()
+    runs = [_run(arm, s, 0.5, 1.0, 4, [0.5] * 4) for arm in ("GSPO G=n", "IBPO G=n") for s in range(2)]
+    _write_folder(tmp_path / "ws_weak", {"warm_start_test_accuracy": 0.45, "warm_start_sha256": "w" * 8}, runs)
+    write_report(tmp_path, ["weak", "strnog"], "GSPO G=n", [])
+    assert "no runs of the warm start(s) ['strnog']" in capsys.readouterr().err
