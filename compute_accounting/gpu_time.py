@@ -173,8 +173,12 @@ def coefficients_from_json(path: str | Path, model: str | ServingShape | None = 
     (``model_shape``, top level or in ``meta``) must be that shape: coefficients measured at one model size
     misprice another silently otherwise."""
     data = json.loads(Path(path).read_text())
-    block = data.get("coefficients", data)
-    measured_at = data.get("model_shape", data.get("meta", {}).get("model_shape"))
+    block = data.get("coefficients", data) if isinstance(data, dict) else data
+    meta = data.get("meta", {}) if isinstance(data, dict) else {}
+    if not isinstance(block, dict) or not isinstance(meta, dict):
+        raise ValueError(f"{path}: not a scripts/bench_gpu.py JSON (expected an object with a 'coefficients' object, "
+                         f"got {type(data).__name__})")
+    measured_at = data.get("model_shape", meta.get("model_shape"))
     if model is not None and measured_at is not None and not same_shape(measured_at, model):
         raise ValueError(f"{path}: measured at {measured_at}'s shape, not this run's model ({shape_of(model).name}); "
                          "measure at its shape (scripts/bench_gpu.py) or use roofline:<GPU>")

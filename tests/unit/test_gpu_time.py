@@ -114,6 +114,15 @@ def test_coefficients_round_trip_through_the_bench_json(tmp_path):
         resolve_coefficients("H100", "Qwen3-1.7B")
 
 
+@pytest.mark.parametrize("content", ["[1, 2]", '{"coefficients": [1, 2]}', '{"meta": "H200", "weight_sync_s": 1}'])
+def test_a_json_that_is_not_a_bench_object_is_a_value_error_naming_it(tmp_path, content):
+    # before: AttributeError ('list' object has no attribute 'get'), which the launcher's pre-flight does not catch
+    path = tmp_path / "bench.json"
+    path.write_text(content)
+    with pytest.raises(ValueError, match=rf"^{path}: not a scripts/bench_gpu.py JSON"):
+        coefficients_from_json(path)
+
+
 def test_the_budget_counts_modelled_gpu_seconds():
     ledger = ComputeLedger(ComputeBudgetConfig(limit=10.0, unit="modelled_gpu_seconds"))
     ledger.add_step(flops=1e20, gpu_seconds=100.0, modelled_gpu_seconds=4.0)
