@@ -433,7 +433,8 @@ def test_an_lcb_date_with_a_utc_offset_is_named(date, tmp_path):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     with pytest.raises(PrepError) as info:
         livecodebench.prepare_livecodebench([path], tmp_path / "lcb.parquet")
-    assert str(info.value).startswith(f"{path}, row 2, field 'contest_date': {date!r} has a UTC offset"), str(info.value)
+    message = str(info.value)
+    assert message.startswith(f"{path}, row 2, field 'contest_date': {date!r} has a UTC offset"), message
     assert not (tmp_path / "lcb.parquet").exists()
 
 

@@ -106,5 +106,5 @@ def test_a_truncated_or_foreign_result_file_is_named(tmp_path, name, content, me
 
 
 def test_a_folder_without_results_is_named(tmp_path):
-    with pytest.raises(FileNotFoundError, match="meta.json: no such file; .* is not an analysis.toy_loop output folder"):
+    with pytest.raises(FileNotFoundError, match="meta.json: no such file; .* not an analysis.toy_loop output folder"):
         report.load_results(tmp_path / "nowhere")
