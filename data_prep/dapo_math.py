@@ -99,8 +99,8 @@ def prepare_dapo_math(
         if problem in seen:
             summary.skip("duplicate problem text")
             return None
+        answer = dapo_answer(raw)  # before the text is claimed: a later valid copy still counts (--skip-invalid)
         seen.add(problem)
-        answer = dapo_answer(raw)
         index = len(seen) - 1
         stats["non_integer"] += not re.fullmatch(r"-?\d+", answer)
         stats["cjk"] += bool(CJK.search(problem))

@@ -58,6 +58,18 @@ def problem_number(raw: RawRow) -> int:
     return value
 
 
+def problem_types(raw: RawRow) -> list[str]:
+    """``problem_type`` (for the summary only): a list of topics, one topic written as a plain string, or absent."""
+    value = raw.data.get("problem_type")
+    if value is None:
+        return []
+    if isinstance(value, str):  # one topic, not one per character
+        return [value]
+    if not isinstance(value, (list, tuple)):
+        raise PrepError(raw.ref, "problem_type", f"expected a list of topics, got {type(value).__name__}")
+    return [str(topic) for topic in value]
+
+
 def prepare_hmmt25(
     input_path: str | Path,
     template: str = "boxed",
@@ -76,8 +88,8 @@ def prepare_hmmt25(
         if number in seen:
             raise PrepError(raw.ref, "problem_idx", f"duplicate problem {number} (first seen at {seen[number]})")
         seen[number] = str(raw.ref)
-        for topic in raw.data.get("problem_type") or []:
-            topics[str(topic)] += 1
+        for topic in problem_types(raw):
+            topics[topic] += 1
         return make_math_row(
             data_source=DATA_SOURCE,
             problem=problem,

@@ -337,6 +337,13 @@ def iter_lcb_rows(
             summary.skip(f"duplicate question_id (first seen in {Path(state.seen[question_id]).name})")
             return None
         state.seen[question_id] = raw.ref.file
+        try:
+            return convert_new(raw, question_id)
+        except PrepError:  # an invalid copy does not claim its id: a later valid one is kept (--skip-invalid)
+            del state.seen[question_id]
+            raise
+
+    def convert_new(raw: RawRow, question_id: str) -> dict | None:
         date = contest_datetime(raw)
         if window.in_eval_window(date):
             state.eval_window_ids.add(question_id)

@@ -14,6 +14,7 @@ import sys
 import zlib
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -336,6 +337,20 @@ def test_gsm8k_final_answers_and_split_inference():
     assert [(r["extra_info"]["split"], r["reward_model"]["ground_truth"]) for r in test] == [("test", "18")]
 
 
+def test_hmmt_problem_types_are_counted_as_topics(tmp_path):
+    raw = pq.read_table(RAW / "MathArena/hmmt_feb_2025/data/train-00000-of-00001.parquet").to_pylist()
+    assert isinstance(raw[0]["problem_type"], list)
+    one_string = [{**r, "problem_type": "Geometry"} for r in raw]  # one topic written as a plain string
+    folder = tmp_path / "hmmt"
+    folder.mkdir()
+    pq.write_table(pa.Table.from_pylist(one_string), folder / "train.parquet")
+    _, summary = hmmt25.prepare_hmmt25(folder, allow_partial=True)
+    assert summary.facts["problem types"] == f"Geometry={len(raw)}"  # not G=…, e=…, one per character
+    pq.write_table(pa.Table.from_pylist([{**raw[0], "problem_type": 7}]), folder / "train.parquet")
+    with pytest.raises(PrepError, match="field 'problem_type': expected a list of topics, got int"):
+        hmmt25.prepare_hmmt25(folder, allow_partial=True)
+
+
 # ----------------------------------------------------------------------------------------------------------
 # Errors: every malformed fixture names file, row and field
 
@@ -477,6 +492,28 @@ def test_skip_invalid_counts_instead_of_stopping(tmp_path):
     assert summary.rows_read == 2 and summary.rows_written == 1
     rows, summary = aime25.prepare_aime25(MALFORMED / "aime/answer_too_large.jsonl", skip_invalid=True, allow_partial=True)
     assert len(rows) == 1 and sum(summary.skipped.values()) == 1
+
+
+def test_an_invalid_copy_does_not_claim_its_id_from_a_later_valid_one(tmp_path):
+    # LiveCodeBench: the first copy of abc904_b has an unknown platform, the second is valid: with --skip-invalid
+    # the valid one is written, not skipped as a duplicate of a row that was never kept
+    rows = [json.loads(line) for line in (MALFORMED / "lcb/bad_platform.jsonl").read_text().splitlines()]
+    valid = next(r for r in rows if r["platform"] == "atcoder")
+    path = tmp_path / "copies.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in ({**valid, "platform": "hackerrank"}, valid)))
+    out = tmp_path / "lcb.parquet"
+    summary = livecodebench.prepare_livecodebench([path], out, skip_invalid=True)
+    assert [r["extra_info"]["problem_id"] for r in read_verl_parquet(out)] == ["abc904_b"]
+    assert summary.rows_written == 1 and "duplicate question_id" not in " ".join(summary.skipped)
+    # DAPO-Math: the same problem text first without a usable answer, then with one
+    raw = pq.read_table(RAW / "BytedTsinghua-SIA/DAPO-Math-17k/data/dapo-math-17k.parquet").to_pylist()[0]
+    broken = {**raw, "reward_model": {**raw["reward_model"], "ground_truth": " "}}
+    folder = tmp_path / "dapo"
+    folder.mkdir()
+    pq.write_table(pa.Table.from_pylist([broken, raw]), folder / "dapo-math-17k.parquet")
+    dapo_rows, dapo_summary = dapo_math.prepare_dapo_math(folder, skip_invalid=True)
+    assert [r["reward_model"]["ground_truth"] for r in dapo_rows] == [raw["reward_model"]["ground_truth"]]
+    assert "duplicate problem text" not in dapo_summary.skipped and dapo_rows[0]["extra_info"]["index"] == 0
 
 
 def test_failed_run_leaves_no_output(tmp_path):
