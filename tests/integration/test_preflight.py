@@ -389,3 +389,20 @@ def test_the_preflight_prints_the_candidate_share_and_the_sampling_check(tiny_ru
     out = capsys.readouterr().out
     assert "[ibpo] correction candidates (whole text):" in out
     assert "[recipe] validation sampling (rollout.val_kwargs): temperature 0.6" in out
+
+
+def test_a_data_folder_is_named_as_a_folder_with_its_parquet_files(tmp_path):
+    from omegaconf import OmegaConf
+
+    from recipe.common.preflight.data_files import data_files
+
+    (tmp_path / "data").mkdir()
+    config = OmegaConf.create({"data": {"train_files": str(tmp_path / "data")}})
+    with pytest.raises(SetupError, match=r"is a folder; give the parquet file\(s\) in it \(it holds no \.parquet"):
+        data_files(config, "train_files")
+    (tmp_path / "data" / "train.parquet").write_bytes(b"")
+    with pytest.raises(SetupError, match=r"is a folder; give the parquet file\(s\) in it \(e\.g\. .*train\.parquet\)"):
+        data_files(config, "train_files")
+    config.data.train_files = [str(tmp_path / "data" / "train.parquet"), str(tmp_path / "missing.parquet")]
+    with pytest.raises(SetupError, match="missing.parquet does not exist"):
+        data_files(config, "train_files")

@@ -20,7 +20,12 @@ def data_files(config: DictConfig, key: str) -> list[str]:
     if not files:
         raise SetupError(f"data.{key} is empty")
     for path in files:
-        if not Path(path).expanduser().is_file():
+        where = Path(path).expanduser()
+        if where.is_dir():  # verl reads files, not folders: name the parquet files it could be given instead
+            found = sorted(str(f) for f in where.glob("*.parquet"))[:3]
+            raise SetupError(f"data.{key}: {path} is a folder; give the parquet file(s) in it"
+                             + (f" (e.g. {', '.join(found)})" if found else " (it holds no .parquet file)"))
+        if not where.is_file():
             raise SetupError(f"data.{key}: {path} does not exist (build it with data_prep, see the README's Data)")
     return [str(Path(p).expanduser()) for p in files]
 
