@@ -778,7 +778,7 @@ def inner_vllm_main(args) -> int:
     return 0
 
 
-# The first line of each, as Ray, vLLM 0.24 and verl 0.9.1 print them (best effort: a marker that never shows
+# The first line of each, as Ray, vLLM 0.24 and the pinned verl print them (best effort: a marker that never shows
 # stays absent): the step's start-up timeline survives in the JSON even where its log is not copied off the machine.
 STARTUP_MARKERS = {
     "pre_flight_passed": re.compile(r"\[recipe\] pre-flight checks passed"),
