@@ -21,6 +21,8 @@ one run per seed serves every share).
   interval lies below 0 (:func:`line_break_even`); otherwise the cost of a correction does not resolvably change
   the answer and the report says "not resolved" (or, when the slope is resolved but the line is below 0 from
   share 0, "behind at every share").
+- **A check beside the line** (added after 2g P's runs, not pre-registered): the stratified t interval of the
+  per-seed slopes (:func:`per_seed_slope_interval`), the last column; it decides nothing.
 
 Writes ``OUT/breakeven.md`` and ``OUT/breakeven.json`` when ``--out`` is given; prints the table.
 """
@@ -104,6 +106,24 @@ def bootstrap_line(points: list[SharePoint], n_boot: int = 4000, seed: int = 0) 
     return out
 
 
+def per_seed_slope_interval(points: list[SharePoint], alpha: float = 0.05) -> dict:
+    """A check beside the bootstrap (added after 2g P's runs, not pre-registered): each (warm start, seed)'s own
+    least-squares slope of Δ over its shares, then the stratified t interval over seeds within warm starts
+    (:func:`analysis.ablation_stats.stratified_difference`). With few seeds per warm start the seed bootstrap's
+    percentile interval is narrower than a t interval; this one is the more conservative reading."""
+    by_seed: dict[str, dict[int, list[SharePoint]]] = {}
+    for p in points:
+        by_seed.setdefault(p.warm_start, {}).setdefault(p.seed, []).append(p)
+    strata = []
+    for seeds in by_seed.values():
+        slopes = [fit_line(pts)[1] for pts in seeds.values() if len({p.share for p in pts}) >= 2]
+        if len(slopes) >= 2:
+            strata.append((float(np.mean(slopes)), float(np.std(slopes, ddof=1)), len(slopes)))
+    if not strata:
+        raise ValueError("the per-seed slopes need two seeds of some warm start with two shares each")
+    return stratified_difference(strata, alpha)
+
+
 def line_break_even(a: float, b: float, b_low: float, b_high: float) -> tuple[str, float | None]:
     """What the line says about the break-even: ``("crosses", x)`` where Δ = a + b·x = 0 when b's interval lies
     below 0 and a ≥ 0 (``"crosses beyond the shares tried"`` when x > 1); ``("behind at every share", None)`` when
@@ -162,6 +182,7 @@ def analyse(folders: dict[float, Path], warm_starts: list[str], arms: list[str],
         a_low, a_high = (float(v) for v in np.percentile(boot[:, 0], [2.5, 97.5]))
         matching = [s for s in sorted(rule) if rule[s][arm]["matches"]]
         arms_out[arm] = {"a": a, "a_low": a_low, "a_high": a_high, "b": b, "b_low": b_low, "b_high": b_high,
+                         "b_per_seed_t": per_seed_slope_interval(pts),
                          "line_break_even": line_break_even(a, b, b_low, b_high),
                          "rule_break_even": max(matching) if matching else None,
                          "seeds_per_warm_start": {w: len({p.seed for p in pts if p.warm_start == w})
@@ -188,14 +209,15 @@ def format_report(result: dict, shares: list[float]) -> str:
                  f"{'✓' if result['per_share'][str(s)][a]['matches'] else '✗'}" for a in arms]
         lines.append(f"| {s:g} | " + " | ".join(cells) + " |")
     lines += ["", "| arm | intercept a [95%] | slope b per unit share [95%] | break-even, line | break-even, D's rule "
-              "| seeds per warm start |", "|---|---:|---:|---:|---:|---|"]
+              "| seeds per warm start | slope, per-seed t check [95%] |", "|---|---:|---:|---:|---:|---|---:|"]
     for arm, r in result["arms"].items():
         verdict, x = r["line_break_even"]
         line = verdict if x is None else f"{verdict} at {x:.2f}"
         rule = "none" if r["rule_break_even"] is None else f"{r['rule_break_even']:g}"
         seeds = ", ".join(f"{w} {n}" for w, n in r["seeds_per_warm_start"].items())
         lines.append(f"| {arm} | {r['a']:+.3f} [{r['a_low']:+.3f}, {r['a_high']:+.3f}] | {r['b']:+.3f} "
-                     f"[{r['b_low']:+.3f}, {r['b_high']:+.3f}] | {line} | {rule} | {seeds} |")
+                     f"[{r['b_low']:+.3f}, {r['b_high']:+.3f}] | {line} | {rule} | {seeds} | "
+                     f"{_interval(r['b_per_seed_t'])} |")
     return "\n".join(lines)
 
 

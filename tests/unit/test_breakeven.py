@@ -18,6 +18,7 @@ from analysis.breakeven import (
     line_break_even,
     main,
     parse_shares,
+    per_seed_slope_interval,
 )
 
 
@@ -177,3 +178,23 @@ def test_fraction_reads_the_evaluation_made_there(tmp_path, capsys):
         with pytest.raises(SystemExit):
             main([*args, "--fraction", bad])
         assert "--fraction must be in (0, 1]" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_per_seed_slope_check_against_polyfit(seed):
+    # each (warm start, seed)'s own slope by numpy's polyfit; the warm starts weighted equally, as the pooled tables
+    rng = np.random.default_rng(seed)
+    shares = [0.0, 0.1, 0.25, 0.5, 1.0]
+    points = [SharePoint(s, w, k, float(rng.normal(0.01 - 0.02 * s, 0.02)))
+              for w, n in (("weak", 3), ("medium", 4), ("strong", 6)) for k in range(n) for s in shares]
+    slopes = {w: [np.polyfit(shares, [p.delta for p in points if p.warm_start == w and p.seed == k], 1)[0]
+                  for k in range(n)] for w, n in (("weak", 3), ("medium", 4), ("strong", 6))}
+    check = per_seed_slope_interval(points)
+    assert check["diff"] == pytest.approx(np.mean([np.mean(v) for v in slopes.values()]), abs=1e-12)
+    assert check["low"] < check["diff"] < check["high"]
+    # the seed-to-seed spread of the slopes sets its width: the same slopes with ten times the spread, wider
+    wide = [SharePoint(p.share, p.warm_start, p.seed, 10 * p.delta) for p in points]
+    assert per_seed_slope_interval(wide)["high"] - per_seed_slope_interval(wide)["low"] == pytest.approx(
+        10 * (check["high"] - check["low"]), rel=1e-9)
+    with pytest.raises(ValueError, match="two seeds"):
+        per_seed_slope_interval([SharePoint(0.0, "w", 0, 0.1), SharePoint(1.0, "w", 0, 0.0)])
