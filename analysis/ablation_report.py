@@ -158,7 +158,8 @@ def write_report(out: Path, warm_starts: list[str], baseline: str, argv: list[st
             continue
         strata = [next(r for r in rows if r["arm"] == arm) for rows in per_ws.values() if any(r["arm"] == arm for r in rows)]
         pooled = stratified_difference([(r["diff"]["diff"], r["sd_diff"], r["seeds"]) for r in strata])
-        wins = sum(1 for r in strata if r["diff"]["diff"] > 0 and r["diff"].get("p_value", 1.0) < 0.05)
+        # a warm start whose paired differences are all equal (SD 0) has no t test: not a win at p = 0
+        wins = sum(1 for r in strata if r["diff"]["diff"] > 0 and r["sd_diff"] > 0 and r["diff"]["p_value"] < 0.05)
         below = sum(1 for r in strata if r["change"]["mean"] < 0)
         lines.append(f"| {arm} | {pooled['strata']} | {format_interval(pooled)} | {_num(pooled['p_value'], '{:.3f}')} | "
                      f"{wins}/{len(strata)} | {below}/{len(strata)} |")

@@ -58,10 +58,17 @@ class SharePoint:
 def share_points(folder: Path, share: float, warm_starts: list[str], arm: str, baseline: str,
                  seeds: set[int] | None = None, milestone: float = 1.0) -> list[SharePoint]:
     """The paired differences of one share's ``analysis.ablation`` folder at ``milestone`` (seeds both arms
-    evaluated there; ``seeds`` restricts them)."""
+    evaluated there; ``seeds`` restricts them). A warm start's folder whose runs charged another share
+    (``meta.json``'s ``args.correction_cost_share``, 1 before the option existed) is a ``ValueError``: the same
+    folder given for two shares, or a share mislabelled, would otherwise bend the line silently."""
     points = []
     for w in warm_starts:
-        _, results = load_results(folder / f"ws_{w}")
+        meta, results = load_results(folder / f"ws_{w}")
+        if "args" in meta:  # every toy_loop meta.json has it; a hand-made folder may not
+            charged = float(meta["args"].get("correction_cost_share", 1.0))
+            if abs(charged - share) > 1e-9:
+                raise ValueError(f"--share {share:g}={folder}: its ws_{w} runs charged the correction phase "
+                                 f"{charged:g} of its cost (meta.json), not {share:g}")
         for seed, run in sorted(results.get(arm, {}).items()):
             if (seeds is not None and seed not in seeds) or seed not in results.get(baseline, {}):
                 continue
@@ -172,6 +179,7 @@ def analyse(folders: dict[float, Path], warm_starts: list[str], arms: list[str],
             if not pts:
                 raise ValueError(f"share {s:g} ({folders[s]}): no seed with both a finished {arm!r} run and a "
                                  f"{baseline!r} run evaluated at {_at(fraction)}")
+    check_every_seed_at_every_share(points, folders, warm_starts)
     rule = per_share_rule(points, warm_starts)
     arms_out = {}
     for arm in arms:
@@ -189,6 +197,26 @@ def analyse(folders: dict[float, Path], warm_starts: list[str], arms: list[str],
                                                   for w in warm_starts}}
     return {"per_share": {str(s): v for s, v in rule.items()}, "arms": arms_out, "baseline": baseline,
             "fraction": fraction}
+
+
+def check_every_seed_at_every_share(points: dict[float, dict[str, list[SharePoint]]], folders: dict[float, Path],
+                                    warm_starts: list[str]) -> None:
+    """Every arm has the same paired seeds of every warm start at every share, or a ``ValueError`` names the first
+    gap. A warm start missing at one share would leave the pooled Δ there over fewer warm starts and pull the line
+    by the warm starts' own differences; a seed missing at one share can make a bootstrap resample hold one share
+    only (no line: the bootstrap would stop at random)."""
+    for arm in next(iter(points.values())):
+        seen = {w: {p.seed for s in points for p in points[s][arm] if p.warm_start == w} for w in warm_starts}
+        for s in sorted(points):
+            for w in warm_starts:
+                here = {p.seed for p in points[s][arm] if p.warm_start == w}
+                if here != seen[w]:
+                    missing = sorted(seen[w] - here) or "every seed"
+                    raise ValueError(f"share {s:g} ({folders[s]}): {arm!r} on warm start {w} has no paired difference "
+                                     f"for seeds {missing} (the other shares have {sorted(seen[w])}); the line and "
+                                     "its seed bootstrap need every seed at every share: pass --seeds to keep those")
+                if not here:
+                    raise ValueError(f"{arm!r} on warm start {w}: no seed paired with the baseline at any share")
 
 
 def _at(fraction: float) -> str:
@@ -261,6 +289,9 @@ def main(argv: list[str] | None = None) -> int:
         missing = [w for w in args.warm_start if not (folder / f"ws_{w}").is_dir()]
         if missing:
             p.error(f"--share {s:g}={folder}: no ws_{missing[0]} folder")
+        no_meta = [w for w in args.warm_start if not (folder / f"ws_{w}" / "meta.json").is_file()]
+        if no_meta:
+            p.error(f"--share {s:g}={folder}: no ws_{no_meta[0]}/meta.json (no run has started there)")
     if not 0.0 < args.fraction <= 1.0:
         p.error(f"--fraction must be in (0, 1], got {args.fraction}")
     if args.bootstrap < 100:

@@ -75,10 +75,12 @@ def step_mean(result: dict, key: str) -> float:
     return float(np.mean(values)) if values else float("nan")
 
 
-def arm_cost(runs: dict[int, dict]) -> dict[str, float]:
+def arm_cost(runs: dict[int, dict], correction_share: float = 1.0) -> dict[str, float]:
     """Means over the arm's runs: updates, FLOPs and modelled GPU seconds per step, the correction phase's share
     of each, localisation coverage / precision / recall / first-position error per step, and the share of the
-    run's corrections that came out right (NaN for an arm that decodes none)."""
+    run's corrections that came out right (NaN for an arm that decodes none). Both shares are of the charged cost
+    (the folder's ``--correction-cost-share``, ``correction_share``): a step's ``flops`` and modelled seconds are
+    charged, its ``flops_by_phase["correction_gen"]`` is the phase's full FLOPs, so it is scaled here."""
     out: dict[str, list[float]] = {}
     for r in runs.values():
         steps = r["steps"]
@@ -88,7 +90,7 @@ def arm_cost(runs: dict[int, dict]) -> dict[str, float]:
         secs = [s.get("modelled_gpu_seconds_by_phase", {}) for s in steps]
         total_f = steps[-1]["flops"]
         total_s = sum(sum(x.values()) for x in secs)
-        corr_f = sum(x.get("correction_gen", 0.0) for x in flops)
+        corr_f = correction_share * sum(x.get("correction_gen", 0.0) for x in flops)
         corr_s = sum(x.get("correction_gen_prefill", 0.0) + x.get("correction_gen_decode", 0.0) for x in secs)
         row = {"updates": float(len(steps)), "flops_per_step": total_f / len(steps),
                "modelled_s_per_step": total_s / len(steps),
@@ -104,10 +106,18 @@ def arm_cost(runs: dict[int, dict]) -> dict[str, float]:
     return {k: float(np.nanmean(v)) if np.isfinite(v).any() else float("nan") for k, v in out.items()}
 
 
+def correction_share(meta: dict) -> float:
+    """The share of the correction phase's cost a folder's runs were charged (1 before the option existed)."""
+    return float(meta.get("args", {}).get("correction_cost_share", 1.0))
+
+
 def _fmt(d: dict | None, holm_p: float | None = None) -> str:
     if d is None or not math.isfinite(d.get("diff", float("nan"))):
         return "—"
-    text = f"{d['diff']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]"
+    if math.isfinite(d["low"]) and math.isfinite(d["high"]):
+        text = f"{d['diff']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]"
+    else:  # no interval (the warm start random over a single warm start): the estimate alone, not "[+nan, +nan]"
+        text = f"{d['diff']:+.3f} (no interval)"
     if holm_p is not None:
         text += f" (Holm p {holm_p:.3f})"
     return text
@@ -127,6 +137,10 @@ def load_with_arm_folders(out: Path, warm_starts: list[str], arm_folders: dict[s
                 if other_meta.get(key) != meta.get(key):
                     raise ValueError(f"--arm-folder {arm}={folder}: ws_{w} has {key} {other_meta.get(key)!r}, "
                                      f"{out}/ws_{w} has {meta.get(key)!r}: not the same budget on the same warm start")
+            if correction_share(other_meta) != correction_share(meta):
+                raise ValueError(f"--arm-folder {arm}={folder}: ws_{w} charged the correction phase "
+                                 f"{correction_share(other_meta):g} of its cost, {out}/ws_{w} "
+                                 f"{correction_share(meta):g}: not the same budget")
             if arm not in other:
                 raise ValueError(f"--arm-folder {arm}={folder}: ws_{w} has no {arm!r} run")
             results[arm] = other[arm]
@@ -194,7 +208,7 @@ def report(out: Path, warm_starts: list[str], baseline: str, arms: list[str] | N
               "coverage | precision | recall | first-position error (tokens) | right corrections / corrections |",
               "|---|" + "---:|" * 10]
     for a in [baseline] + arms:
-        costs = [arm_cost(res.get(a, {})) for _, res in loaded.values() if res.get(a)]
+        costs = [arm_cost(res.get(a, {}), correction_share(meta)) for meta, res in loaded.values() if res.get(a)]
         if not costs:
             continue
         c = {k: float(np.nanmean([x[k] for x in costs])) if any(math.isfinite(x[k]) for x in costs) else float("nan")

@@ -53,8 +53,22 @@ def load_results(out: str | Path) -> tuple[dict, dict[str, dict[int, dict]]]:
         if not isinstance(r.get("arm"), str) or seed is None:
             raise ValueError(f"{path}: not an analysis.toy_loop result (expected a string 'arm' and an integer "
                              f"'seed', got arm={r.get('arm')!r:.60}, seed={r.get('seed')!r:.60})")
+        check_accuracies(r, path)
         results.setdefault(r["arm"], {})[seed] = r
     return meta, results
+
+
+def check_accuracies(result: dict, path: Path) -> None:
+    """Every evaluation of a result has an accuracy in [0, 1]; a NaN, missing or out-of-range one (JSON allows
+    ``NaN``) is a ``ValueError`` naming the file and the milestone, not a NaN that a mean or a line carries silently
+    into a table, or an error in a t-test that names no run."""
+    for e in result.get("evals", []):
+        acc = e.get("accuracy") if isinstance(e, dict) else None
+        ok = isinstance(acc, (int, float)) and not isinstance(acc, bool) and 0.0 <= acc <= 1.0
+        if not ok:
+            milestone = e.get("milestone") if isinstance(e, dict) else None
+            raise ValueError(f"{path}: the evaluation at milestone {milestone!r} has accuracy {acc!r:.60}; "
+                             "expected a number in [0, 1]")
 
 
 def paired_power(sd_diff: float, effect: float, seeds: int, alpha: float = 0.05) -> float:

@@ -52,8 +52,11 @@ def per_arm_rows(out: Path, lrs: list[float], warm_starts: list[str], arms: list
                 values = np.array(list(acc.values()))
                 per_ws[ws] = (float(values.mean()), float(values.std(ddof=1)) if len(values) > 1 else math.nan,
                               len(values))
+            mean = float(np.mean([m for m, _, _ in per_ws.values()]))
             pooled = stratified_difference(list(per_ws.values()))
-            rows.append({"arm": arm, "lr": lr, "mean": float(np.mean([m for m, _, _ in per_ws.values()])),
+            if pooled["strata"] < len(per_ws):  # a warm start with one seed has no SD: no interval over all of them
+                pooled = {"diff": mean, "low": math.nan, "high": math.nan}
+            rows.append({"arm": arm, "lr": lr, "mean": mean,
                          "pooled": {"mean": pooled["diff"], "low": pooled["low"], "high": pooled["high"]},
                          "per_warm_start": {ws: {"mean": m, "seeds": n} for ws, (m, _, n) in per_ws.items()},
                          "per_seed": per_seed})

@@ -797,6 +797,8 @@ def check_numbers(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     for option, value in (("--budget-steps", args.budget_steps), ("--budget-flops", args.budget_flops)):
         if value is not None and not (finite(value) and value > 0):
             p.error(f"{option} must be a finite number > 0, got {value}")
+    if args.budget_flops is not None and args.budget_unit != "flops":  # it would be ignored: the budget is measured
+        p.error(f"--budget-flops is a budget in FLOPs; with --budget-unit {args.budget_unit} give --budget-steps")
     if not (finite(args.warmup_steps) and args.warmup_steps >= 0):
         p.error(f"--warmup-steps must be a finite number >= 0, got {args.warmup_steps}")
     milestones = list(args.milestones)

@@ -141,3 +141,18 @@ def test_a_report_with_no_warm_start_folder_is_refused_and_a_missing_one_is_said
     _write_folder(tmp_path / "ws_weak", {"warm_start_test_accuracy": 0.45, "warm_start_sha256": "w" * 8}, runs)
     write_report(tmp_path, ["weak", "strnog"], "GSPO G=n", [])
     assert "no runs of the warm start(s) ['strnog']" in capsys.readouterr().err
+
+
+def test_a_warm_start_with_equal_differences_is_not_counted_a_significant_win(tmp_path):
+    # warm start "flat": both seeds exactly 8 of 512 problems ahead (SD 0, no t test; the paired t's p would read 0);
+    # "real": a positive Δ with spread. Only a warm start with a t test can count as "p < 0.05 and Δ > 0"
+    for name, deltas in (("flat", (8 / 512, 8 / 512)), ("real", (0.30, 0.32, 0.31))):
+        meta = {"warm_start_sha256": "0" * 64, "warm_start_test_accuracy": 0.5}
+        runs = []
+        for seed, d in enumerate(deltas):
+            runs += [_run("G", seed, (200 + 30 * seed) / 512, 1.0, 3, [0.5, 0.5, 0.5]),
+                     _run("A", seed, (200 + 30 * seed) / 512 + d, 1.0, 3, [0.5, 0.5, 0.5])]
+        _write_folder(tmp_path / f"ws_{name}", meta, runs)
+    text = write_report(tmp_path, ["flat", "real"], "G", [])
+    pooled = next(line for line in text.splitlines() if line.startswith("| A | 2 |"))
+    assert pooled.split("|")[5].strip() == "1/2"

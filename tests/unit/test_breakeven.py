@@ -198,3 +198,40 @@ def test_the_per_seed_slope_check_against_polyfit(seed):
         10 * (check["high"] - check["low"]), rel=1e-9)
     with pytest.raises(ValueError, match="two seeds"):
         per_seed_slope_interval([SharePoint(0.0, "w", 0, 0.1), SharePoint(1.0, "w", 0, 0.0)])
+
+
+def test_a_seed_or_warm_start_missing_at_one_share_is_named(tmp_path, capsys):
+    # share 1 has seeds 0-1 only: before, a bootstrap resample of seeds 2-3 alone held share 0 only and stopped at
+    # random ("the line needs at least two different shares"; with 200 resamples, about every other bootstrap seed)
+    _share_folder(tmp_path, 0.0, slope=-0.04, seeds=4)
+    _share_folder(tmp_path, 1.0, slope=-0.04, seeds=2)
+    folders = {s: tmp_path / f"s{s}" for s in (0.0, 1.0)}
+    with pytest.raises(ValueError, match=r"share 1 .*'A' on warm start weak has no paired difference for seeds "
+                                         r"\[2, 3\].*pass --seeds"):
+        analyse(folders, ["weak", "strong"], ["A"], "GSPO G=n", n_boot=200)
+    assert analyse(folders, ["weak", "strong"], ["A"], "GSPO G=n", seeds={0, 1}, n_boot=200)["arms"]["A"]["b"] == (
+        pytest.approx(-0.04, abs=1e-9))
+    # a warm start with no arm run at one share: before, that share's pooled Δ and the line silently left it out there
+    for f in (tmp_path / "s1.0" / "ws_strong").glob("arm_s*.json"):
+        f.unlink()
+    with pytest.raises(ValueError, match=r"'A' on warm start strong has no paired difference for seeds \[0, 1\]"):
+        analyse(folders, ["weak", "strong"], ["A"], "GSPO G=n", seeds={0, 1}, n_boot=200)
+
+
+def test_a_folder_of_another_share_or_without_meta_is_refused(tmp_path, capsys):
+    # the runs' meta.json records the share they were charged: the share-0 folder given again as share 1 (before:
+    # a flat line, no error) is refused; a ws_ folder with no meta.json (before: a FileNotFoundError traceback)
+    for share in (0.0, 1.0):
+        _share_folder(tmp_path, share, slope=-0.04)
+        for w in ("weak", "strong"):
+            (tmp_path / f"s{share}" / f"ws_{w}" / "meta.json").write_text(
+                json.dumps({"budget_flops": 1.0, "args": {"correction_cost_share": share}}))
+    ws = ["--warm-start", "weak", "--warm-start", "strong", "--arms", "A", "--bootstrap", "100"]
+    assert main(["--share", f"0={tmp_path / 's0.0'}", "--share", f"1={tmp_path / 's1.0'}", *ws]) == 0
+    with pytest.raises(SystemExit):
+        main(["--share", f"0={tmp_path / 's0.0'}", "--share", f"1={tmp_path / 's0.0'}", *ws])
+    assert "its ws_weak runs charged the correction phase 0 of its cost (meta.json), not 1" in capsys.readouterr().err
+    (tmp_path / "s1.0" / "ws_strong" / "meta.json").unlink()
+    with pytest.raises(SystemExit):
+        main(["--share", f"0={tmp_path / 's0.0'}", "--share", f"1={tmp_path / 's1.0'}", *ws])
+    assert "no ws_strong/meta.json" in capsys.readouterr().err

@@ -115,3 +115,22 @@ def test_a_misspelt_baseline_or_arm_is_named(tmp_path, baseline, arms, message):
     with pytest.raises(ValueError) as info:
         report(tmp_path, ["a"], baseline, arms)
     assert str(info.value) == message
+
+
+def test_one_warm_start_prints_no_nan_interval_and_the_flop_share_is_of_the_charged_cost(tmp_path):
+    # one warm start: the warm start random has no interval ("(no interval)", not "[+nan, +nan]"); the folder's runs
+    # charged the correction phase 0.5 of its cost: a step's "flops" (10 a step) is charged, its flops_by_phase
+    # correction_gen (1) the phase's full cost, so the phase's share of the charged FLOPs is 0.5 / 10
+    folder = tmp_path / "ws_a"
+    folder.mkdir()
+    meta = {"warm_start_sha256": "0" * 64, "budget_flops": 40.0, "args": {"correction_cost_share": 0.5}}
+    (folder / "meta.json").write_text(json.dumps(meta))
+    for seed in range(3):
+        base = 0.5 + 0.01 * seed
+        (folder / f"base_s{seed}.json").write_text(json.dumps(_run("B", seed, (base, base), 0.0)))
+        (folder / f"arm_s{seed}.json").write_text(json.dumps(_run("A", seed, (base + 0.01 * seed, base), 0.4)))
+    text = report(tmp_path, ["a"], "B")
+    assert "nan" not in text.split("Cost and localisation")[0]
+    assert "(no interval)" in next(line for line in text.splitlines() if line.startswith("| A | 0.5 |"))
+    cost_row = next(line for line in text.splitlines() if line.startswith("| A | 4.0 |"))
+    assert cost_row.split("|")[5].strip() == "0.050"

@@ -95,6 +95,11 @@ def test_runs_csv_has_one_row_per_arm_and_seed(tmp_path):
     ("meta.json", "{", "not readable JSON (JSONDecodeError: "),
     ("ibpo_s1.json", "[]", "expected a JSON object, got list"),
     ("ibpo_s1.json", '{"seed": 1}', "not an analysis.toy_loop result (expected a string 'arm' and an integer 'seed'"),
+    # JSON allows NaN: before, it went on into the means and lines (or stopped a t-test naming no run)
+    ("ibpo_s1.json", '{"arm": "IBPO G=n", "seed": 1, "steps": [], "evals": [{"milestone": 1.0, "accuracy": NaN}]}',
+     "the evaluation at milestone 1.0 has accuracy nan; expected a number in [0, 1]"),
+    ("ibpo_s1.json", '{"arm": "IBPO G=n", "seed": 1, "steps": [], "evals": [{"milestone": 0.5}]}',
+     "the evaluation at milestone 0.5 has accuracy None"),
 ])
 def test_a_truncated_or_foreign_result_file_is_named(tmp_path, name, content, message):
     # before: a bare JSONDecodeError / KeyError / TypeError traceback naming no file

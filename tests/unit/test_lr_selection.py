@@ -110,6 +110,8 @@ def test_toy_loop_refuses_a_non_positive_lr(tmp_path, capsys):
     (["--budget-steps", "-3"], "--budget-steps must be a finite number > 0, got -3.0"),
     (["--budget-flops", "0"], "--budget-flops must be a finite number > 0, got 0.0"),
     (["--warmup-steps", "-1"], "--warmup-steps must be a finite number >= 0, got -1.0"),
+    (["--budget-unit", "modelled_gpu_seconds", "--budget-flops", "1e9"],
+     "--budget-flops is a budget in FLOPs; with --budget-unit modelled_gpu_seconds give --budget-steps"),
     (["--milestones", "1.0", "0.5"], "--milestones must be increasing fractions of the budget in (0, 1]"),
     (["--milestones", "nan"], "--milestones must be increasing fractions"),
     (["--milestones", "0", "1"], "--milestones must be increasing fractions"),
@@ -189,3 +191,19 @@ def test_per_arm_selection_refuses_bad_options_before_any_run(tmp_path, capsys, 
         lr_per_arm.main(argv + extra)
     assert message in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_warm_start_with_one_seed_leaves_the_pooled_column_the_mean_that_chooses(tmp_path):
+    # warm start "a" has one seed per rate (no SD): before, the pooled column dropped it and showed the other warm
+    # start's mean (0.510 and 0.560) while the rule chose by the mean over both (0.705 and 0.630), so the table said
+    # "highest pooled mean" beside the lower one
+    from analysis import lr_per_arm
+
+    for lr, one, three in ((1e-4, 0.9, [0.50, 0.51, 0.52]), (3e-4, 0.7, [0.55, 0.56, 0.57])):
+        _ws_runs(tmp_path, lr, "a", {"G": [one]})
+        _ws_runs(tmp_path, lr, "b", {"G": three})
+    rows = lr_per_arm.per_arm_rows(tmp_path, [1e-4, 3e-4], ["a", "b"], ["G"])
+    assert [r["pooled"]["mean"] for r in rows] == pytest.approx([0.705, 0.630])
+    assert lr_per_arm.chosen_lrs(rows) == {"G": 1e-4}
+    table = lr_per_arm.format_table(rows, ["a", "b"])
+    assert "| 0.705 | yes |" in table and "nan" not in table
