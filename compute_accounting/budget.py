@@ -31,7 +31,9 @@ last step cost less than the one before it, by at most the difference. The metri
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field, fields
+from numbers import Real
 from typing import Any, Mapping
 
 UNITS = ("flops", "gpu_seconds", "modelled_gpu_seconds")
@@ -70,10 +72,18 @@ class ComputeBudgetConfig:
                "step), logged against compute_budget/<unit>; replaces trainer.test_freq, which must be <= 0"})
 
     def __post_init__(self) -> None:
+        if isinstance(self.limit, bool) or not isinstance(self.limit, Real):
+            raise ComputeBudgetError(f"compute_budget.limit={self.limit!r} must be a number (0: no budget)")
+        if not isinstance(self.cost_model, str):
+            raise ComputeBudgetError(f"compute_budget.cost_model={self.cost_model!r} must be a string: roofline:<GPU>, "
+                                     "measured:<GPU> or the path of a scripts/bench_gpu.py JSON")
         if self.unit not in UNITS:
             raise ComputeBudgetError(f"compute_budget.unit={self.unit!r} must be one of {list(UNITS)}")
         if not (self.limit >= 0.0) or self.limit == float("inf"):
             raise ComputeBudgetError(f"compute_budget.limit={self.limit!r} must be a finite number >= 0 (0: no budget)")
+        if isinstance(self.val_fractions, (str, bytes)) or not isinstance(self.val_fractions, (list, tuple)) or any(
+                isinstance(f, bool) or not isinstance(f, Real) for f in self.val_fractions):
+            raise ComputeBudgetError(f"compute_budget.val_fractions={self.val_fractions!r} must be a list of numbers")
         fracs = tuple(float(f) for f in self.val_fractions)
         if any(not (0.0 < f <= 1.0) for f in fracs) or list(fracs) != sorted(set(fracs)):
             raise ComputeBudgetError(f"compute_budget.val_fractions={list(self.val_fractions)!r} must be increasing, "
@@ -129,8 +139,12 @@ class ComputeLedger:
         return float(getattr(self, self.budget.unit))
 
     def add_step(self, flops: float, gpu_seconds: float, modelled_gpu_seconds: float = 0.0) -> None:
+        """Count one step's cost in every unit; a cost that is not a finite number >= 0 fails, naming its unit
+        (a NaN spend never reaches the limit: the run would go on to ``trainer.total_training_steps``)."""
         cost = {"flops": float(flops), "gpu_seconds": float(gpu_seconds),
                 "modelled_gpu_seconds": float(modelled_gpu_seconds)}
+        for unit, value in cost.items():
+            check_spend(f"the step's {unit}", value)
         for unit, value in cost.items():
             setattr(self, unit, getattr(self, unit) + value)
         self.steps += 1
@@ -172,9 +186,17 @@ class ComputeLedger:
                 f"was written under limit={saved.get('limit')} unit={saved.get('unit')}: a budget-matched comparison "
                 "needs one budget for the whole run; resume with the checkpoint's budget")
         for key in ("flops", "gpu_seconds", "last_cost"):
-            setattr(self, key, float(state[key]))
-        self.modelled_gpu_seconds = float(state.get("modelled_gpu_seconds", 0.0))  # absent in older checkpoints
+            setattr(self, key, check_spend(f"the checkpoint's {key}", float(state[key])))
+        modelled = float(state.get("modelled_gpu_seconds", 0.0))  # absent in older checkpoints
+        self.modelled_gpu_seconds = check_spend("the checkpoint's modelled_gpu_seconds", modelled)
         self.steps, self.validated = int(state["steps"]), int(state["validated"])
+
+
+def check_spend(what: str, value: float) -> float:
+    """``value`` when it is a finite number >= 0, else a :class:`ComputeBudgetError` naming ``what``."""
+    if not (math.isfinite(value) and value >= 0.0):
+        raise ComputeBudgetError(f"{what} = {value!r}: a compute cost must be a finite number >= 0")
+    return value
 
 
 def matched_axis(records_keys: set[str]) -> str | None:

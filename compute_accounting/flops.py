@@ -16,7 +16,9 @@ Tokens are each row's valid tokens (``attention_mask``), as verl's remove-paddin
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, fields
+from numbers import Integral, Real
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -30,6 +32,12 @@ class ModelShape:
     num_layers: int  # L
     attention_dim: int  # d: num_attention_heads × head_dim
 
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value) or value <= 0:
+                raise ValueError(f"ModelShape.{f.name}={value!r} must be a finite number > 0")
+
 
 def active_matmul_params(matrices: int, routed_expert_matrices: int, experts: int, experts_per_token: int) -> int:
     """N of a mixture-of-experts model: each token computes with ``experts_per_token`` of the ``experts`` routed
@@ -42,11 +50,34 @@ def active_matmul_params(matrices: int, routed_expert_matrices: int, experts: in
     return int(round(matrices - routed_expert_matrices * (1 - experts_per_token / experts)))
 
 
+def token_counts(lengths: Sequence[float] | np.ndarray, name: str = "sequence lengths") -> np.ndarray:
+    """``lengths`` as a 1-D float array, refused (a ValueError naming ``name``) unless every entry is a finite
+    number >= 0: a NaN, infinite or negative count would price a step at NaN, inf or a negative cost."""
+    try:
+        s = np.asarray(lengths, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be numbers: {exc}") from None
+    if s.ndim != 1:
+        raise ValueError(f"{name} must be one count per row (a 1-D sequence), got shape {s.shape}")
+    if not (np.isfinite(s).all() and (s >= 0).all()):
+        raise ValueError(f"{name} must be finite numbers >= 0, got {s[~(np.isfinite(s) & (s >= 0))][:3].tolist()}")
+    return s
+
+
+def check_step_work(work: "StepWork") -> None:
+    """Refuse a :class:`StepWork` no step can have done (a ValueError naming the field): ``ppo_epochs`` not an
+    integer >= 1, or a row length that is negative, NaN or infinite."""
+    epochs = work.ppo_epochs
+    if isinstance(epochs, bool) or not isinstance(epochs, Integral) or epochs < 1:
+        raise ValueError(f"ppo_epochs must be an integer >= 1, got {epochs!r}")
+    for name in ("main_gen", "correction_gen", "train_main", "train_joint", "train_padding",
+                 "counterfactual_forward", "grad_probe"):
+        token_counts(getattr(work, name), f"StepWork.{name}")
+
+
 def forward_flops(lengths: Sequence[int] | np.ndarray, shape: ModelShape) -> float:
     """Σ_rows F(s) = 2·N·s + 2·L·d·s·(s+1) for one forward pass over rows of ``lengths`` valid tokens."""
-    s = np.asarray(lengths, dtype=np.float64)
-    if s.size and s.min() < 0:
-        raise ValueError("sequence lengths must be >= 0")
+    s = token_counts(lengths)
     return float(2.0 * shape.matmul_params * s.sum() + 2.0 * shape.num_layers * shape.attention_dim * (s * (s + 1)).sum())
 
 
@@ -98,8 +129,7 @@ def step_flops(work: StepWork, shape: ModelShape) -> StepFlops:
     """FLOPs of one step (module docstring): both generations, the old-log-prob and reference forwards
     and ``ppo_epochs`` actor updates (3 forwards each, 4 with gradient checkpointing) over every training
     row (main, joint and padding), the counterfactual forwards and the gradient probe."""
-    if work.ppo_epochs < 1:
-        raise ValueError(f"ppo_epochs must be >= 1, got {work.ppo_epochs}")
+    check_step_work(work)
     per_row_kind = {kind: forward_flops(rows, shape) for kind, rows in (
         ("main", work.train_main), ("joint", work.train_joint), ("padding", work.train_padding))}
     train_forward = sum(per_row_kind.values())

@@ -34,13 +34,15 @@ a wave takes as many passes as its longest request.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field, fields
+from numbers import Integral, Real
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from compute_accounting.flops import StepWork
+from compute_accounting.flops import StepWork, check_step_work, token_counts
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,19 @@ class ServingShape:
     matmul_params: int  # N of the FLOP counter: weight-matrix parameters used per token (tied LM head once)
     weight_bytes: float  # bytes one forward pass reads: every weight matrix it uses, bf16
     kv_bytes_per_token: float  # K and V of one token over all layers, bf16: 2 · layers · kv_heads · head_dim · 2
+
+    def __post_init__(self) -> None:
+        for name, least in (("matmul_params", 0.0), ("weight_bytes", 0.0), ("kv_bytes_per_token", None)):
+            value = getattr(self, name)
+            ok = is_number(value) and (value > least if least is not None else value >= 0)
+            if not ok:
+                raise ValueError(f"ServingShape {self.name!r}: {name}={value!r} must be a finite number "
+                                 f"{'> 0' if least is not None else '>= 0'}")
+
+
+def is_number(value: Any) -> bool:
+    """A finite real number that is not a bool (``True`` is an int to Python, not a count or a cost)."""
+    return isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def serving_shape(name: str, hidden: int, layers: int, heads: int, kv_heads: int, head_dim: int,
@@ -129,11 +144,16 @@ class GpuTimeCoefficients:
             if f.name in ("sources",):
                 continue
             value = getattr(self, f.name)
-            if not (isinstance(value, (int, float)) and np.isfinite(value) and value >= 0):
+            if not (is_number(value) and value >= 0):
                 raise ValueError(f"GpuTimeCoefficients.{f.name}={value!r} must be a finite number >= 0")
         for positive in ("prefill_tokens_per_s", "train_forward_tokens_per_s", "max_num_seqs", "gpus"):
             if getattr(self, positive) <= 0:
                 raise ValueError(f"GpuTimeCoefficients.{positive} must be > 0")
+        for count in ("max_num_seqs", "gpus"):  # a batch cap and a GPU count are whole numbers
+            if not isinstance(getattr(self, count), Integral):
+                raise ValueError(f"GpuTimeCoefficients.{count}={getattr(self, count)!r} must be an integer >= 1")
+        if not (isinstance(self.sources, Mapping) and all(isinstance(v, str) for v in self.sources.values())):
+            raise ValueError(f"GpuTimeCoefficients.sources={self.sources!r} must map coefficient names to strings")
 
     def describe(self) -> str:
         """One line per coefficient with its value and source."""
@@ -164,7 +184,7 @@ def roofline_coefficients(gpu: str = "H100-SXM", model: str | ServingShape = "Qw
             "prefill_tokens_per_s": f"{tag}: peak x {e['prefill_compute']} / 2N",
             "train_forward_tokens_per_s": f"{tag}: peak x {e['train_compute']} / 2N",
             "weight_sync_s": f"{tag}: weight bytes / {e['weight_sync_bytes_per_s'] / 1e9:g} GB/s (assumed)",
-            "max_num_seqs": "vLLM default", "gpus": "one GPU"})
+            "max_num_seqs": "verl's rollout default (rollout.yaml)", "gpus": "one GPU"})
 
 
 def coefficients_from_json(path: str | Path, model: str | ServingShape | None = None) -> GpuTimeCoefficients:
@@ -172,13 +192,15 @@ def coefficients_from_json(path: str | Path, model: str | ServingShape | None = 
     fields fail, naming the file. With ``model``, a JSON that names the shape it was measured at
     (``model_shape``, top level or in ``meta``) must be that shape: coefficients measured at one model size
     misprice another silently otherwise."""
-    data = json.loads(Path(path).read_text())
+    data = read_json(path)
     block = data.get("coefficients", data) if isinstance(data, dict) else data
     meta = data.get("meta", {}) if isinstance(data, dict) else {}
     if not isinstance(block, dict) or not isinstance(meta, dict):
         raise ValueError(f"{path}: not a scripts/bench_gpu.py JSON (expected an object with a 'coefficients' object, "
                          f"got {type(data).__name__})")
     measured_at = data.get("model_shape", meta.get("model_shape"))
+    if measured_at is not None and not isinstance(measured_at, str):
+        raise ValueError(f"{path}: model_shape={measured_at!r} must be a model name such as 'Qwen3-1.7B'")
     if model is not None and measured_at is not None and not same_shape(measured_at, model):
         raise ValueError(f"{path}: measured at {measured_at}'s shape, not this run's model ({shape_of(model).name}); "
                          "measure at its shape (scripts/bench_gpu.py) or use roofline:<GPU>")
@@ -190,6 +212,14 @@ def coefficients_from_json(path: str | Path, model: str | ServingShape | None = 
         return GpuTimeCoefficients(**block)
     except TypeError as exc:
         raise ValueError(f"{path}: {exc}") from None
+
+
+def read_json(path: str | Path) -> Any:
+    """The JSON a file holds; a file that cannot be read or parsed is a ValueError naming it."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: not a readable scripts/bench_gpu.py JSON ({type(exc).__name__}: {exc})") from None
 
 
 # Coefficients measured by scripts/bench_gpu.py and shipped with the package: <GPU>_<model shape>.json, each
@@ -266,12 +296,16 @@ class GenerationWork:
     drafted_tokens: Sequence[int] | None = None
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        p = np.asarray(self.prompt_lengths, dtype=np.float64)
-        g = np.asarray(self.output_lengths, dtype=np.float64)
+        """Prompt, output, decode-pass and draft counts per request, each refused (naming it) unless a 1-D
+        sequence of finite numbers >= 0."""
+        p = token_counts(self.prompt_lengths, "GenerationWork.prompt_lengths")
+        g = token_counts(self.output_lengths, "GenerationWork.output_lengths")
         if p.shape != g.shape:
             raise ValueError(f"{p.size} prompt lengths but {g.size} output lengths")
-        s = np.maximum(g - 1, 0) if self.decode_steps is None else np.asarray(self.decode_steps, dtype=np.float64)
-        d = np.zeros_like(g) if self.drafted_tokens is None else np.asarray(self.drafted_tokens, dtype=np.float64)
+        s = np.maximum(g - 1, 0) if self.decode_steps is None else token_counts(self.decode_steps,
+                                                                                "GenerationWork.decode_steps")
+        d = np.zeros_like(g) if self.drafted_tokens is None else token_counts(self.drafted_tokens,
+                                                                              "GenerationWork.drafted_tokens")
         if s.shape != g.shape or d.shape != g.shape:
             raise ValueError("decode_steps and drafted_tokens need one entry per request")
         if (p < 0).any() or (g < 0).any() or (s < 0).any() or (d < 0).any() or (s > np.maximum(g - 1, 0)).any():
@@ -320,7 +354,9 @@ def step_seconds(work: StepWork, main: GenerationWork, correction: GenerationWor
                  coeff: GpuTimeCoefficients) -> StepSeconds:
     """Modelled GPU seconds of one step: both generation phases (:func:`generation_seconds`), the training
     passes of ``work`` (the pass counts of :func:`compute_accounting.flops.step_flops`, each a forward-equivalent
-    over its rows' tokens) and one weight sync."""
+    over its rows' tokens) and one weight sync. A ``work`` no step can have done fails
+    (:func:`compute_accounting.flops.check_step_work`)."""
+    check_step_work(work)
     gen_main = generation_seconds(main, coeff)
     gen_corr = generation_seconds(correction, coeff) if correction is not None else {"prefill": 0.0, "decode": 0.0}
     per_fwd = 1.0 / coeff.train_forward_tokens_per_s
@@ -354,6 +390,8 @@ def fit_decode_coefficients(batch_sizes: Sequence[float], context_tokens: Sequen
     y = np.asarray(pass_seconds, dtype=np.float64)
     if not (b.shape == c.shape == y.shape) or b.ndim != 1:
         raise ValueError(f"one batch size, context and time per pass: got {b.shape}, {c.shape}, {y.shape}")
+    if not (np.isfinite(b).all() and (b >= 1).all() and np.isfinite(c).all() and (c >= 0).all()):
+        raise ValueError("every batch size must be a finite number >= 1 and every context a finite number >= 0")
     design = np.stack([np.ones_like(b), b, c], axis=1)
     if b.size < 3 or np.linalg.matrix_rank(design) < 3:
         raise ValueError(f"{b.size} decode measurements cannot separate the per-pass, per-token and per-context "
@@ -386,6 +424,6 @@ def train_forward_tokens_per_s(tokens: float, update_seconds: float, gradient_ch
     """Forward-equivalent tokens per second of an actor update that trained ``tokens`` tokens in
     ``update_seconds``: forward + backward is 3 forward-equivalents, 4 with gradient checkpointing (the forward
     runs again in the backward), as :func:`compute_accounting.flops.step_flops` counts them."""
-    if tokens <= 0 or update_seconds <= 0:
-        raise ValueError(f"tokens={tokens} and update_seconds={update_seconds} must be > 0")
+    if not (is_number(tokens) and is_number(update_seconds) and tokens > 0 and update_seconds > 0):
+        raise ValueError(f"tokens={tokens} and update_seconds={update_seconds} must be finite numbers > 0")
     return (3 + int(gradient_checkpointing)) * tokens / update_seconds

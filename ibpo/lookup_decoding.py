@@ -22,6 +22,7 @@ requests and score paths by frequency) is not replicated here; the GPU benchmark
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from numbers import Integral
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -40,11 +41,22 @@ class NgramParams:
     max_model_len: int | None = None  # drafts stop at the context limit (None: unbounded)
 
     def __post_init__(self) -> None:
+        for name in ("prompt_lookup_min", "prompt_lookup_max", "num_speculative_tokens", "max_model_len"):
+            value = getattr(self, name)
+            if not (value is None and name == "max_model_len") and not is_integer(value):
+                raise ValueError(f"NgramParams.{name}={value!r} must be an integer")
+        if self.max_model_len is not None and self.max_model_len < 1:
+            raise ValueError(f"NgramParams.max_model_len={self.max_model_len} must be >= 1 (None: unbounded)")
         if not 1 <= self.prompt_lookup_min <= self.prompt_lookup_max:
             raise ValueError(f"need 1 <= prompt_lookup_min ({self.prompt_lookup_min}) <= prompt_lookup_max "
                              f"({self.prompt_lookup_max})")
         if self.num_speculative_tokens < 1:
             raise ValueError(f"num_speculative_tokens must be >= 1, got {self.num_speculative_tokens}")
+
+
+def is_integer(value: Any) -> bool:
+    """An integer that is not a bool (``True`` is an int to Python, not a window length)."""
+    return isinstance(value, Integral) and not isinstance(value, bool)
 
 
 # -------------------------------------------------------------------------------------------- the rule
@@ -106,7 +118,11 @@ class NgramProposer:
                 self._first_start[n] = first[np.asarray(inverse).reshape(-1)]
 
     def propose(self, length: int) -> np.ndarray:
-        """The draft vLLM would propose after the first ``length`` tokens of the sequence."""
+        """The draft vLLM would propose after the first ``length`` tokens of the sequence (0 <= ``length`` <= its
+        size: a longer prefix is not known)."""
+        if not (is_integer(length) and 0 <= length <= self.seq.size):
+            raise ValueError(f"length={length!r}: a prefix of the {self.seq.size}-token sequence needs 0 <= length "
+                             f"<= {self.seq.size}")
         p = self.params
         k = p.num_speculative_tokens
         if p.max_model_len is not None:
@@ -285,8 +301,11 @@ def ngram_params_from_speculative_config(spec: Mapping[str, Any] | None,
     defaults never decide the window."""
     if not spec or spec.get("method") != "ngram":
         return None
-    return NgramParams(int(spec["prompt_lookup_min"]), int(spec["prompt_lookup_max"]),
-                       int(spec["num_speculative_tokens"]), max_model_len)
+    fields = ("prompt_lookup_min", "prompt_lookup_max", "num_speculative_tokens")
+    for name in fields:
+        if not is_integer(spec.get(name)):
+            raise ValueError(f"speculative_config.{name}={spec.get(name)!r} must be set to an integer (method ngram)")
+    return NgramParams(*(int(spec[name]) for name in fields), max_model_len)
 
 
 __all__ = ["LOOKUP_METHODS", "LookupStats", "NgramParams", "NgramProposer", "batch_decode_steps",

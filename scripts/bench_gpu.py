@@ -196,7 +196,7 @@ def measured_coefficients(measured: dict[str, float], gpu_name: str, commit: str
         values[name] = float(measured[key])
         note = " (in-process load_weights: a lower bound of verl's weight sync)" if key.endswith("load_weights_s") else ""
         sources[name] = f"measured: scripts/bench_gpu.py {part_of[key]}, {gpu_name}, {commit}{note}"
-    sources["max_num_seqs"], sources["gpus"] = "vLLM default", "one GPU"
+    sources["max_num_seqs"], sources["gpus"] = "verl's rollout default (rollout.yaml)", "one GPU"
     return GpuTimeCoefficients(**values, sources=sources)
 
 

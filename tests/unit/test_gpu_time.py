@@ -136,3 +136,22 @@ def test_the_budget_counts_modelled_gpu_seconds():
     assert fresh.modelled_gpu_seconds == 8.0
     with pytest.raises(ComputeBudgetError, match="cost_model"):
         ComputeBudgetConfig(cost_model="H100")
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_phases_sum_to_the_total_and_more_work_never_costs_less(seed):
+    rng = np.random.default_rng(seed)
+    rows = rng.integers(1, 200, 6).tolist()
+    work = StepWork(main_gen=rows, train_main=rows, train_joint=rows[:2], counterfactual_forward=rows[:3],
+                    grad_probe=rows[:1], ppo_epochs=int(rng.integers(1, 3)), reference_forward=True)
+    main = GenerationWork(rng.integers(0, 50, 6).tolist(), rng.integers(1, 40, 6).tolist())
+    step = step_seconds(work, main, GenerationWork([30], [9], [3], [12]), COEFF)
+    metrics = step.as_metrics()
+    assert metrics["compute/modelled_gpu_seconds"] == pytest.approx(sum(step.phases.values()), rel=1e-12)
+    assert sum(v for k, v in metrics.items() if k != "compute/modelled_gpu_seconds") == pytest.approx(step.total)
+    assert all(v >= 0 for v in step.phases.values())
+    longer = GenerationWork(list(main.prompt_lengths), [g + 1 for g in main.output_lengths])
+    assert generation_seconds(longer, COEFF)["decode"] > generation_seconds(main, COEFF)["decode"]
+    more_drafts = GenerationWork([30], [9], [3], [13])
+    assert generation_seconds(more_drafts, COEFF)["decode"] > generation_seconds(GenerationWork([30], [9], [3], [12]),
+                                                                                 COEFF)["decode"]

@@ -256,3 +256,53 @@ def test_ngram_params_from_a_speculative_config():
         NgramParams(3, 2, 1)
     with pytest.raises(ValueError, match="num_speculative_tokens"):
         NgramParams(1, 2, 0)
+
+
+# ------------------------------------------------------------------------------------------ vLLM's own code
+def vllm_kmp_propose(origin: list[int], min_ngram: int, max_ngram: int, max_model_len: int, k: int) -> list[int]:
+    """A line-by-line port of vLLM's ``_find_longest_matched_ngram_and_propose_tokens``
+    (vllm/v1/spec_decode/ngram_proposer.py: a KMP over the reversed context, capped at ``max_ngram``, keeping the
+    last position in reversed order of the longest match, i.e. its earliest occurrence): the code the rule of
+    :func:`slow_propose` restates."""
+    total = len(origin)
+    if total < min_ngram:
+        return []
+    k = min(k, max_model_len - total)
+    if k <= 0:
+        return []
+    tokens = origin[::-1]
+    lps = [0] * max_ngram
+    longest = position = prev = 0
+    i = 1
+    while i < total:
+        if tokens[prev] == tokens[i]:
+            prev += 1
+            if prev >= longest:
+                longest, position = prev, i
+            if i < max_ngram:
+                lps[i] = prev
+            if prev == max_ngram:
+                prev = lps[max_ngram - 1]
+            i += 1
+        elif prev != 0:
+            prev = lps[prev - 1]
+        else:
+            i += 1
+    if longest < min_ngram:
+        return []
+    start = total - 1 - position + longest
+    return origin[start:start + min(k, total - start)]
+
+
+def test_the_proposer_equals_vllms_kmp_code_at_every_prefix():
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        seq = rng.integers(0, int(rng.integers(1, 5)), size=int(rng.integers(0, 45))).tolist()
+        p = random_params(rng)
+        limit = p.max_model_len if p.max_model_len is not None else 10 ** 9
+        proposer = NgramProposer(seq, p)
+        for length in range(len(seq) + 1):
+            want = vllm_kmp_propose(seq[:length], p.prompt_lookup_min, p.prompt_lookup_max, limit,
+                                    p.num_speculative_tokens)
+            assert proposer.propose(length).tolist() == want
+            assert ngram_propose(seq[:length], p).tolist() == want

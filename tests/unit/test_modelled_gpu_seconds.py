@@ -5,6 +5,8 @@ whether the trainer priced its own work or not."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from omegaconf import OmegaConf
@@ -147,3 +149,18 @@ def test_a_speculative_rollout_is_priced_by_the_replayed_proposer():
     coeff = roofline_coefficients("H100-SXM", serving_shape("tiny", 32, 2, 4, 2, 8, 48, 53))
     from compute_accounting.gpu_time import generation_seconds
     assert generation_seconds(work, coeff)["decode"] < generation_seconds(generation_work(output), coeff)["decode"]
+
+
+def test_the_runs_own_batch_cap_sets_the_decode_waves(model_dir):
+    # before: the coefficients' 256 priced every run, so a run with max_num_seqs=1024 paid 4 waves for 1024 requests
+    config = run_config(model_dir, cost_model="roofline:H200")
+    config.actor_rollout_ref.rollout = {"max_num_seqs": 1024}
+    coeff = gpu_time_coefficients(config, compute_budget_from(config))
+    assert coeff.max_num_seqs == 1024
+    assert coeff.sources["max_num_seqs"] == "the run's actor_rollout_ref.rollout.max_num_seqs"
+    assert coeff == dataclasses.replace(roofline_coefficients("H200", model_serving_shape(model_dir)),
+                                        max_num_seqs=1024, sources=coeff.sources)
+    for bad in (0, 2.5, True):
+        config.actor_rollout_ref.rollout.max_num_seqs = bad
+        with pytest.raises(SetupError, match=r"actor_rollout_ref.rollout.max_num_seqs=.* must be an integer >= 1"):
+            gpu_time_coefficients(config, compute_budget_from(config))

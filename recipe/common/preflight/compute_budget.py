@@ -4,6 +4,8 @@ its validation against the run's validation schedule. Read by the pre-flight and
 
 from __future__ import annotations
 
+import dataclasses
+
 from omegaconf import DictConfig, OmegaConf
 
 from compute_accounting.budget import ComputeBudgetConfig, check_validation_schedule
@@ -56,6 +58,19 @@ def gpu_time_coefficients(config: DictConfig, budget: ComputeBudgetConfig) -> Gp
         except SetupError:
             shape = None
     try:
-        return resolve_coefficients(spec, shape)
+        coeff = resolve_coefficients(spec, shape)
     except ValueError as exc:
         raise SetupError(f"compute_budget.cost_model={spec!r}: {exc}") from None
+    return with_runs_batch_cap(coeff, OmegaConf.select(config, "actor_rollout_ref.rollout.max_num_seqs"))
+
+
+def with_runs_batch_cap(coeff: GpuTimeCoefficients, max_num_seqs: object) -> GpuTimeCoefficients:
+    """``coeff`` decoding in waves of the run's own vLLM batch cap (``actor_rollout_ref.rollout.max_num_seqs``),
+    when it sets one: a run that raises the cap decodes more requests per pass than the coefficients' 256 (verl's
+    rollout default) would price. A cap that is not an integer >= 1 fails naming the option."""
+    if max_num_seqs is None or max_num_seqs == coeff.max_num_seqs:
+        return coeff
+    if isinstance(max_num_seqs, bool) or not isinstance(max_num_seqs, int) or max_num_seqs < 1:
+        raise SetupError(f"actor_rollout_ref.rollout.max_num_seqs={max_num_seqs!r} must be an integer >= 1")
+    sources = {**coeff.sources, "max_num_seqs": "the run's actor_rollout_ref.rollout.max_num_seqs"}
+    return dataclasses.replace(coeff, max_num_seqs=max_num_seqs, sources=sources)
