@@ -129,7 +129,9 @@ class CounterfactualConfig:
             raise bad("max_span_tokens", f">= min_sentence_tokens ({self.min_sentence_tokens})")
         if not 0.0 <= self.max_latex_fraction <= 1.0:
             raise bad("max_latex_fraction", "in [0, 1]")
-        if not self.answer_markers or any(not isinstance(m, str) or not m for m in self.answer_markers):
+        # a bare string is a sequence of one-character markers ("####" -> "#"): refused, not iterated
+        if isinstance(self.answer_markers, str) or not self.answer_markers or any(
+                not isinstance(m, str) or not m for m in self.answer_markers):
             raise bad("answer_markers", "a non-empty tuple of non-empty strings")
         if self.base_importance < 0.0:
             raise bad("base_importance", ">= 0")
@@ -149,8 +151,10 @@ class CounterfactualConfig:
             raise bad("answer_weight", "> 0")
         if not 0.0 <= self.formatting_factor <= 1.0:
             raise bad("formatting_factor", "in [0, 1]")
-        if any(not isinstance(t, str) for t in self.formatting_tokens):
+        if isinstance(self.formatting_tokens, str) or any(not isinstance(t, str) for t in self.formatting_tokens):
             raise bad("formatting_tokens", "a tuple of strings")
+        if not isinstance(self.gradient_conservation, bool):  # "false" (a string) would be truthy
+            raise bad("gradient_conservation", "true or false")
 
     @property
     def needs_forward_passes(self) -> bool:

@@ -256,17 +256,8 @@ def counterfactual_token_weights(
             acc = span_weight_sums[span.kind]
             acc[0] += float(row_weights[span.start : span.end].sum())
             acc[1] += span.length
-    metrics = {
-        "counterfactual/weighted_responses": float(weighted_rows),
-        "counterfactual/segmented_responses": float(segmented_rows),
-        "counterfactual/no_answer_share": no_answer_rows / segmented_rows if segmented_rows else 0.0,
-        "counterfactual/spans_per_response": spans_total / segmented_rows if segmented_rows else 0.0,
-        "counterfactual/masked_copies": float(plan.num_copies),
-        "counterfactual/distractor_share": float(np.mean(np.asarray(all_drops) < 0)) if all_drops else 0.0,
-        "counterfactual/drop_mean": float(np.mean(all_drops)) if all_drops else 0.0,
-        "counterfactual/weight_arithmetic_mean": _ratio(span_weight_sums["arithmetic"]),
-        "counterfactual/weight_sentence_mean": _ratio(span_weight_sums["sentence"]),
-    }
+    metrics = _weight_metrics(weighted_rows, segmented_rows, no_answer_rows, spans_total, plan.num_copies,
+                              all_drops, span_weight_sums)
     valid = response_mask.bool()
     if valid.any():
         metrics["counterfactual/weight_max"] = float(weights[valid].max())
@@ -274,8 +265,27 @@ def counterfactual_token_weights(
     return weights.float(), metrics
 
 
-def _ratio(acc: list) -> float:
-    return acc[0] / acc[1] if acc[1] else 0.0
+def _weight_metrics(weighted_rows: int, segmented_rows: int, no_answer_rows: int, spans_total: int, copies: int,
+                    drops: list[float], span_weight_sums: dict[str, list]) -> dict[str, float]:
+    """The step's ``counterfactual/*`` counts, and its rates and means (docs/method_counterfactual.md, "Metrics").
+    A rate or mean over an empty set (no segmented response, no measured span, no token in a span of that kind) is
+    left out of the step's metrics, not logged as 0: a mean weight of 0 or a distractor share of 0 would read as
+    a measurement. The counts are their denominators."""
+    metrics = {
+        "counterfactual/weighted_responses": float(weighted_rows),
+        "counterfactual/segmented_responses": float(segmented_rows),
+        "counterfactual/masked_copies": float(copies),
+    }
+    if segmented_rows:
+        metrics["counterfactual/no_answer_share"] = no_answer_rows / segmented_rows
+        metrics["counterfactual/spans_per_response"] = spans_total / segmented_rows
+    if drops:
+        metrics["counterfactual/distractor_share"] = float(np.mean(np.asarray(drops) < 0))
+        metrics["counterfactual/drop_mean"] = float(np.mean(drops))
+    for kind, (total, tokens) in span_weight_sums.items():
+        if tokens:
+            metrics[f"counterfactual/weight_{kind}_mean"] = total / tokens
+    return metrics
 
 
 __all__ = [

@@ -29,7 +29,8 @@ def correction_metrics(result: corr.CorrectionPass, cfg: IBPOConfig, bounds: np.
     metrics["ibpo/no_wrong_responses"] = float(not requests)
     metrics["ibpo/all_corrections_failed"] = float(bool(requests) and not result.correction_scores.ge(
         cfg.correct_threshold).any().item())
-    metrics["ibpo/correction_reward_mean"] = float(result.correction_scores.mean()) if requests else 0.0
+    if requests:  # a mean over no correction is left out, not logged as 0 (README, "Metrics")
+        metrics["ibpo/correction_reward_mean"] = float(result.correction_scores.mean())
     metrics["ibpo/correction_prompt_tokens"], metrics["ibpo/correction_gen_tokens"] = generation_tokens(
         result.correction_output)
     metrics.update(corr.prefix_cache_metrics(result.correction_output))
@@ -104,11 +105,18 @@ def theorem_metrics(batch: DataProto, rows: corr.IBPORows, cfg: IBPOConfig, lam:
     # coverage: wrong main responses trained with localised credit (a token mask: a masking variant's shaped
     # rows) over wrong main responses; reward-level variants localise nothing (0)
     localised = (rows.main_delta().double().numpy() > 0) & masks_tokens
-    metrics.update({f"ibpo/localised/{k}": v for k, v in localised_coverage(y > 0, localised).items()})
+    metrics.update(localised_metrics(y > 0, localised))
     trained = batch.select_idxs(not_padding.numpy())
     metrics["ibpo/var_trained_adv_seq"], metrics["ibpo/var_trained_adv_token"] = trained_advantage_variance(
         trained.batch["advantages"].numpy(), trained.batch["response_mask"].numpy())
     return metrics
+
+
+def localised_metrics(is_correct: np.ndarray, localised: np.ndarray) -> dict[str, float]:
+    """``ibpo/localised/{wrong_rows,masked_rows,coverage}`` (``ibpo.mechanism.localised_coverage``); the coverage
+    of a step with no wrong response (0 / 0, NaN in the pure function) is left out, not logged as NaN."""
+    coverage = localised_coverage(is_correct, localised)
+    return {f"ibpo/localised/{k}": v for k, v in coverage.items() if not (k == "coverage" and np.isnan(v))}
 
 
 class SpeculationCounters:

@@ -450,6 +450,10 @@ def test_group_has_signal():
         ({"boost": 0.4}, "counterfactual.boost"),
         ({"answer_weight": 0.0}, "counterfactual.answer_weight"),
         ({"formatting_factor": 2.0}, "counterfactual.formatting_factor"),
+        # a bare string would be iterated as one-character markers / tokens ("####" -> "#"), "false" is truthy
+        ({"answer_markers": "####"}, "counterfactual.answer_markers"),
+        ({"formatting_tokens": "#="}, "counterfactual.formatting_tokens"),
+        ({"gradient_conservation": "false"}, "counterfactual.gradient_conservation"),
     ],
 )
 def test_config_rejects_bad_values(changes, option):
@@ -463,5 +467,7 @@ def test_config_from_mapping():
     assert cfg.gradient_conservation is True
     with pytest.raises(CounterfactualConfigError, match="unknown counterfactual option"):
         CounterfactualConfig.from_mapping({"boots": 4.0})
+    with pytest.raises(CounterfactualConfigError, match="answer_markers"):
+        CounterfactualConfig.from_mapping({"answer_markers": "####"})
     with pytest.raises(CounterfactualConfigError, match="boost"):
         cfg.replace(boost=0.1)
