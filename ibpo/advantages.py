@@ -17,15 +17,33 @@ import torch
 IBPO_EPSILON = 1e-8
 
 
-def shaped_rewards(rewards: torch.Tensor, delta: torch.Tensor, lam: float) -> torch.Tensor:
-    """r' = r + λΔ (Eq. 15/27), asserting 0 <= λΔ < 1 (Eq. 8); a NaN λΔ (NaN λ or Δ) is outside it too."""
-    bonus = lam * delta.to(rewards.dtype)
+def _require_floating(name: str, values: torch.Tensor) -> None:
+    """Refuse an integer or bool tensor: the result would be cast back to its dtype and truncated
+    (``{1, 0, 0, 0}`` would give advantages ``{1, 0, 0, 0}``, not ``{1.73, -0.58, ...}``)."""
+    if not values.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, not {values.dtype}: the result would be "
+                        f"truncated to {values.dtype} (convert with .float() or .double())")
+
+
+def check_bonus(delta: torch.Tensor, lam: float, dtype: torch.dtype) -> torch.Tensor:
+    """λΔ in ``dtype``, asserting 0 <= λΔ < 1 (Eq. 8) on every row; a NaN λΔ (NaN λ or Δ) is outside it too."""
+    bonus = lam * delta.to(dtype)
     outside = ~((bonus >= 0) & (bonus < 1))  # written so that NaN, which fails every comparison, is outside
     if bonus.numel() and bool(outside.any()):
         rows = torch.nonzero(outside.reshape(-1)).squeeze(-1)[:5].tolist()
         raise ValueError(f"λΔ must lie in [0, 1) (Eq. 8); got {bonus.reshape(-1)[rows].tolist()} at rows {rows} "
                          f"(λ = {lam})")
-    return rewards + bonus
+    return bonus
+
+
+def shaped_rewards(rewards: torch.Tensor, delta: torch.Tensor, lam: float) -> torch.Tensor:
+    """r' = r + λΔ (Eq. 15/27), asserting 0 <= λΔ < 1 (Eq. 8); a NaN λΔ (NaN λ or Δ) is outside it too.
+    ``rewards`` (floating point) and ``delta`` must have the same shape: one Δ per reward, no broadcasting."""
+    if rewards.shape != delta.shape:
+        raise ValueError(f"rewards {tuple(rewards.shape)} and delta {tuple(delta.shape)} must have the same shape "
+                         "(one Δ per reward)")
+    _require_floating("rewards", rewards)
+    return rewards + check_bonus(delta, lam, rewards.dtype)
 
 
 def group_ids_to_index(group_ids: Sequence[Hashable]) -> torch.Tensor:
@@ -41,6 +59,7 @@ def group_normalized_advantages(
     or with constant scores. A non-finite score raises ``ValueError`` naming its rows."""
     if scores.dim() != 1 or scores.shape[0] != len(group_ids):
         raise ValueError(f"scores must be 1-D with one entry per group id; got {tuple(scores.shape)}, {len(group_ids)}")
+    _require_floating("scores", scores)
     if scores.numel() == 0:
         return scores.clone()
     bad = torch.nonzero(~torch.isfinite(scores)).squeeze(-1)
@@ -88,12 +107,14 @@ def shaping_advantage_factor(
     ``reward``: 1 everywhere. ``reward_capped``: 0 on wrong rows with Â > 0, else 1 (in ``{0.3, 0, 0, 0}``
     the shaped wrong response's +1.732 becomes 0; the others keep −0.577). ``advantage``: 1 − λΔ on wrong
     rows with Δ > 0 and Â < 0 (``{1, 0, 0, 0}``, λΔ = 0.3: −0.577 → −0.404), else 1; a group without a right
-    response has Â = 0 there, so shaping cannot reinforce a wrong answer.
+    response has Â = 0 there, so shaping cannot reinforce a wrong answer. Every level asserts 0 <= λΔ < 1
+    (Eq. 8, as :func:`shaped_rewards` does): under ``advantage`` a λΔ > 1 would flip the sign of Â.
     """
     if not (sequence_advantages.shape == delta.shape == is_correct.shape and sequence_advantages.dim() == 1):
         raise ValueError(f"expected (bs,) advantages, delta and is_correct; got {tuple(sequence_advantages.shape)}, "
                          f"{tuple(delta.shape)}, {tuple(is_correct.shape)}")
     shapes_reward(shaping)  # validates the name
+    check_bonus(delta, lam, torch.float64)  # Eq. 8 whatever the level: 1 − λΔ < 0 would flip Â's sign
     ones = torch.ones_like(sequence_advantages)
     wrong = ~is_correct.bool()
     if shaping == "reward_capped":
@@ -120,6 +141,9 @@ def broadcast_advantages(
     sequence_advantages: torch.Tensor, response_mask: torch.Tensor, token_mask: torch.Tensor | None = None
 ) -> torch.Tensor:
     """(bs,) → (bs, T): Â_i on every valid response token, times m_t when a token mask is given (Eq. 7)."""
+    if response_mask.dim() != 2 or sequence_advantages.shape != (response_mask.shape[0],):
+        raise ValueError(f"expected (bs,) sequence advantages for a (bs, T) response_mask; got "
+                         f"{tuple(sequence_advantages.shape)}, {tuple(response_mask.shape)}")
     adv = sequence_advantages.unsqueeze(-1) * response_mask.to(sequence_advantages.dtype)
     if token_mask is not None:
         if token_mask.shape != response_mask.shape:
@@ -246,6 +270,9 @@ def compute_ibpo_outcome_advantage(
 def place_sequence_reward(response_mask: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
     """A (bs, T) token-level reward tensor holding ``values[i]`` at row i's last valid response token
     (verl's convention for outcome rewards); rows without valid tokens get nothing."""
+    if response_mask.dim() != 2 or values.shape != (response_mask.shape[0],):
+        raise ValueError(f"expected one value per row of the (bs, T) response_mask; got {tuple(values.shape)}, "
+                         f"{tuple(response_mask.shape)}")
     out = torch.zeros(response_mask.shape, dtype=values.dtype, device=values.device)
     lengths = response_mask.sum(dim=-1).long()
     rows = torch.nonzero(lengths > 0, as_tuple=False).squeeze(-1)

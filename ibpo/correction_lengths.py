@@ -80,6 +80,10 @@ def correction_budget(max_prompt: int, max_response: int, num_references: int, m
     ``max_response`` (a candidate re-tokenising longer is still cut to it).
     """
     max_prompt, max_response, k = int(max_prompt), int(max_response), 1 + int(num_references)
+    for name, value, least in (("data.max_prompt_length", max_prompt, 0), ("data.max_response_length", max_response, 1),
+                               ("ibpo.num_references", k - 1, 0), ("template_tokens", int(template_tokens), 0)):
+        if value < least:
+            raise CorrectionBudgetError(f"{name}={value} must be >= {least}")
     fixed = int(max_prompt) + int(template_tokens)
     rooms = [r for r in (None if context is None else int(context) - max_response,
                          None if prompt_length is None else int(prompt_length)) if r is not None]
@@ -134,6 +138,10 @@ def correction_max_tokens(target_tokens: int, factor: float, closing_tokens: int
     ``response_length``). At least 1 (vLLM rejects max_tokens < 1)."""
     if response_length < 1:
         raise ValueError(f"response_length must be >= 1, got {response_length}")
+    if target_tokens < 0 or closing_tokens < 0:
+        raise ValueError(f"target_tokens and closing_tokens must be >= 0, got {target_tokens}, {closing_tokens}")
+    if not math.isfinite(factor):
+        raise ValueError(f"ibpo.correction_max_tokens_factor must be finite, got {factor}")
     if factor <= 0:
         return int(response_length)
     return int(max(1, min(response_length, math.ceil(factor * target_tokens) + closing_tokens)))

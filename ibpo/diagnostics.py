@@ -54,8 +54,13 @@ def theorem_stats(
     Eq. 10-12, pooled within groups of size >= 2 (population moments)."""
     y = np.asarray(rewards, dtype=np.float64)
     f = np.asarray(phi, dtype=np.float64)
-    if not (y.shape == f.shape and y.shape[0] == len(group_ids)):
-        raise ValueError("rewards, phi and group_ids must have the same length")
+    if not (y.ndim == f.ndim == 1 and y.shape == f.shape and y.shape[0] == len(group_ids)):
+        raise ValueError(f"rewards, phi and group_ids must be 1-D of the same length; got {y.shape}, {f.shape}, "
+                         f"{len(group_ids)}")
+    for name, values in (("rewards", y), ("phi", f)):  # a NaN would fold a λ_max of 0 into the theorem schedule
+        if not np.isfinite(values).all():
+            rows = np.flatnonzero(~np.isfinite(values))[:5].tolist()
+            raise ValueError(f"{name} must be finite; rows {rows} hold {values[rows].tolist()}")
     index = group_ids_to_index(list(group_ids)).numpy() if len(group_ids) else np.zeros(0, dtype=np.int64)
     num_groups = int(index.max()) + 1 if index.size else 0
     counts = np.bincount(index, minlength=num_groups)
@@ -91,6 +96,9 @@ def correction_stats(
     rew = np.asarray(rewrite, dtype=bool)
     d = np.asarray(delta, dtype=np.float64)
     ratio = np.asarray(unmodified_ratio, dtype=np.float64)
+    if not (right.ndim == 1 and rew.shape == ratio.shape == right.shape):
+        raise ValueError(f"correction_right, rewrite and unmodified_ratio must be 1-D with one entry per correction; "
+                         f"got {right.shape}, {rew.shape}, {ratio.shape}")
     n_corr = right.size
     n_right = int(right.sum())
     shaped = d > 0

@@ -58,6 +58,10 @@ def advantage_mechanism(advantages: Sequence[float], is_correct: Sequence[bool],
     if not (adv.shape == correct.shape == d.shape == (len(group_ids),)):
         raise ValueError(f"advantages, is_correct, delta and group_ids must be 1-D of equal length; got "
                          f"{adv.shape}, {correct.shape}, {d.shape}, {len(group_ids)}")
+    for name, values in (("advantages", adv), ("delta", d)):  # a NaN fails every comparison: its row would vanish
+        if not np.isfinite(values).all():
+            rows = np.flatnonzero(~np.isfinite(values))[:5].tolist()
+            raise ValueError(f"{name} must be finite; rows {rows} hold {values[rows].tolist()}")
     kinds = np.array(group_kinds(correct, group_ids), dtype=object)
     wrong, shaped = ~correct, d > 0
     out: dict[str, float] = {}
@@ -115,7 +119,11 @@ def localised_coverage(is_correct: Sequence[bool], localised: Sequence[bool]) ->
     (NaN when no response is wrong). A right row marked ``localised`` is not counted: credit is localised on
     wrong answers only."""
     wrong = ~np.asarray(is_correct, dtype=bool)
-    masked = wrong & np.asarray(localised, dtype=bool)
+    marked = np.asarray(localised, dtype=bool)
+    if not (wrong.ndim == 1 and marked.shape == wrong.shape):
+        raise ValueError(f"is_correct and localised must be 1-D with one entry per row; got {wrong.shape}, "
+                         f"{marked.shape}")
+    masked = wrong & marked
     n_wrong = int(wrong.sum())
     return {"wrong_rows": float(n_wrong), "masked_rows": float(masked.sum()),
             "coverage": float(masked.sum()) / n_wrong if n_wrong else float("nan")}

@@ -127,6 +127,11 @@ def shape_batch(
     if not (len(requests) == len(correction_ids) == len(correction_right)):
         raise ValueError("requests, correction_ids and correction_right must have equal lengths")
     n = len(response_ids)
+    if len(is_correct) != n:
+        raise ValueError(f"is_correct has {len(is_correct)} entries for {n} responses: one per row of the batch")
+    outside = [req.target_row for req in requests if not 0 <= req.target_row < n]
+    if outside:
+        raise ValueError(f"correction requests target rows {outside[:5]} outside the batch of {n} responses")
     alignments: list[Alignment | None] = [
         align(response_ids[req.target_row], ids) if right else None
         for req, ids, right in zip(requests, correction_ids, correction_right)

@@ -111,6 +111,9 @@ def shape_targets(
                                                          corrections, references):
         if right and alignment is None:
             raise ValueError("a successful correction needs its alignment")
+        if alignment is not None and alignment.unmodified.shape != (int(length),):
+            raise ValueError(f"an alignment's unmodified mask has {alignment.unmodified.shape[0]} positions but its "
+                             f"target has {int(length)} tokens (response_lengths): aligned with another response")
         rewrite, d_reference = False, None
         if right and refs and config.rewrite_condition == "closer_to_reference":
             # Eq. 18's second condition alone: closer to a reference than to y (a copy has d(ŷ, y_ref) = 0)
