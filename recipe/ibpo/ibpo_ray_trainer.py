@@ -36,7 +36,7 @@ from verl.workers.utils.padding import left_right_2_no_padding
 from compute_accounting.flops import phase_seconds
 from ibpo.advantages import get_mask_sign, shapes_reward
 from ibpo.lookup_decoding import ngram_params_from_speculative_config
-from ibpo.minibatch import ActorMiniBatchPlan, actor_minibatch_plan, optimizer_updates_reported, row_multiple
+from ibpo.minibatch import ActorMiniBatchPlan, actor_minibatch_plan, optimizer_updates_reported, row_multiples
 from ibpo.options import IBPOConfig
 from recipe.common.methods import method_options
 from recipe.common.preflight.model import configured_context_length, model_flop_shape
@@ -264,7 +264,7 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
         def micro(section, dynamic_key: str, micro_key: str) -> int | None:
             return None if section.get(dynamic_key, False) else int(section.get(micro_key) or 1)
 
-        multiple = row_multiple(
+        multiples = row_multiples(
             int(self.actor_rollout_wg.world_size),
             micro(actor_rollout_ref.actor, "use_dynamic_bsz", "ppo_micro_batch_size_per_gpu"),
             micro(actor_rollout_ref.rollout, "log_prob_use_dynamic_bsz", "log_prob_micro_batch_size_per_gpu"),
@@ -272,7 +272,7 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
             if self.use_reference_policy else None,
         )
         return actor_minibatch_plan(main_rows, joint_rows, int(actor_rollout_ref.actor.ppo_mini_batch_size) * n,
-                                    multiple, self.ibpo.joint_minibatch)
+                                    multiples, self.ibpo.joint_minibatch)
 
     def _update_actor(self, batch: DataProto) -> DataProto:
         """The pinned verl's ``RayPPOTrainer._update_actor``, copied as text (manifest entry

@@ -21,7 +21,7 @@ from verl import DataProto
 from verl.utils import tensordict_utils as tu
 from verl.workers.engine_workers import TrainingWorker
 
-from ibpo.minibatch import actor_minibatch_plan, optimizer_updates_reported, row_multiple
+from ibpo.minibatch import RowMultiples, actor_minibatch_plan, optimizer_updates_reported, row_multiples
 from recipe.ibpo.correction import batch as corr
 from recipe.ibpo.ibpo_ray_trainer import RayIBPOTrainer
 from recipe.common.methods import method_options
@@ -146,18 +146,33 @@ def test_several_mini_batches_per_step_keep_their_count():
 
 def test_plan_matches_verls_split():
     """The plan's padded batch splits, with verl's own iterator, into the planned number of mini-batches."""
-    for main, joint, mini, multiple, mode in [(16, 14, 16, 4, "grow"), (16, 14, 16, 4, "verl"), (64, 37, 16, 8, "grow"),
-                                              (64, 0, 16, 8, "grow"), (64, 0, 16, 8, "verl"), (48, 5, 24, 6, "grow")]:
-        plan = actor_minibatch_plan(main, joint, mini, multiple, mode)
+    for main, joint, mini, update, batch, mode in [
+            (16, 14, 16, 4, 4, "grow"), (16, 14, 16, 4, 4, "verl"), (64, 37, 16, 8, 8, "grow"), (64, 0, 16, 8, 8, "grow"),
+            (64, 0, 16, 8, 8, "verl"), (48, 5, 24, 6, 6, "grow"), (32, 0, 8, 1, 16, "grow"), (32, 0, 8, 1, 16, "verl"),
+            (32, 5, 8, 2, 16, "grow"), (32, 5, 8, 2, 16, "verl"), (48, 3, 12, 4, 16, "grow")]:
+        multiples = RowMultiples(update, batch)
+        plan = actor_minibatch_plan(main, joint, mini, multiples, mode)
         td = tu.get_tensordict({"x": torch.arange(plan.padded_rows)})
         batches = list(tu.make_iterator(td, mini_batch_size=plan.mini_batch_rows, epochs=1))
         assert len(batches) == plan.updates_per_epoch
-        assert plan.padded_rows >= main + joint and plan.mini_batch_rows % multiple == 0
+        assert plan.padded_rows >= main + joint and plan.mini_batch_rows % update == 0
+        assert plan.padded_rows % batch == 0  # whole old-log-prob / reference micro-batches on every rank
         if mode == "grow":
             assert plan.updates_per_epoch == main // mini
-            assert plan.padded_rows - (main + joint) < plan.updates_per_epoch * multiple  # minimal padding
+            smaller = plan.mini_batch_rows - update  # minimal: one multiple of `update` less fails a constraint
+            assert smaller * plan.updates_per_epoch < main + joint or (smaller * plan.updates_per_epoch) % batch
         if joint == 0:
             assert (plan.padded_rows, plan.mini_batch_rows) == (main, mini)  # verl's own layout
     with pytest.raises(ValueError, match="not a whole number of actor mini-batches"):
-        actor_minibatch_plan(20, 0, 8, 4, "grow")
-    assert row_multiple(2, 3, 4) == 24 and row_multiple(2, None, None) == 2 and row_multiple(4, 2, 2, 8) == 32
+        actor_minibatch_plan(20, 0, 8, RowMultiples(4, 4), "grow")
+
+
+def test_forward_micro_batches_constrain_the_batch_not_each_mini_batch():
+    # before: one multiple lcm(actor, log-prob, ref micro-batches) per mini-batch: a log-prob micro-batch of 16 grew
+    # a GSPO run's mini-batches of 8 to 16 and padded its 32 rows to 64 (half of them no-op rows)
+    assert row_multiples(2, 3, 4) == RowMultiples(6, 24) and row_multiples(2, None, None) == RowMultiples(2, 2)
+    assert row_multiples(4, 2, 2, 8) == RowMultiples(8, 32) and row_multiples(1, None, 16) == RowMultiples(1, 16)
+    plan = actor_minibatch_plan(32, 0, 8, row_multiples(1, 1, 16), "grow")
+    assert (plan.mini_batch_rows, plan.padded_rows, plan.updates_per_epoch) == (8, 32, 4)
+    with pytest.raises(ValueError, match="dp_size must be >= 1"):
+        row_multiples(0, 1, 1)
