@@ -209,8 +209,9 @@ class IBPOConfig:
     max_candidate_tokens: int = field(default=0, metadata={
         "doc": "middle-truncate each candidate to this many tokens of its *re-tokenised* text (a candidate can "
                "re-tokenise 1.55x longer than generated), with a visible marker; 0 = derive at start "
-               "(ibpo/correction_lengths.py: correction_budget): min(max_response_length, (context - max_response_length "
-               "- max_prompt_length - template) / (1 + num_references) - marker)"})
+               "(ibpo/correction_lengths.py: correction_budget): min(max_response_length, (min(context - "
+               "max_response_length, rollout.prompt_length) - max_prompt_length - template) / (1 + num_references) "
+               "- marker)"})
     correction_max_tokens_factor: float = field(default=2.0, metadata={
         "section": "Per-correction length bound (docs/correction_pass.md, \"Length bound\"): the correction of "
                    "target y gets max_tokens = ceil(c·|y|) + correction_closing_tokens (capped at "
