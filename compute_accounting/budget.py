@@ -69,7 +69,8 @@ class ComputeBudgetConfig:
                "the path of a scripts/bench_gpu.py JSON; logged every step whatever the unit"})
     val_fractions: tuple[float, ...] = field(default=(0.25, 0.5, 0.75, 1.0), metadata={
         "doc": "with a budget, validate when the spend first reaches each fraction of `limit` (and at the last "
-               "step), logged against compute_budget/<unit>; replaces trainer.test_freq, which must be <= 0"})
+               "step, if the last fraction was not reached), logged against compute_budget/<unit>; [] never "
+               "validates; replaces trainer.test_freq, which must be <= 0"})
 
     def __post_init__(self) -> None:
         if isinstance(self.limit, bool) or not isinstance(self.limit, Real):
