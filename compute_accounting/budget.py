@@ -33,8 +33,9 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field, fields
-from numbers import Real
 from typing import Any, Mapping
+
+from option_types import mistyped_field
 
 UNITS = ("flops", "gpu_seconds", "modelled_gpu_seconds")
 METRIC_PREFIX = "compute_budget/"
@@ -73,18 +74,13 @@ class ComputeBudgetConfig:
                "validates; replaces trainer.test_freq, which must be <= 0"})
 
     def __post_init__(self) -> None:
-        if isinstance(self.limit, bool) or not isinstance(self.limit, Real):
-            raise ComputeBudgetError(f"compute_budget.limit={self.limit!r} must be a number (0: no budget)")
-        if not isinstance(self.cost_model, str):
-            raise ComputeBudgetError(f"compute_budget.cost_model={self.cost_model!r} must be a string: roofline:<GPU>, "
-                                     "measured:<GPU> or the path of a scripts/bench_gpu.py JSON")
+        wrong = mistyped_field(self)  # limit=True is not a budget of 1, val_fractions="0.5" not a list
+        if wrong is not None:
+            raise ComputeBudgetError(wrong.message("compute_budget"))
         if self.unit not in UNITS:
             raise ComputeBudgetError(f"compute_budget.unit={self.unit!r} must be one of {list(UNITS)}")
         if not (self.limit >= 0.0) or self.limit == float("inf"):
             raise ComputeBudgetError(f"compute_budget.limit={self.limit!r} must be a finite number >= 0 (0: no budget)")
-        if isinstance(self.val_fractions, (str, bytes)) or not isinstance(self.val_fractions, (list, tuple)) or any(
-                isinstance(f, bool) or not isinstance(f, Real) for f in self.val_fractions):
-            raise ComputeBudgetError(f"compute_budget.val_fractions={self.val_fractions!r} must be a list of numbers")
         fracs = tuple(float(f) for f in self.val_fractions)
         if any(not (0.0 < f <= 1.0) for f in fracs) or list(fracs) != sorted(set(fracs)):
             raise ComputeBudgetError(f"compute_budget.val_fractions={list(self.val_fractions)!r} must be increasing, "

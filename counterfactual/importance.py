@@ -59,6 +59,8 @@ from typing import Any, Callable, Literal, Mapping, Sequence
 import numpy as np
 import torch
 
+from option_types import mistyped_field
+
 MODES = ("counterfactual", "inverted", "random", "vanilla")
 SpanKind = Literal["arithmetic", "sentence"]
 DecodeFn = Callable[[Sequence[int]], str]
@@ -116,6 +118,9 @@ class CounterfactualConfig:
                 f"counterfactual.{name}={getattr(self, name)!r} is out of range: must be {allowed}"
             )
 
+        wrong = mistyped_field(self)  # "####" is not a list of markers, "false" is not false
+        if wrong is not None:
+            raise CounterfactualConfigError(wrong.message("counterfactual"))
         for option in dataclasses.fields(self):  # nan passes every comparison below (nan < 0 is False)
             if isinstance(getattr(self, option.name), float) and not math.isfinite(getattr(self, option.name)):
                 raise bad(option.name, "a finite number")
@@ -123,15 +128,13 @@ class CounterfactualConfig:
             raise bad("mode", f"one of {MODES}")
         for name in ("max_spans", "min_sentence_tokens", "max_span_tokens"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if value < 1:
                 raise bad(name, "an integer >= 1")
         if self.max_span_tokens < self.min_sentence_tokens:
             raise bad("max_span_tokens", f">= min_sentence_tokens ({self.min_sentence_tokens})")
         if not 0.0 <= self.max_latex_fraction <= 1.0:
             raise bad("max_latex_fraction", "in [0, 1]")
-        # a bare string is a sequence of one-character markers ("####" -> "#"): refused, not iterated
-        if isinstance(self.answer_markers, str) or not self.answer_markers or any(
-                not isinstance(m, str) or not m for m in self.answer_markers):
+        if not self.answer_markers or any(not m for m in self.answer_markers):
             raise bad("answer_markers", "a non-empty tuple of non-empty strings")
         if self.base_importance < 0.0:
             raise bad("base_importance", ">= 0")
@@ -151,10 +154,6 @@ class CounterfactualConfig:
             raise bad("answer_weight", "> 0")
         if not 0.0 <= self.formatting_factor <= 1.0:
             raise bad("formatting_factor", "in [0, 1]")
-        if isinstance(self.formatting_tokens, str) or any(not isinstance(t, str) for t in self.formatting_tokens):
-            raise bad("formatting_tokens", "a tuple of strings")
-        if not isinstance(self.gradient_conservation, bool):  # "false" (a string) would be truthy
-            raise bad("gradient_conservation", "true or false")
 
     @property
     def needs_forward_passes(self) -> bool:

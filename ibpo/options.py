@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import numbers
-import typing
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
 from ibpo.advantages import SHAPING_LEVELS, mask_sign_names
 from ibpo.references import reference_rule_names
 from ibpo.variants import get_variant, variant_names
+from option_types import mistyped_field
 
 # The closed string modes (what each means: the option's doc below). The open ones, `variant`, `mask_sign`
 # and `reference_rule`, are validated against their registries (ibpo/variants.py, ibpo/advantages.py,
@@ -80,37 +79,6 @@ DEFAULT_TEMPLATE = "{instruction}\n\n### Problem\n{problem}\n\n{candidates}\n\n{
 
 class IBPOConfigError(ValueError):
     """An IBPO option is unknown, of the wrong type or out of range."""
-
-
-def _has_type(value: Any, annotation: Any) -> bool:
-    """Whether an option value has its field's declared type: a bool is neither a number nor a string (YAML's
-    ``"false"`` must not pass as true), an integer is a float, a float is not an int, ``tuple[str, ...]`` takes
-    a list or tuple of strings. numpy scalars count as the Python numbers they hold."""
-    if annotation is bool:
-        return isinstance(value, bool)
-    if isinstance(value, bool):
-        return False
-    if annotation is int:
-        return isinstance(value, numbers.Integral)
-    if annotation is float:
-        return isinstance(value, numbers.Real)
-    if annotation is str:
-        return isinstance(value, str)
-    if typing.get_origin(annotation) is tuple:
-        return isinstance(value, (list, tuple)) and all(_has_type(v, typing.get_args(annotation)[0]) for v in value)
-    return True
-
-
-def check_option_types(config: Any) -> None:
-    """Raise :class:`IBPOConfigError` naming the first option whose value does not have its field's declared
-    type (``ibpo.enable='false'``, ``ibpo.lam='0.6'``, ``ibpo.seed=1.5``), before any range check compares it."""
-    hints = typing.get_type_hints(type(config))
-    for option in dataclasses.fields(config):
-        value, annotation = getattr(config, option.name), hints[option.name]
-        if not _has_type(value, annotation):
-            expected = "a list of str" if typing.get_origin(annotation) is tuple else annotation.__name__
-            raise IBPOConfigError(f"ibpo.{option.name}={value!r} has type {type(value).__name__}; expected {expected} "
-                                  f"(default {option.default!r})")
 
 
 @dataclass(frozen=True)
@@ -285,7 +253,9 @@ class IBPOConfig:
         if self.reference_rule not in reference_rule_names():
             raise bad("reference_rule", f"one of the registered reference rules {reference_rule_names()} "
                                         "(ibpo.references.register_reference_rule)")
-        check_option_types(self)  # the named modes above list their allowed values; the rest is typed here
+        wrong = mistyped_field(self)  # the named modes above list their allowed values; the rest is typed here
+        if wrong is not None:
+            raise IBPOConfigError(wrong.message("ibpo"))
         for name, (allowed, description) in NUMERIC_RANGES.items():
             if not allowed(getattr(self, name)):
                 raise bad(name, description)
