@@ -147,9 +147,10 @@ def test_several_mini_batches_per_step_keep_their_count():
 def test_plan_matches_verls_split():
     """The plan's padded batch splits, with verl's own iterator, into the planned number of mini-batches."""
     for main, joint, mini, update, batch, mode in [
-            (16, 14, 16, 4, 4, "grow"), (16, 14, 16, 4, 4, "verl"), (64, 37, 16, 8, 8, "grow"), (64, 0, 16, 8, 8, "grow"),
-            (64, 0, 16, 8, 8, "verl"), (48, 5, 24, 6, 6, "grow"), (32, 0, 8, 1, 16, "grow"), (32, 0, 8, 1, 16, "verl"),
-            (32, 5, 8, 2, 16, "grow"), (32, 5, 8, 2, 16, "verl"), (48, 3, 12, 4, 16, "grow")]:
+            (16, 14, 16, 4, 4, "grow"), (16, 14, 16, 4, 4, "verl"), (64, 37, 16, 8, 8, "grow"),
+            (64, 0, 16, 8, 8, "grow"), (64, 0, 16, 8, 8, "verl"), (48, 5, 24, 6, 6, "grow"),
+            (32, 0, 8, 1, 16, "grow"), (32, 0, 8, 1, 16, "verl"), (32, 5, 8, 2, 16, "grow"),
+            (32, 5, 8, 2, 16, "verl"), (48, 3, 12, 4, 16, "grow")]:
         multiples = RowMultiples(update, batch)
         plan = actor_minibatch_plan(main, joint, mini, multiples, mode)
         td = tu.get_tensordict({"x": torch.arange(plan.padded_rows)})
