@@ -36,13 +36,13 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict, dataclass, field, fields
-from numbers import Integral, Real
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from compute_accounting.flops import StepWork, check_step_work, token_counts
+from option_types import matches
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ class ServingShape:
 
 def is_number(value: Any) -> bool:
     """A finite real number that is not a bool (``True`` is an int to Python, not a count or a cost)."""
-    return isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(value)
+    return matches(value, float) and math.isfinite(value)
 
 
 def serving_shape(name: str, hidden: int, layers: int, heads: int, kv_heads: int, head_dim: int,
@@ -150,7 +150,7 @@ class GpuTimeCoefficients:
             if getattr(self, positive) <= 0:
                 raise ValueError(f"GpuTimeCoefficients.{positive} must be > 0")
         for count in ("max_num_seqs", "gpus"):  # a batch cap and a GPU count are whole numbers
-            if not isinstance(getattr(self, count), Integral):
+            if not matches(getattr(self, count), int):
                 raise ValueError(f"GpuTimeCoefficients.{count}={getattr(self, count)!r} must be an integer >= 1")
         if not (isinstance(self.sources, Mapping) and all(isinstance(v, str) for v in self.sources.values())):
             raise ValueError(f"GpuTimeCoefficients.sources={self.sources!r} must map coefficient names to strings")

@@ -22,10 +22,11 @@ requests and score paths by frequency) is not replicated here; the GPU benchmark
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from numbers import Integral
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+
+from option_types import matches
 
 # vLLM's draft-free methods; the lossless argument above covers both (their drafts are token ids, no q).
 LOOKUP_METHODS = ("ngram", "suffix")
@@ -43,7 +44,7 @@ class NgramParams:
     def __post_init__(self) -> None:
         for name in ("prompt_lookup_min", "prompt_lookup_max", "num_speculative_tokens", "max_model_len"):
             value = getattr(self, name)
-            if not (value is None and name == "max_model_len") and not is_integer(value):
+            if not (value is None and name == "max_model_len") and not matches(value, int):
                 raise ValueError(f"NgramParams.{name}={value!r} must be an integer")
         if self.max_model_len is not None and self.max_model_len < 1:
             raise ValueError(f"NgramParams.max_model_len={self.max_model_len} must be >= 1 (None: unbounded)")
@@ -52,11 +53,6 @@ class NgramParams:
                              f"({self.prompt_lookup_max})")
         if self.num_speculative_tokens < 1:
             raise ValueError(f"num_speculative_tokens must be >= 1, got {self.num_speculative_tokens}")
-
-
-def is_integer(value: Any) -> bool:
-    """An integer that is not a bool (``True`` is an int to Python, not a window length)."""
-    return isinstance(value, Integral) and not isinstance(value, bool)
 
 
 # -------------------------------------------------------------------------------------------- the rule
@@ -120,7 +116,7 @@ class NgramProposer:
     def propose(self, length: int) -> np.ndarray:
         """The draft vLLM would propose after the first ``length`` tokens of the sequence (0 <= ``length`` <= its
         size: a longer prefix is not known)."""
-        if not (is_integer(length) and 0 <= length <= self.seq.size):
+        if not (matches(length, int) and 0 <= length <= self.seq.size):
             raise ValueError(f"length={length!r}: a prefix of the {self.seq.size}-token sequence needs 0 <= length "
                              f"<= {self.seq.size}")
         p = self.params
@@ -303,7 +299,7 @@ def ngram_params_from_speculative_config(spec: Mapping[str, Any] | None,
         return None
     fields = ("prompt_lookup_min", "prompt_lookup_max", "num_speculative_tokens")
     for name in fields:
-        if not is_integer(spec.get(name)):
+        if not matches(spec.get(name), int):
             raise ValueError(f"speculative_config.{name}={spec.get(name)!r} must be set to an integer (method ngram)")
     return NgramParams(*(int(spec[name]) for name in fields), max_model_len)
 

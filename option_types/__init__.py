@@ -74,12 +74,11 @@ def first_mistyped(values: Mapping[str, Any], cls: type) -> Mistyped | None:
     """The first entry of ``values`` (option name -> value; unknown names and unresolved interpolations are left
     to their own checks) whose value does not match the declared type of ``cls``'s field of that name."""
     hints = typing.get_type_hints(cls)
-    defaults = {f.name: f.default for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}
     for name, value in values.items():
         annotation = hints.get(name)
         if annotation is None or is_interpolation(value) or matches(value, annotation):
             continue
-        return Mistyped(name, value, annotation, defaults.get(name, getattr(cls, name, None)))
+        return Mistyped(name, value, annotation, getattr(cls, name, None))  # a dataclass keeps its defaults here
     return None
 
 

@@ -10,6 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from compute_accounting.budget import ComputeBudgetConfig, check_validation_schedule
 from compute_accounting.gpu_time import GpuTimeCoefficients, resolve_coefficients
+from option_types import matches
 from recipe.common.preflight.errors import SetupError
 from recipe.common.preflight.model import model_serving_shape
 from recipe.common.preflight.option_types import check_option_types
@@ -70,7 +71,7 @@ def with_runs_batch_cap(coeff: GpuTimeCoefficients, max_num_seqs: object) -> Gpu
     rollout default) would price. A cap that is not an integer >= 1 fails naming the option."""
     if max_num_seqs is None or max_num_seqs == coeff.max_num_seqs:
         return coeff
-    if isinstance(max_num_seqs, bool) or not isinstance(max_num_seqs, int) or max_num_seqs < 1:
+    if not matches(max_num_seqs, int) or max_num_seqs < 1:
         raise SetupError(f"actor_rollout_ref.rollout.max_num_seqs={max_num_seqs!r} must be an integer >= 1")
     sources = {**coeff.sources, "max_num_seqs": "the run's actor_rollout_ref.rollout.max_num_seqs"}
     return dataclasses.replace(coeff, max_num_seqs=max_num_seqs, sources=sources)
