@@ -3,6 +3,7 @@
 
     python scripts/bench_gpu.py                                   # the cost model and the copy workload, 8 minutes
     python scripts/bench_gpu.py --skip coefficients copy --budget-s 560   # one IBPO step through the trainer only
+    python scripts/bench_gpu.py --skip coefficients copy --budget-s 560 --step-eager   # the same, vLLM eager
 
 On an H200 (docs/gpu.md) the coefficients took ~110 s and an engine per draft length ~60 s, while verl's start-up
 alone took more than 290 s before the step's first request: the step does not fit beside the other two parts in
@@ -357,6 +358,8 @@ def step_lines(report: Report) -> list[str]:
     if not report.step_rows:
         return [f"(no step finished{': ' + run['status'] if run.get('status') else ''})", *startup_line(run)]
     lines = shape.format_table(report.step_rows, int(report.step_run.get("peak_mib", 0))).splitlines()
+    if run.get("shape", {}).get("eager"):
+        lines.append("step: vLLM eager (--step-eager: no CUDA graphs, no compile); its generation seconds are eager's")
     lines += startup_line(run)
     for r in report.step_rows:
         lines.append(f"step {r['step']}: correction / main generation {r['correction_vs_main']:.2f}; "
@@ -401,7 +404,8 @@ def docs_rows(report: Report) -> list[str]:
                          "acceptance rate, agreement", f"{r['spec_accepted_per_decode_step']:.2f}, "
                          f"{r['spec_acceptance_rate']:.2f}, {r['agreement']:.2f}"))
     for r in report.step_rows:
-        rows.append(("step", "seconds: step, main gen, correction gen, actor update", f"{r['step_s']:.1f}, "
+        eager = " (vLLM eager: no CUDA graphs)" if report.step_run.get("shape", {}).get("eager") else ""
+        rows.append(("step", f"seconds: step, main gen, correction gen, actor update{eager}", f"{r['step_s']:.1f}, "
                      f"{r['main_gen']:.1f}, {r['correction_gen']:.1f}, {r['update_actor']:.1f}"))
         rows.append(("step", "training/rollout_probs_diff_mean", fmt(r["rollout_probs_diff_mean"], ".4g")))
     if report.step_run.get("peak_mib"):
@@ -635,6 +639,8 @@ def step_command(args, out: Path, model: Path, data: dict) -> tuple[list[str], d
     env.update({"TRAIN_BATCH": str(args.step_prompts), "MAX_RESPONSE": str(args.step_response),
                 "UPDATE_READING": "one_update", "COMPUTE_BUDGET": "0", "FAST_START": "1",
                 "CUDAGRAPH_MAX": str(min(512, requests * (1 + k)))})
+    if args.step_eager:
+        env["ENFORCE_EAGER"] = "1"
     return cmd, env
 
 
@@ -657,7 +663,7 @@ def run_step(args, out: Path, budget: Budget, report: Report, watchdog: Watchdog
     # filled while the step runs (its log's tail and start-up times): what the watchdog writes if it fires first
     report.step_run = {"status": "running", "log": str(out / "train.log"), "log_tail": [], "startup_s": {},
                        "shape": {"prompts": args.step_prompts, "group": 8, "response": args.step_response,
-                                 "draft_k": args.step_draft_k}}
+                                 "draft_k": args.step_draft_k, "eager": bool(args.step_eager)}}
     status = run_child(cmd, limit, watchdog, out / "train.log", env={**base_env, **env}, target=report.step_run)
     monitor.stop()
     report.step_run.update({"status": status, "seconds": time.monotonic() - start, "peak_mib": monitor.peak_mib})
@@ -733,6 +739,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--step-prompts", type=int, default=2, help="prompts of the step (x G = 8 responses)")
     p.add_argument("--step-response", type=int, default=2048, help="the step's response length (forced)")
     p.add_argument("--step-draft-k", type=int, default=8)
+    p.add_argument("--step-eager", action="store_true",
+                   help="the step's vLLM without CUDA graphs or compile (the scripts' ENFORCE_EAGER=1): a shorter "
+                        "start-up, a slower decode; its generation seconds are then eager-mode seconds")
     p.add_argument("--inner-vllm", default=None, help=argparse.SUPPRESS)  # the child's partial-results file
     p.add_argument("--inner-parts", nargs="*", default=[], help=argparse.SUPPRESS)
     args = p.parse_args(argv)

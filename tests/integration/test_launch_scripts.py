@@ -330,3 +330,10 @@ def test_gpu_bench_step_composes_against_verl(tmp_path):
     assert rollout.disable_log_stats is False and rollout.ignore_eos is True
     assert cfg.actor_rollout_ref.model.override_config.attn_implementation == "sdpa"
     assert cfg.compute_budget.limit == 0 and cfg.trainer.test_freq == -1 and cfg.trainer.val_before_train is False
+    assert rollout.enforce_eager is False
+    eager_args = bench.parse_args(["--step-eager"])
+    cmd, env = bench.step_command(eager_args, tmp_path, tmp_path / "model",
+                                  {"train": "/d/t.parquet", "val": "/d/v.parquet"})
+    (argv,) = recorded_invocations("run_ibpo_qwen3_1p7b_1gpu.sh", tmp_path / "e", env, args=cmd[2:])
+    eager = composed(argv).actor_rollout_ref.rollout
+    assert eager.enforce_eager is True and eager.engine_kwargs.vllm.speculative_config.num_speculative_tokens == 8

@@ -228,6 +228,12 @@ def test_table_shows_each_part():
     assert "| copy | copy, draft length 8: accepted / decode step, acceptance rate, agreement | 4.50, 0.60, 1.00 |" in table
     assert "| step | training/rollout_probs_diff_mean | 0.0011 |" in table
     assert "| coefficients / step | weight_sync_s | 0.4 |" in table
+    assert "| step | seconds: step, main gen, correction gen, actor update |" in table
+    eager = report_with_everything()
+    eager.step_run["shape"] = {"prompts": 2, "group": 8, "response": 2048, "draft_k": 8, "eager": True}
+    assert ("| step | seconds: step, main gen, correction gen, actor update (vLLM eager: no CUDA graphs) |"
+            in bench.format_report(eager))  # eager-mode seconds never read as the graphs' seconds
+    assert "step: vLLM eager (--step-eager" in bench.format_report(eager) and "vLLM eager" not in table
     nothing = bench.Report({"gpu": "G", "commit": "c", "date": "d", "budget_s": 60.0}, [])
     nothing.step_run = {"status": "stopped at the budget after 200 s"}
     text = bench.format_report(nothing)
