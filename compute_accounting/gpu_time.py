@@ -242,13 +242,16 @@ def shape_of(model: str | ServingShape) -> ServingShape:
 
 
 def same_shape(named: str, model: str | ServingShape) -> bool:
-    """Whether ``model`` is the named shape of :data:`MODEL_SHAPES`: the same KV bytes per token and the same
-    matrix parameters to 0.5% (a config read from disk may count its LM head or norms slightly differently)."""
+    """Whether ``model`` is the named shape of :data:`MODEL_SHAPES`: the same KV bytes per token, and the same
+    matrix parameters and weight bytes to 0.5% each (a config read from disk may count its LM head or norms
+    slightly differently). Weight bytes too: a mixture of experts with a dense model's active parameters reads all
+    its experts' weights per decode pass, so a dense model's decode coefficients do not price it."""
     if named not in MODEL_SHAPES:
         return False
     a, b = MODEL_SHAPES[named], shape_of(model)
-    close = abs(a.matmul_params - b.matmul_params) <= 0.005 * a.matmul_params
-    return a.kv_bytes_per_token == b.kv_bytes_per_token and close
+    params_close = abs(a.matmul_params - b.matmul_params) <= 0.005 * a.matmul_params
+    bytes_close = abs(a.weight_bytes - b.weight_bytes) <= 0.005 * a.weight_bytes
+    return a.kv_bytes_per_token == b.kv_bytes_per_token and params_close and bytes_close
 
 
 def shipped_coefficients(gpu: str, model: str | ServingShape) -> GpuTimeCoefficients:
@@ -310,7 +313,20 @@ class GenerationWork:
             raise ValueError("decode_steps and drafted_tokens need one entry per request")
         if (p < 0).any() or (g < 0).any() or (s < 0).any() or (d < 0).any() or (s > np.maximum(g - 1, 0)).any():
             raise ValueError("token counts must be >= 0 and decode steps at most output - 1 per request")
+        first_bad_request(d > 0, s == 0, "draft tokens but no decode pass to verify them")
+        # a pass emits 1 + its accepted drafts: output - 1 - passes tokens were accepted, so at least as many drafted
+        # (averages, as the bench passes, keep this: it is linear); float slack for such averages
+        accepted = np.maximum(g - 1, 0) - s
+        first_bad_request(accepted > d + 1e-9 * (1.0 + d), True,
+                          "output - 1 - decode steps tokens were accepted, more than were drafted")
         return p, g, s, d
+
+
+def first_bad_request(when: np.ndarray, also: np.ndarray | bool, why: str) -> None:
+    """Refuse a :class:`GenerationWork` whose request breaks a rule, naming the first such request."""
+    bad = np.flatnonzero(np.logical_and(when, also))
+    if bad.size:
+        raise ValueError(f"GenerationWork: request {int(bad[0])} has {why} ({bad.size} such requests)")
 
 
 def decode_passes(steps: np.ndarray, max_num_seqs: int) -> float:

@@ -422,3 +422,17 @@ def test_a_data_folder_is_named_as_a_folder_with_its_parquet_files(tmp_path):
     config.data.train_files = [str(tmp_path / "data" / "train.parquet"), str(tmp_path / "missing.parquet")]
     with pytest.raises(SetupError, match="missing.parquet does not exist"):
         data_files(config, "train_files")
+
+
+@pytest.mark.parametrize("override, key", [
+    ("ibpo.lam=${nope}", "ibpo.lam"),  # before: "config: cannot resolve its interpolation: ... key 'nope' ..."
+    ("++trainer.project_name=run_${oc.env:IBPO_NO_SUCH_VARIABLE}", "trainer.project_name"),
+])
+def test_an_interpolation_that_does_not_resolve_names_its_option(tiny_run, override, key):
+    """OmegaConf names the key an interpolation reads (``nope``); the user needs the option that holds it."""
+    register_config_resolvers()
+    with initialize_config_module(config_module="recipe.ibpo.config", version_base=None):
+        cfg = compose(config_name="ibpo_trainer", overrides=overrides_for(tiny_run, override))
+    with pytest.raises(SetupError) as info:
+        resolve_config(cfg)
+    assert str(info.value).startswith(f"{key}: cannot resolve its interpolation: "), str(info.value)

@@ -40,8 +40,9 @@ def test_generation_seconds_match_the_pass_by_pass_reference(seed):
     n = int(rng.integers(1, 9))
     p = rng.integers(0, 50, n).tolist()
     g = rng.integers(0, 40, n).tolist()
-    s = [int(rng.integers(0, gi)) if gi > 1 else 0 for gi in g]
-    d = [int(rng.integers(0, 3 * si + 1)) for si in s]
+    s = [int(rng.integers(1, gi)) if gi > 1 else 0 for gi in g]  # a decode pass emits one token or more
+    # the accepted drafts (output - 1 - passes) were drafted, and some drafts were rejected
+    d = [gi - 1 - si + int(rng.integers(0, 2 * si + 1)) if si else 0 for gi, si in zip(g, s)]
     prefill, decode = reference_seconds(p, g, s, d, COEFF)
     got = generation_seconds(GenerationWork(p, g, s, d), COEFF)
     assert got["prefill"] == pytest.approx(prefill, rel=1e-12)
@@ -55,6 +56,20 @@ def test_without_speculation_a_request_takes_output_minus_one_passes():
     # a copying request needs fewer passes: cheaper, though each pass verifies its drafts
     fewer = generation_seconds(GenerationWork([10, 10], [5, 9], [2, 3], [6, 12]), COEFF)
     assert fewer["decode"] < plain["decode"] and fewer["prefill"] == plain["prefill"]
+
+
+def test_work_whose_drafts_cannot_explain_its_passes_is_refused():
+    """A request's passes emit output - 1 tokens after the prefill, one each plus the drafts they accept: fewer
+    passes than that need as many drafted tokens, and a draft needs a pass to verify it."""
+    generation_seconds(GenerationWork([10], [9], [3], [5]), COEFF)  # 3 passes, 5 accepted of 5 drafted: possible
+    with pytest.raises(ValueError, match="request 1 has output - 1 - decode steps tokens were accepted"):
+        generation_seconds(GenerationWork([10, 10], [9, 9], [3, 3], [5, 4]), COEFF)
+    with pytest.raises(ValueError, match="request 0 has draft tokens but no decode pass"):
+        generation_seconds(GenerationWork([10], [1], [0], [4]), COEFF)
+    with pytest.raises(ValueError, match="accepted, more than were drafted"):
+        generation_seconds(GenerationWork([10], [9], [3]), COEFF)  # fewer passes and no drafts at all
+    # the bench's averages (fractions) keep the rule
+    generation_seconds(GenerationWork([10, 10], [8.5, 8.5], [3.25, 3.25], [4.25, 4.25]), COEFF)
 
 
 def test_bad_generation_work_is_refused():

@@ -162,8 +162,9 @@ def test_a_runs_qwen3_1p7b_config_resolves_to_the_measurement(tmp_path):
 
 
 def test_the_shape_tolerance_admits_a_recount_and_refuses_another_model():
-    """``same_shape`` allows 0.5% in the matrix parameters (a config may count its LM head or norms a little
-    differently) and nothing in the KV bytes: a model 1% bigger, or with other KV heads, is another shape."""
+    """``same_shape`` allows 0.5% in the matrix parameters and the weight bytes (a config may count its LM head or
+    norms a little differently) and nothing in the KV bytes: a model 1% bigger, with other KV heads, or reading
+    more weights per pass than it computes with (experts), is another shape."""
     from compute_accounting.gpu_time import ServingShape, same_shape
 
     base = MODEL_SHAPES["Qwen3-1.7B"]
@@ -173,5 +174,11 @@ def test_the_shape_tolerance_admits_a_recount_and_refuses_another_model():
     assert same_shape("Qwen3-1.7B", near)
     assert not same_shape("Qwen3-1.7B", far) and not same_shape("Qwen3-1.7B", other_kv)
     assert not same_shape("no such shape", base)
+    # a mixture of experts computing with the dense model's parameters but reading 8x its weights per decode pass
+    experts = ServingShape("experts", base.matmul_params, base.weight_bytes * 8, base.kv_bytes_per_token)
+    near_bytes = ServingShape("bytes recount", base.matmul_params, base.weight_bytes * 1.004, base.kv_bytes_per_token)
+    assert not same_shape("Qwen3-1.7B", experts) and same_shape("Qwen3-1.7B", near_bytes)
+    with pytest.raises(ValueError, match="no measured coefficients for H200 at experts's shape"):
+        resolve_coefficients("measured:H200", experts)
     with pytest.raises(ValueError, match="no measured coefficients for H200 at bigger's shape"):
         resolve_coefficients("measured:H200", far)

@@ -16,6 +16,9 @@ folder."""
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 from omegaconf import DictConfig, OmegaConf
 
 from recipe.common.preflight.data_files import check_data_rows, data_files
@@ -42,9 +45,38 @@ def resolve_config(config: DictConfig) -> None:
     try:
         OmegaConf.resolve(config)
     except (OmegaConfBaseException, ValueError, TypeError) as exc:
-        key = getattr(exc, "full_key", None)
+        key = unresolvable_key(config) or getattr(exc, "full_key", None)
         raise SetupError(f"{key or 'config'}: cannot resolve its interpolation: "
                              f"{' '.join(str(exc).split())}") from exc
+
+
+def unresolvable_key(config: DictConfig) -> str | None:
+    """The dotted key of the option whose interpolation does not resolve (``ibpo.lam=${nope}`` names
+    ``ibpo.lam``; OmegaConf's own error names the missing key ``nope``), None when every one resolves. Where one
+    broken option breaks others that read it (verl's ``rollout.trace.project_name: ${trainer.project_name}``), the
+    one named is the first that reads no other failing option: the option the user wrote."""
+    raw = OmegaConf.to_container(config, resolve=False)
+    failing = {}
+    for key, value in interpolated_options(raw):
+        try:
+            OmegaConf.select(config, key, throw_on_resolution_failure=True)
+        except Exception:  # any resolver's failure: the key is what the user needs
+            failing[key] = value
+    for key, value in failing.items():
+        if not any(re.search(rf"(?<![\w.]){re.escape(other)}(?!\w)", value) for other in failing if other != key):
+            return key
+    return next(iter(failing), None)
+
+
+def interpolated_options(node: Any, path: str = ""):
+    """(dotted key, raw string) of every option whose unresolved value holds an interpolation, in config order."""
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for key, value in items:
+        name = f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}" if path else str(key)
+        if isinstance(value, str) and "${" in value:
+            yield name, value
+        else:
+            yield from interpolated_options(value, name)
 
 
 def preflight(config: DictConfig) -> None:
