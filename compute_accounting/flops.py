@@ -90,7 +90,7 @@ class StepWork:
     train_main: Sequence[int] = ()  # training-batch rows: main responses
     train_joint: Sequence[int] = ()  # training-batch rows: joint-training correction samples
     train_padding: Sequence[int] = ()  # training-batch rows: no-op padding (2 tokens each)
-    counterfactual_forward: Sequence[int] = ()  # masked copies of the counterfactual method (no-grad)
+    counterfactual_forward: Sequence[int] = ()  # counterfactual method: masked copies + unmasked rows (no-grad)
     grad_probe: Sequence[int] = ()  # rows of the gradient-variance probe (forward + backward each)
     ppo_epochs: int = 1
     gradient_checkpointing: bool = False  # actor update recomputes the forward during backward

@@ -14,7 +14,9 @@ in ``docs/method_counterfactual.md`` ("Pipeline for one sampled response"), whos
    every position, attention and mask unchanged [§masking].
 3. Importance (``span_drops``): drop_s = log p(a | y) - log p(a | y with s masked), log p(a) being the
    teacher-forced sum of the answer tokens' log-probabilities [§importance]. drop_s < 0 is a
-   "distractor": masking s raised the answer's probability (about 3.5 % of spans in the paper).
+   "distractor": masking s raised the answer's probability (about 3.5 % of spans in the paper). Both
+   terms come from one forward call: y itself is scored unmasked as one more row beside its masked
+   copies (``recipe/counterfactual/batch.py``), not taken from the training batch's own log-probs.
 4. Token importance (``raw_token_importance``, ``normalise_importance``): ``base_importance`` on every
    reasoning token plus drop_s / |s| on the tokens of s, then min-max normalised within the reasoning
    region to [0.5, 1.0] (all equal -> 0.5) [§token importance]. A response with no measurable span (no
@@ -35,6 +37,11 @@ importance uniformly from the normalised range and needs no masked forward pass;
 Decisions where the description leaves room (stated once here, tested in tests/unit/test_counterfactual.py, tests/integration/test_counterfactual_batch.py):
 - Masking replaces the span's tokens by the pad token, keeping positions and the attention mask, as the
   description says; nothing is removed, so every copy has the original's shape and answer positions.
+- log p(a | y) is scored on an unmasked copy of y in the same forward batch as y's masked copies: in bf16 a
+  row's log-probs depend slightly on the batch it is in, and a drop across two batches would carry that
+  difference (a span without effect reading as a small gain or loss). It costs one more no-grad row per
+  measured response, which ``max_spans`` does not count: it caps the spans (masked copies), so a measured
+  response adds at most ``max_spans`` + 1 forward rows (consistent with the reported "up to ~11").
 - The answer region runs from the token holding the first character of the earliest answer marker
   (case-insensitive) to the end of the response, end-of-sequence token included; its tokens' log-probs
   are summed. A response without any marker has no answer to measure and keeps uniform weight 1 (in
@@ -88,7 +95,7 @@ class CounterfactualConfig:
     mode: str = field(default="counterfactual", metadata={
         "doc": "counterfactual | inverted | random | vanilla (the paper's controls) [§controls]"})
     max_spans: int = field(default=10, metadata={
-        "doc": "masked copies (extra no-grad forward rows) per response, at most"})
+        "doc": "masked copies (no-grad forward rows) per response, at most, plus 1 unmasked row"})
     min_sentence_tokens: int = field(default=5, metadata={
         "doc": "sentence spans shorter than this are not measured"})
     max_span_tokens: int = field(default=50, metadata={

@@ -8,11 +8,18 @@ recipe/counterfactual/counterfactual_trainer.py), after ``old_log_probs`` are in
     signal = rows_with_signal(batch, key="token_level_scores")        # skip groups with equal rewards
     plan = plan_counterfactuals(batch, cfg, make_decode_fn(tokenizer), signal)
     log_probs = torch.empty(0, batch.batch["responses"].shape[1])
-    if plan.num_copies:                                                # one extra forward row per span
+    if plan.num_copies:                          # one row per span, plus one unmasked row per measured response
         masked = build_masked_copies(batch, plan, tokenizer.pad_token_id)
         log_probs = compute_masked_log_probs(self.actor_rollout_wg, masked, dp_size * log_prob_micro_batch)
     weights, metrics = counterfactual_token_weights(batch, plan, cfg, batch.batch["old_log_probs"], log_probs)
     batch.batch["advantages"] = batch.batch["advantages"] * weights    # (bs, response_length), after compute_advantage
+
+Each drop_s = log p(a | y) - log p(a | y with s masked) [§importance] takes both log-probs from the same
+``compute_log_prob`` call: the masked-copy batch holds, per measured response, an unmasked copy of the row
+(its unmasked row) next to its masked copies. In bf16, with verl's padding removal and dynamic micro-batches, a
+row's log-probs depend slightly on the batch it is scored in; taking log p(a | y) from ``old_log_probs`` (another
+call, over the whole training batch) would add that difference to every drop, and a span without effect could read
+as a small positive or negative drop. ``old_log_probs`` is only compared with the unmasked rows, as a metric.
 
 Row layout (verl's): ``input_ids = cat(prompts, responses)``, prompts left-padded, responses
 right-padded; a response's valid tokens are those with ``attention_mask == 1`` after the prompt.
@@ -93,12 +100,19 @@ def rows_with_signal(
     return group_has_signal(batch.non_tensor_batch[group_key], sequence_values(batch, key), atol=atol)
 
 
+UNMASKED = -1  # ``CounterfactualPlan.forward_spans`` of a measured response's unmasked row
+
+
 @dataclass(frozen=True)
 class CounterfactualPlan:
-    """What to measure for a batch: per-row segmentations and the (row, span) of every masked copy.
+    """What to measure for a batch: per-row segmentations, the (row, span) of every masked copy, and the rows of
+    the masked-copy batch that scores them.
 
     ``segmentations[i]`` is None for rows that keep uniform weight without being segmented (``vanilla``
-    mode, or a group without learning signal). Copies are listed row by row, spans in order.
+    mode, or a group without learning signal). Copies are listed row by row, spans in order. A measured
+    response (a row with masked copies) is also scored unmasked in the same batch, so that its drops compare
+    log-probs of one forward call: the batch (``forward_rows``, ``forward_spans``) holds, per measured response in
+    plan order, its unmasked row (span ``UNMASKED``) and then its masked copies.
     """
 
     segmentations: tuple[ResponseSegmentation | None, ...]
@@ -107,7 +121,41 @@ class CounterfactualPlan:
 
     @property
     def num_copies(self) -> int:
+        """Masked copies, i.e. measured spans (the unmasked rows not included)."""
         return int(self.copy_rows.shape[0])
+
+    @property
+    def measured_rows(self) -> np.ndarray:
+        """``(num_measured,)`` int64: the measured responses' rows, in plan order; one unmasked row each."""
+        return np.asarray(list(dict.fromkeys(self.copy_rows.tolist())), dtype=np.int64)
+
+    @property
+    def num_measured(self) -> int:
+        return int(self.measured_rows.shape[0])
+
+    @property
+    def num_forward_rows(self) -> int:
+        """Rows of the masked-copy batch: the masked copies and one unmasked row per measured response."""
+        return self.num_copies + self.num_measured
+
+    @property
+    def forward_rows(self) -> np.ndarray:
+        """``(num_forward_rows,)`` int64: the source row of each row of the masked-copy batch."""
+        return self._forward_layout()[0]
+
+    @property
+    def forward_spans(self) -> np.ndarray:
+        """``(num_forward_rows,)`` int64: the span each row of the masked-copy batch masks (``UNMASKED``: none)."""
+        return self._forward_layout()[1]
+
+    def _forward_layout(self) -> tuple[np.ndarray, np.ndarray]:
+        rows: list[int] = []
+        spans: list[int] = []
+        for row in self.measured_rows.tolist():
+            own = self.copy_spans[self.copy_rows == row].tolist()
+            rows.extend([row] * (1 + len(own)))
+            spans.extend([UNMASKED, *own])
+        return np.asarray(rows, dtype=np.int64), np.asarray(spans, dtype=np.int64)
 
 
 def plan_counterfactuals(
@@ -148,9 +196,11 @@ def plan_counterfactuals(
 
 
 def build_masked_copies(batch: DataProto, plan: CounterfactualPlan, mask_token_id: int) -> DataProto:
-    """The masked-copy batch for the actor's ``compute_log_prob``: one row per planned (row, span).
+    """The masked-copy batch for the actor's ``compute_log_prob``: ``plan.num_forward_rows`` rows, in the order of
+    ``plan.forward_rows``: per measured response, an unmasked copy of its row (its unmasked row, where
+    :func:`counterfactual_token_weights` reads log p(a | y)), then one row per planned (row, span).
 
-    Each copy is its source row with the span's response tokens replaced by ``mask_token_id`` in both
+    Each masked copy is its source row with the span's response tokens replaced by ``mask_token_id`` in both
     ``responses`` and ``input_ids``; ``prompts``, ``attention_mask`` and ``response_mask`` are the source's
     and ``position_ids`` are recomputed from the attention mask (so positions are unchanged). ``meta_info``
     is the source's (temperature included) with ``global_token_num`` recomputed for the new rows.
@@ -161,12 +211,13 @@ def build_masked_copies(batch: DataProto, plan: CounterfactualPlan, mask_token_i
         raise ValueError("build_masked_copies: mask_token_id is None (the tokenizer has no pad token)")
     _require_keys(batch, TENSOR_KEYS, "build_masked_copies")
     carried = [k for k in CARRIED_NON_TENSOR_KEYS if k in batch.non_tensor_batch]
-    copies = batch.select(batch_keys=list(TENSOR_KEYS), non_tensor_batch_keys=carried).select_idxs(plan.copy_rows)
+    rows, spans = plan.forward_rows, plan.forward_spans
+    copies = batch.select(batch_keys=list(TENSOR_KEYS), non_tensor_batch_keys=carried).select_idxs(rows)
     prompt_len = batch.batch["prompts"].shape[1]
     responses = copies.batch["responses"].clone()
-    for j, (row, span_index) in enumerate(zip(plan.copy_rows.tolist(), plan.copy_spans.tolist(), strict=True)):
-        seg = plan.segmentations[row]
-        responses[j] = mask_span(responses[j], seg.spans[span_index], mask_token_id)
+    for j, (row, span_index) in enumerate(zip(rows.tolist(), spans.tolist(), strict=True)):
+        if span_index != UNMASKED:
+            responses[j] = mask_span(responses[j], plan.segmentations[row].spans[span_index], mask_token_id)
     input_ids = copies.batch["input_ids"].clone()
     input_ids[:, prompt_len:] = responses
     attention_mask = copies.batch["attention_mask"]
@@ -181,7 +232,8 @@ def build_masked_copies(batch: DataProto, plan: CounterfactualPlan, mask_token_i
 
 
 def compute_masked_log_probs(actor_rollout_wg: Any, masked: DataProto, size_divisor: int) -> torch.Tensor:
-    """Response log-probs ``(len(masked), response_length)`` of the masked copies from verl's actor.
+    """Response log-probs ``(len(masked), response_length)`` of the masked-copy batch (masked copies and
+    unmasked rows, :func:`build_masked_copies`) from verl's actor, in one call.
 
     Mirrors ``RayPPOTrainer._compute_old_log_prob`` (no entropy, no loss): pads to ``size_divisor``
     (the actor's data-parallel size), converts to verl's no-padding TensorDict, calls
@@ -196,31 +248,64 @@ def compute_masked_log_probs(actor_rollout_wg: Any, masked: DataProto, size_divi
     return log_probs[: len(padded) - pad_size] if pad_size else log_probs
 
 
+def measured_answer_log_probs(
+    plan: CounterfactualPlan, masked_log_probs: torch.Tensor
+) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+    """Per measured response ``row``: ``(log p(a | y), log p(a | y with s masked) for every span s)``, a scalar and
+    a ``(num_spans,)`` tensor [§importance], both read from ``masked_log_probs``, the masked-copy batch's
+    log-probs ``(plan.num_forward_rows, response_length)``: its unmasked row and its masked copies."""
+    rows, spans = plan.forward_rows.tolist(), plan.forward_spans.tolist()
+    unmasked: dict[int, int] = {}
+    copies: dict[int, list[int]] = {}
+    for j, (row, span) in enumerate(zip(rows, spans, strict=True)):
+        if span == UNMASKED:
+            unmasked[row] = j
+        else:
+            copies.setdefault(row, []).append(j)
+    measured = {}
+    for row, j in unmasked.items():
+        seg = plan.segmentations[row]
+        listed = [spans[k] for k in copies[row]]
+        if seg is None or not seg.measurable or listed != list(range(len(seg.spans))):
+            has = "no segmentation" if seg is None else (
+                f"{len(seg.spans)} spans" + ("" if seg.has_answer else " and no answer"))
+            raise ValueError(f"measured_answer_log_probs: the plan lists masked copies of row {row} for spans "
+                             f"{listed}; the row has {has} (every span of a measurable row, in order)")
+        n = seg.num_tokens
+        measured[row] = (answer_log_prob(masked_log_probs[j, :n], seg),
+                         answer_log_prob(masked_log_probs[copies[row], :n], seg))
+    return measured
+
+
 def counterfactual_token_weights(
     batch: DataProto,
     plan: CounterfactualPlan,
     config: CounterfactualConfig,
-    full_log_probs: torch.Tensor,
+    full_log_probs: torch.Tensor | None,
     masked_log_probs: torch.Tensor,
     generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Token weights ``(bs, response_length)`` (1.0 on padding and on unweighted rows) and metrics.
 
-    ``full_log_probs``: the batch's own response log-probs (``old_log_probs``); ``masked_log_probs``:
-    ``(plan.num_copies, response_length)`` from :func:`compute_masked_log_probs`, in plan order.
-    Mean-1 rescaling (if on) averages over ``response_mask``.
+    ``masked_log_probs``: ``(plan.num_forward_rows, response_length)`` from :func:`compute_masked_log_probs`, rows
+    in the order of :func:`build_masked_copies` (``plan.forward_rows``). Every drop_s = log p(a | y) - log p(a | y
+    with s masked) [§importance] takes both terms from it: log p(a | y) from the response's unmasked row,
+    scored in the same forward call as its masked copies. ``full_log_probs``: the batch's own response log-probs
+    (``old_log_probs``, another forward call) or None; not used for the weights, only compared with the unmasked
+    rows (``counterfactual/unmasked_abs_shift_mean``). Mean-1 rescaling (if on) averages over ``response_mask``.
     """
     _require_keys(batch, ("responses", "response_mask"), "counterfactual_token_weights")
     bs, resp_len = batch.batch["responses"].shape
-    if tuple(full_log_probs.shape) != (bs, resp_len):
+    if full_log_probs is not None and tuple(full_log_probs.shape) != (bs, resp_len):
         raise ValueError(
             f"counterfactual_token_weights: full_log_probs has shape {tuple(full_log_probs.shape)}, "
             f"expected {(bs, resp_len)}"
         )
-    if tuple(masked_log_probs.shape) != (plan.num_copies, resp_len):
+    if tuple(masked_log_probs.shape) != (plan.num_forward_rows, resp_len):
         raise ValueError(
             f"counterfactual_token_weights: masked_log_probs has shape {tuple(masked_log_probs.shape)}, "
-            f"expected {(plan.num_copies, resp_len)} (one row per masked copy)"
+            f"expected {(plan.num_forward_rows, resp_len)} (one row per masked copy, {plan.num_copies}, and one "
+            f"unmasked row per measured response, {plan.num_measured})"
         )
     if len(plan.segmentations) != bs:
         raise ValueError(
@@ -228,36 +313,37 @@ def counterfactual_token_weights(
         )
     response_mask = batch.batch["response_mask"]
     weights = torch.ones(bs, resp_len, dtype=torch.float64)
-    first_copy = {}
-    for j, row in enumerate(plan.copy_rows.tolist()):
-        first_copy.setdefault(row, j)
+    measured = measured_answer_log_probs(plan, masked_log_probs) if config.needs_forward_passes else {}
     span_weight_sums = {"arithmetic": [0.0, 0], "sentence": [0.0, 0]}
     all_drops: list[float] = []
-    weighted_rows = spans_total = segmented_rows = no_answer_rows = 0
+    shifts: list[float] = []
+    counts = {"weighted": 0, "segmented": 0, "no_answer": 0, "spans": 0}
     for row, seg in enumerate(plan.segmentations):
         if seg is None:
             continue
-        segmented_rows += 1
-        spans_total += len(seg.spans)
-        no_answer_rows += int(not seg.has_answer)
+        counts["segmented"] += 1
+        counts["spans"] += len(seg.spans)
+        counts["no_answer"] += int(not seg.has_answer)
         if not seg.measurable:
             continue
         drops = None
         if config.needs_forward_passes:
-            start = first_copy[row]
-            masked = masked_log_probs[start : start + len(seg.spans), : seg.num_tokens]
-            full = answer_log_prob(full_log_probs[row, : seg.num_tokens], seg)
-            drops = span_drops(full, answer_log_prob(masked, seg))
+            if row not in measured:
+                raise ValueError(f"counterfactual_token_weights: row {row} is measurable but the plan has no masked "
+                                 f"copy of it (a plan built for mode '{config.mode}'?)")
+            unmasked, masked = measured[row]
+            drops = span_drops(unmasked, masked)
             all_drops.extend(drops.tolist())
+            if full_log_probs is not None:
+                shifts.append(abs(float(unmasked - answer_log_prob(full_log_probs[row, : seg.num_tokens], seg))))
         row_weights = response_weights(seg, config, drops, generator, response_mask[row, : seg.num_tokens])
         weights[row, : seg.num_tokens] = row_weights
-        weighted_rows += 1
+        counts["weighted"] += 1
         for span in seg.spans:
             acc = span_weight_sums[span.kind]
             acc[0] += float(row_weights[span.start : span.end].sum())
             acc[1] += span.length
-    metrics = _weight_metrics(weighted_rows, segmented_rows, no_answer_rows, spans_total, plan.num_copies,
-                              all_drops, span_weight_sums)
+    metrics = _weight_metrics(counts, plan, all_drops, shifts, span_weight_sums)
     valid = response_mask.bool()
     if valid.any():
         metrics["counterfactual/weight_max"] = float(weights[valid].max())
@@ -265,23 +351,28 @@ def counterfactual_token_weights(
     return weights.float(), metrics
 
 
-def _weight_metrics(weighted_rows: int, segmented_rows: int, no_answer_rows: int, spans_total: int, copies: int,
-                    drops: list[float], span_weight_sums: dict[str, list]) -> dict[str, float]:
+def _weight_metrics(counts: dict[str, int], plan: CounterfactualPlan, drops: list[float], shifts: list[float],
+                    span_weight_sums: dict[str, list]) -> dict[str, float]:
     """The step's ``counterfactual/*`` counts, and its rates and means (docs/method_counterfactual.md, "Metrics").
     A rate or mean over an empty set (no segmented response, no measured span, no token in a span of that kind) is
     left out of the step's metrics, not logged as 0: a mean weight of 0 or a distractor share of 0 would read as
     a measurement. The counts are their denominators."""
+    segmented = counts["segmented"]
     metrics = {
-        "counterfactual/weighted_responses": float(weighted_rows),
-        "counterfactual/segmented_responses": float(segmented_rows),
-        "counterfactual/masked_copies": float(copies),
+        "counterfactual/weighted_responses": float(counts["weighted"]),
+        "counterfactual/segmented_responses": float(segmented),
+        "counterfactual/masked_copies": float(plan.num_copies),
+        "counterfactual/unmasked_rows": float(plan.num_measured),
+        "counterfactual/extra_forward_rows": float(plan.num_forward_rows),
     }
-    if segmented_rows:
-        metrics["counterfactual/no_answer_share"] = no_answer_rows / segmented_rows
-        metrics["counterfactual/spans_per_response"] = spans_total / segmented_rows
+    if segmented:
+        metrics["counterfactual/no_answer_share"] = counts["no_answer"] / segmented
+        metrics["counterfactual/spans_per_response"] = counts["spans"] / segmented
     if drops:
         metrics["counterfactual/distractor_share"] = float(np.mean(np.asarray(drops) < 0))
         metrics["counterfactual/drop_mean"] = float(np.mean(drops))
+    if shifts:
+        metrics["counterfactual/unmasked_abs_shift_mean"] = float(np.mean(shifts))
     for kind, (total, tokens) in span_weight_sums.items():
         if tokens:
             metrics[f"counterfactual/weight_{kind}_mean"] = total / tokens
@@ -293,9 +384,11 @@ __all__ = [
     "response_lengths",
     "sequence_values",
     "rows_with_signal",
+    "UNMASKED",
     "CounterfactualPlan",
     "plan_counterfactuals",
     "build_masked_copies",
     "compute_masked_log_probs",
+    "measured_answer_log_probs",
     "counterfactual_token_weights",
 ]

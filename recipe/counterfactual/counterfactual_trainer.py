@@ -4,7 +4,8 @@ The training loop is :class:`recipe.common.trainer_base.HookedRayPPOTrainer` ``.
 one-line hook calls). This method fills one hook, ``_after_advantage``: token weights from the drop of the
 answer's log-probability when a reasoning span is masked, multiplied into the advantages. It builds no
 IBPO state, adds no batch rows and logs no ``ibpo/`` metric. It counts its step's FLOPs (main generation,
-old-log-prob forward, actor update and the masked copies' forwards, ``compute_accounting.flops.step_flops``) as
+old-log-prob forward, actor update and the forward of the masked-copy batch: the masked copies and one unmasked
+row per measured response, ``compute_accounting.flops.step_flops``) as
 ``counterfactual/compute/step_flops``, and prices it with the GPU-time model (``compute/modelled_gpu_seconds``),
 which the shared compute budget reads (``recipe.common.trainer_base``). Selected by ``method: counterfactual``
 (``recipe/counterfactual/config/counterfactual_trainer.yaml``).
@@ -40,22 +41,23 @@ class RayCounterfactualTrainer(HookedRayPPOTrainer):
 
     def apply_counterfactual_weights(self, batch: DataProto, metrics: dict, timing_raw: dict) -> None:
         """Token weights from the answer log-prob drop when a reasoning span is masked, multiplied into the
-        advantages. Extra no-grad forward passes go through the actor's own ``compute_log_prob``; groups
-        whose rewards are all equal (zero advantage) are skipped."""
+        advantages. Extra no-grad forward passes go through the actor's own ``compute_log_prob``, in one call that
+        also scores each measured response unmasked (the drops' log p(a | y)); groups whose rewards are all equal
+        (zero advantage) are skipped. Every row of that call, unmasked rows included, is counted as forward work."""
         cfg = self.counterfactual
         signal = cf.rows_with_signal(batch, key="token_level_scores")
         plan = cf.plan_counterfactuals(batch, cfg, cf.make_decode_fn(self.tokenizer), signal)
         log_probs = torch.empty(0, batch.batch["responses"].shape[1])
+        forward_rows = []  # valid tokens of each row of the masked-copy batch: masked copies and unmasked rows
         if plan.num_copies:
             with marked_timer("counterfactual_forward", timing_raw, color="purple"):
                 masked = cf.build_masked_copies(batch, plan, self.tokenizer.pad_token_id)
                 log_probs = cf.compute_masked_log_probs(self.actor_rollout_wg, masked, self._log_prob_batch_divisor())
+            forward_rows = masked.batch["attention_mask"].sum(-1).tolist()
         weights, cf_metrics = cf.counterfactual_token_weights(batch, plan, cfg, batch.batch["old_log_probs"], log_probs)
         batch.batch["advantages"] = batch.batch["advantages"] * weights.to(batch.batch["advantages"].dtype)
         metrics.update(cf_metrics)
         metrics["counterfactual/forward_s"] = timing_raw.get("counterfactual_forward", 0.0)
-        metrics["counterfactual/extra_forward_rows"] = float(plan.num_copies)
-        copies = masked.batch["attention_mask"].sum(-1).tolist() if plan.num_copies else []
-        work = self._plain_step_work(batch, counterfactual_forward=copies)
+        work = self._plain_step_work(batch, counterfactual_forward=forward_rows)
         metrics[self.STEP_FLOPS_METRIC] = step_flops(work, self.model_shape).total
         self._model_gpu_seconds(work, generation_work(batch), None, metrics)

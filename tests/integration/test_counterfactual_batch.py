@@ -7,17 +7,31 @@ locally built tiny tokenizer; a tiny Qwen2 model run in-process (float64) stands
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
+from omegaconf import OmegaConf
 from tensordict import TensorDict
 
-from counterfactual.importance import CounterfactualConfig, answer_log_prob, response_weights, span_drops
+from compute_accounting.flops import ModelShape, forward_flops, step_flops
+from counterfactual.importance import (
+    CounterfactualConfig,
+    ResponseSegmentation,
+    Span,
+    answer_log_prob,
+    response_weights,
+    span_drops,
+)
 from recipe.counterfactual.batch import (
+    UNMASKED,
+    CounterfactualPlan,
     build_masked_copies,
     compute_masked_log_probs,
     counterfactual_token_weights,
     make_decode_fn,
+    measured_answer_log_probs,
     plan_counterfactuals,
     rows_with_signal,
 )
@@ -172,7 +186,12 @@ def test_masked_copies_layout(batch, tokenizer):
     plan = plan_counterfactuals(batch, CounterfactualConfig(), make_decode_fn(tokenizer), rows_with_signal(batch))
     pad = tokenizer.pad_token_id
     masked = build_masked_copies(batch, plan, pad)
-    assert len(masked) == plan.num_copies
+    spans = [len(plan.segmentations[row].spans) for row in (0, 1)]
+    assert plan.measured_rows.tolist() == [0, 1] and plan.num_measured == 2
+    assert len(masked) == plan.num_forward_rows == plan.num_copies + 2 == sum(spans) + 2
+    # per measured response: its unmasked row, then its masked copies in span order
+    assert plan.forward_rows.tolist() == [0] * (spans[0] + 1) + [1] * (spans[1] + 1)
+    assert plan.forward_spans.tolist() == [UNMASKED, *range(spans[0]), UNMASKED, *range(spans[1])]
     assert set(masked.batch.keys()) == {
         "prompts", "responses", "input_ids", "attention_mask", "position_ids", "response_mask"
     }
@@ -180,7 +199,11 @@ def test_masked_copies_layout(batch, tokenizer):
     assert masked.meta_info["temperature"] == TEMPERATURE
     assert masked.meta_info["global_token_num"] == masked.batch["attention_mask"].sum(-1).tolist()
     p_len = batch.batch["prompts"].shape[1]
-    for j, (row, k) in enumerate(zip(plan.copy_rows, plan.copy_spans)):
+    for j, (row, k) in enumerate(zip(plan.forward_rows, plan.forward_spans)):
+        if k == UNMASKED:  # the response itself, scored in the same call as its masked copies
+            for key in masked.batch.keys():
+                assert torch.equal(masked.batch[key][j], batch.batch[key][row]), key
+            continue
         span = plan.segmentations[row].spans[k]
         src = batch.batch["responses"][row]
         got = masked.batch["responses"][j]
@@ -228,6 +251,9 @@ def test_weights_match_single_sequence_reference(batch, tokenizer, model):
         assert (weights[row] == 1.0).all()
 
     assert metrics["counterfactual/masked_copies"] == plan.num_copies
+    assert metrics["counterfactual/unmasked_rows"] == 2
+    assert metrics["counterfactual/extra_forward_rows"] == plan.num_copies + 2 == len(masked)
+    assert metrics["counterfactual/unmasked_abs_shift_mean"] < 1e-9  # float64, one model: the two calls agree
     assert metrics["counterfactual/weighted_responses"] == 2
     assert metrics["counterfactual/segmented_responses"] == 4
     assert metrics["counterfactual/no_answer_share"] == pytest.approx(1 / 4)
@@ -246,10 +272,11 @@ def test_compute_masked_log_probs_through_verl_no_padding_format(batch, tokenize
     plan = plan_counterfactuals(batch, CounterfactualConfig(), make_decode_fn(tokenizer), rows_with_signal(batch))
     masked = build_masked_copies(batch, plan, tokenizer.pad_token_id)
     actor = InProcessActor(model)
-    divisor = 4 if plan.num_copies % 4 else 3
-    assert plan.num_copies % divisor, "the padding path must be exercised"
+    rows = plan.num_forward_rows
+    divisor = 4 if rows % 4 else 3
+    assert rows % divisor, "the padding path must be exercised"
     got = compute_masked_log_probs(actor, masked, size_divisor=divisor)
-    padded_rows = plan.num_copies + (-plan.num_copies) % divisor
+    padded_rows = rows + (-rows) % divisor
     assert actor.calls == [{"rows": padded_rows, "entropy": False, "temperature": TEMPERATURE}]
     expected = padded_response_log_probs(model, masked)
     valid = masked.batch["attention_mask"][:, batch.batch["prompts"].shape[1] :].bool()
@@ -296,9 +323,176 @@ def test_shape_errors_name_the_argument(batch, tokenizer):
     r_len = batch.batch["responses"].shape[1]
     with pytest.raises(ValueError, match="masked_log_probs"):
         counterfactual_token_weights(batch, plan, CounterfactualConfig(), torch.zeros(6, r_len), torch.zeros(1, r_len))
+    with pytest.raises(ValueError, match=r"masked_log_probs .* one unmasked row per measured response, 2\)"):
+        counterfactual_token_weights(  # the masked copies alone: the unmasked rows are missing
+            batch, plan, CounterfactualConfig(), torch.zeros(6, r_len), torch.zeros(plan.num_copies, r_len)
+        )
     with pytest.raises(ValueError, match="full_log_probs"):
         counterfactual_token_weights(
-            batch, plan, CounterfactualConfig(), torch.zeros(5, r_len), torch.zeros(plan.num_copies, r_len)
+            batch, plan, CounterfactualConfig(), torch.zeros(5, r_len), torch.zeros(plan.num_forward_rows, r_len)
         )
     with pytest.raises(KeyError, match="prompt_id"):
         rows_with_signal(batch, group_key="prompt_id")
+
+
+# ------------------------------------------------ log p(a | y) from the masked copies' own forward call
+
+
+def scored(data: DataProto, table: torch.Tensor, prefix_weight: float, shift_per_row: float) -> torch.Tensor:
+    """Stand-in for one forward call: response log-probs ``(len(data), R)``, each row's from its own tokens only
+    (the token's entry of ``table`` and, through ``prefix_weight``, the valid tokens before it), plus
+    ``shift_per_row`` x the rows in the call on every token: the batch a row is scored in moves its log-probs, as
+    bf16 numerics with padding removal and micro-batching can."""
+    ids, valid = data.batch["input_ids"], data.batch["attention_mask"].double()
+    values = table[ids] * valid
+    before = torch.cumsum(values, -1) - values
+    log_probs = -torch.nn.functional.softplus(table[ids] + prefix_weight * torch.tanh(before))
+    p_len = data.batch["prompts"].shape[1]
+    return (log_probs[:, p_len:] + shift_per_row * len(data)) * data.batch["response_mask"]
+
+
+def sequence_answer_log_prob(prompt: list[int], response: list[int], seg, table, prefix_weight: float) -> float:
+    """Slow reference for :func:`scored` without the call's shift: one sequence, token by token, answer summed."""
+    before = sum(float(table[t]) for t in prompt)
+    total = 0.0
+    for k, token in enumerate(response):
+        if k >= seg.reasoning_end:
+            context = prefix_weight * torch.tanh(torch.tensor(before, dtype=torch.float64))
+            total -= float(torch.nn.functional.softplus(table[token] + context))
+        before += float(table[token])
+    return total
+
+
+def test_drops_take_the_unmasked_answer_from_the_same_call(batch, tokenizer):
+    """Answer log-probs that no span moves (each token's log-prob depends on the token alone) have every drop 0,
+    however differently the training batch's call (``full_log_probs``) shifted them: the drops read log p(a | y)
+    from the unmasked row scored beside the masked copies, not from ``full_log_probs``."""
+    config = CounterfactualConfig()
+    plan = plan_counterfactuals(batch, config, make_decode_fn(tokenizer), rows_with_signal(batch))
+    masked = build_masked_copies(batch, plan, tokenizer.pad_token_id)
+    table = torch.rand(len(tokenizer) + 8, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    full_lp = scored(batch, table, prefix_weight=0.0, shift_per_row=1e-3)  # 6 rows: shifted by 0.006 per token
+    forward_lp = scored(masked, table, prefix_weight=0.0, shift_per_row=1e-3)
+    assert len(masked) != len(batch)
+    weights, metrics = counterfactual_token_weights(batch, plan, config, full_lp, forward_lp)
+    assert metrics["counterfactual/drop_mean"] == 0.0 and metrics["counterfactual/distractor_share"] == 0.0
+    for row in (0, 1):
+        seg = plan.segmentations[row]
+        unmasked, masked_answers = measured_answer_log_probs(plan, forward_lp)[row]
+        assert torch.equal(span_drops(unmasked, masked_answers), torch.zeros(len(seg.spans), dtype=torch.float64))
+        old_path = answer_log_prob(full_lp[row, : seg.num_tokens], seg) - masked_answers  # the two-call drop
+        assert (old_path.abs() > 1e-3).all()
+        expected = response_weights(seg, config, torch.zeros(len(seg.spans), dtype=torch.float64))
+        torch.testing.assert_close(weights[row, : seg.num_tokens].double(), expected, rtol=1e-6, atol=1e-7)
+    answer_tokens = [plan.segmentations[r].num_tokens - plan.segmentations[r].reasoning_end for r in (0, 1)]
+    shift = 1e-3 * (len(masked) - len(batch))
+    assert metrics["counterfactual/unmasked_abs_shift_mean"] == pytest.approx(abs(shift) * np.mean(answer_tokens))
+    alone, alone_metrics = counterfactual_token_weights(batch, plan, config, None, forward_lp)
+    assert torch.equal(alone, weights) and "counterfactual/unmasked_abs_shift_mean" not in alone_metrics
+
+
+def random_case(seed: int):
+    """A random batch (ids, lengths, padding), random segmentations and the plan ``plan_counterfactuals`` would
+    list for them: every measurable row of a group with signal, one copy per span, row by row."""
+    rng = np.random.default_rng(seed)
+    bs, p_len, r_len, vocab = int(rng.integers(1, 7)), int(rng.integers(2, 6)), int(rng.integers(4, 24)), 50
+    prompts, responses = torch.zeros(bs, p_len, dtype=torch.long), torch.zeros(bs, r_len, dtype=torch.long)
+    attention_mask = torch.zeros(bs, p_len + r_len, dtype=torch.long)
+    segmentations, copy_rows, copy_spans = [], [], []
+    for row in range(bs):
+        p, n = int(rng.integers(1, p_len + 1)), int(rng.integers(1, r_len + 1))
+        prompts[row, p_len - p :] = torch.from_numpy(rng.integers(1, vocab, p))
+        responses[row, :n] = torch.from_numpy(rng.integers(1, vocab, n))
+        attention_mask[row, p_len - p : p_len + n] = 1
+        if rng.random() < 0.2:  # a group without signal: not segmented
+            segmentations.append(None)
+            continue
+        has_answer = rng.random() < 0.8
+        reasoning_end = int(rng.integers(n // 3, n)) if has_answer else n
+        cuts = sorted(set(rng.integers(0, reasoning_end + 1, 2 * int(rng.integers(0, 5))).tolist()))
+        spans = tuple(Span(a, b, str(rng.choice(["arithmetic", "sentence"]))) for a, b in zip(cuts[::2], cuts[1::2]))
+        seg = ResponseSegmentation(n, reasoning_end, has_answer, spans, tuple(bool(f) for f in rng.random(n) < 0.2))
+        segmentations.append(seg)
+        if seg.measurable:
+            copy_rows += [row] * len(spans)
+            copy_spans += list(range(len(spans)))
+    data = DataProto.from_dict(tensors={
+        "prompts": prompts, "responses": responses, "input_ids": torch.cat([prompts, responses], dim=1),
+        "attention_mask": attention_mask, "position_ids": compute_position_id_with_mask(attention_mask),
+        "response_mask": attention_mask[:, p_len:].clone()}, meta_info={"temperature": 1.0})
+    plan = CounterfactualPlan(tuple(segmentations), np.asarray(copy_rows, dtype=np.int64),
+                              np.asarray(copy_spans, dtype=np.int64))
+    return data, plan, torch.from_numpy(rng.normal(size=vocab))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_drops_and_weights_match_a_one_sequence_reference_on_random_batches(seed):
+    data, plan, table = random_case(seed)
+    config = CounterfactualConfig()
+    if plan.num_copies:
+        forward_lp = scored(build_masked_copies(data, plan, 0), table, prefix_weight=1.0, shift_per_row=1e-2)
+    else:
+        forward_lp = torch.empty(0, data.batch["responses"].shape[1])
+    full_lp = scored(data, table, prefix_weight=1.0, shift_per_row=1e-2)
+    weights, metrics = counterfactual_token_weights(data, plan, config, full_lp, forward_lp)
+    measured = measured_answer_log_probs(plan, forward_lp) if plan.num_copies else {}
+    p_len, all_drops = data.batch["prompts"].shape[1], []
+    for row, seg in enumerate(plan.segmentations):
+        if seg is None or not seg.measurable:
+            assert row not in measured and (weights[row] == 1.0).all()
+            continue
+        prompt = data.batch["prompts"][row][data.batch["attention_mask"][row, :p_len].bool()].tolist()
+        response = data.batch["responses"][row, : seg.num_tokens].tolist()
+        full = sequence_answer_log_prob(prompt, response, seg, table, 1.0)
+        drops = []
+        for span in seg.spans:
+            copy = response[: span.start] + [0] * span.length + response[span.end :]
+            drops.append(full - sequence_answer_log_prob(prompt, copy, seg, table, 1.0))
+        unmasked, masked_answers = measured[row]
+        torch.testing.assert_close(span_drops(unmasked, masked_answers), torch.tensor(drops, dtype=torch.float64))
+        expected = response_weights(seg, config, torch.tensor(drops, dtype=torch.float64), None,
+                                    data.batch["response_mask"][row, : seg.num_tokens])
+        torch.testing.assert_close(weights[row, : seg.num_tokens].double(), expected, rtol=1e-6, atol=1e-6)
+        all_drops += drops
+    assert metrics["counterfactual/masked_copies"] == len(all_drops)
+    assert metrics["counterfactual/unmasked_rows"] == len(measured)
+    assert metrics["counterfactual/extra_forward_rows"] == len(all_drops) + len(measured) == len(forward_lp)
+    if all_drops:
+        assert metrics["counterfactual/drop_mean"] == pytest.approx(np.mean(all_drops), abs=1e-9)
+    else:
+        assert "counterfactual/drop_mean" not in metrics
+
+
+def test_trainer_counts_the_unmasked_rows_as_forward_work(batch, tokenizer, model, monkeypatch):
+    """``counterfactual/compute/step_flops`` (and the GPU-time model) price every row of the masked-copy call: the
+    masked copies and the measured responses' unmasked rows."""
+    from recipe.counterfactual.counterfactual_trainer import RayCounterfactualTrainer
+
+    trainer = RayCounterfactualTrainer.__new__(RayCounterfactualTrainer)
+    trainer.config = OmegaConf.create({"algorithm": {}, "actor_rollout_ref": {
+        "actor": {"ppo_epochs": 1}, "model": {}, "rollout": {"log_prob_micro_batch_size_per_gpu": 1}}})
+    trainer.counterfactual, trainer.tokenizer = CounterfactualConfig(), tokenizer
+    trainer.actor_rollout_wg = InProcessActor(model)
+    trainer.actor_rollout_wg.world_size = 1
+    trainer.use_reference_policy, trainer.gpu_time_coefficients = False, None
+    trainer.model_shape = ModelShape(matmul_params=1000, num_layers=3, attention_dim=8)
+    works = []
+    plain = trainer._plain_step_work
+    monkeypatch.setattr(trainer, "_plain_step_work", lambda b, **extra: works.append(plain(b, **extra)) or works[-1])
+    step = copy.deepcopy(batch)
+    step.batch["old_log_probs"] = padded_response_log_probs(model, batch).float()
+    step.batch["advantages"] = torch.ones(step.batch["responses"].shape)
+    metrics: dict = {}
+    trainer.apply_counterfactual_weights(step, metrics, {})
+
+    plan = plan_counterfactuals(batch, CounterfactualConfig(), make_decode_fn(tokenizer), rows_with_signal(batch))
+    lengths = batch.batch["attention_mask"].sum(-1)
+    expected = lengths[torch.from_numpy(plan.forward_rows)].tolist()  # the call's rows, unmasked ones included
+    assert len(expected) == plan.num_copies + 2
+    assert trainer.actor_rollout_wg.calls == [{"rows": len(expected), "entropy": False, "temperature": TEMPERATURE}]
+    assert len(works) == 1 and list(works[0].counterfactual_forward) == expected
+    assert metrics["counterfactual/compute/step_flops"] == step_flops(works[0], trainer.model_shape).total
+    shape = trainer.model_shape
+    assert step_flops(works[0], shape).counterfactual_forward == forward_flops(expected, shape) > 0
+    assert metrics["counterfactual/extra_forward_rows"] == len(expected)
+    assert metrics["counterfactual/masked_copies"] == plan.num_copies and metrics["counterfactual/unmasked_rows"] == 2

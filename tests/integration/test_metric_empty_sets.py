@@ -17,7 +17,7 @@ from recipe.ibpo.correction.batch import CorrectionPass
 from recipe.ibpo.step_metrics import correction_metrics, localised_metrics
 
 RATES = ("no_answer_share", "spans_per_response", "distractor_share", "drop_mean", "weight_arithmetic_mean",
-         "weight_sentence_mean")
+         "weight_sentence_mean", "unmasked_abs_shift_mean")
 
 
 def cf_metrics(segmentations, copy_rows=()) -> dict[str, float]:
@@ -27,7 +27,7 @@ def cf_metrics(segmentations, copy_rows=()) -> dict[str, float]:
     rows = np.asarray(copy_rows, dtype=np.int64)
     plan = CounterfactualPlan(tuple(segmentations), rows, np.arange(len(rows), dtype=np.int64))
     _, metrics = counterfactual_token_weights(batch, plan, CounterfactualConfig(), torch.zeros(bs, length),
-                                              torch.zeros(len(rows), length))
+                                              torch.zeros(plan.num_forward_rows, length))
     return metrics
 
 
@@ -46,6 +46,8 @@ def test_counterfactual_rates_are_logged_when_measured():
     seg = ResponseSegmentation(6, 4, True, (Span(0, 2, "sentence"),), (False,) * 6)
     metrics = cf_metrics([seg], copy_rows=[0])
     assert metrics["counterfactual/distractor_share"] == 0.0 and metrics["counterfactual/drop_mean"] == 0.0
+    assert metrics["counterfactual/unmasked_abs_shift_mean"] == 0.0
+    assert (metrics["counterfactual/masked_copies"], metrics["counterfactual/unmasked_rows"]) == (1.0, 1.0)
     assert metrics["counterfactual/weight_sentence_mean"] == pytest.approx(1.25 / (1.25 * 4 + 3) * 6)
     assert "counterfactual/weight_arithmetic_mean" not in metrics  # no arithmetic span this step
 
