@@ -88,7 +88,7 @@ class CounterfactualConfig:
     Defaults are the values reported in ``docs/method_counterfactual.md`` [§segmentation, §token importance,
     §token weights]; ``gradient_conservation`` is ON by default (see the module docstring). Each field carries
     its documentation (``metadata["doc"]``); the ``counterfactual:`` block of
-    ``recipe/ibpo/config/counterfactual_block.yaml`` is generated from these fields
+    ``recipe/counterfactual/config/counterfactual_block.yaml`` is generated from these fields
     (``python -m recipe.common.config_blocks``, checked by tests/unit/test_config_defaults.py).
     """
 

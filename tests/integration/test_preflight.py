@@ -216,20 +216,18 @@ def test_the_counterfactual_block_is_typed_too(tiny_run):
         resolve_config(cfg)
 
 
-def test_the_counterfactual_method_refuses_verls_bypass_mode(tiny_run):
-    # before: accepted; the drops then mixed the rollout engine's unmasked log-probability with the training
-    # model's masked ones (a δ of -0.1 turned an up-weighted span into a distractor)
+def test_the_counterfactual_method_accepts_verls_bypass_mode(tiny_run):
+    # refused until the drops scored the unmasked answer in the masked copies' own call (then they would have mixed
+    # the rollout engine's unmasked log-probability with the training model's masked ones); the drops no longer read
+    # old_log_probs (tests/integration/test_counterfactual_batch.py), so bypass mode has nothing left to break
     from recipe.common.methods import run_method_check
 
     register_config_resolvers()
     with initialize_config_module(config_module="recipe.counterfactual.config", version_base=None):
         cfg = compose(config_name="counterfactual_trainer",
                       overrides=overrides_for(tiny_run, "algorithm.rollout_correction.bypass_mode=true"))
-    with pytest.raises(SetupError, match=r"^algorithm\.rollout_correction\.bypass_mode=true: .*method=counterfactual$"):
-        run_method_check(cfg, "counterfactual", 4096)
-    with initialize_config_module(config_module="recipe.counterfactual.config", version_base=None):
-        run_method_check(compose(config_name="counterfactual_trainer", overrides=overrides_for(tiny_run)),
-                         "counterfactual", 4096)
+    assert cfg.algorithm.rollout_correction.bypass_mode is True
+    run_method_check(cfg, "counterfactual", 4096)
 
 
 @pytest.mark.parametrize("override, expected", [
