@@ -231,6 +231,15 @@ def build_masked_copies(batch: DataProto, plan: CounterfactualPlan, mask_token_i
     return copies
 
 
+def forward_row_lengths(masked: DataProto, size_divisor: int) -> list[int]:
+    """Valid tokens of every row :func:`compute_masked_log_probs` runs through the actor: the masked-copy batch's
+    rows and the padding rows verl's ``pad_dataproto_to_divisor`` appends (the batch's first rows again, cycling,
+    up to a multiple of ``size_divisor``): forward work too, so the compute accounting counts them."""
+    lengths = masked.batch["attention_mask"].sum(-1).tolist()
+    pad = (-len(lengths)) % size_divisor if lengths else 0
+    return lengths + [lengths[i % len(lengths)] for i in range(pad)]
+
+
 def compute_masked_log_probs(actor_rollout_wg: Any, masked: DataProto, size_divisor: int) -> torch.Tensor:
     """Response log-probs ``(len(masked), response_length)`` of the masked-copy batch (masked copies and
     unmasked rows, :func:`build_masked_copies`) from verl's actor, in one call.
@@ -389,6 +398,7 @@ __all__ = [
     "plan_counterfactuals",
     "build_masked_copies",
     "compute_masked_log_probs",
+    "forward_row_lengths",
     "measured_answer_log_probs",
     "counterfactual_token_weights",
 ]

@@ -48,12 +48,13 @@ class RayCounterfactualTrainer(HookedRayPPOTrainer):
         signal = cf.rows_with_signal(batch, key="token_level_scores")
         plan = cf.plan_counterfactuals(batch, cfg, cf.make_decode_fn(self.tokenizer), signal)
         log_probs = torch.empty(0, batch.batch["responses"].shape[1])
-        forward_rows = []  # valid tokens of each row of the masked-copy batch: masked copies and unmasked rows
+        forward_rows = []  # valid tokens of each row the call runs: masked copies, unmasked rows, verl's padding
         if plan.num_copies:
+            divisor = self._log_prob_batch_divisor()
             with marked_timer("counterfactual_forward", timing_raw, color="purple"):
                 masked = cf.build_masked_copies(batch, plan, self.tokenizer.pad_token_id)
-                log_probs = cf.compute_masked_log_probs(self.actor_rollout_wg, masked, self._log_prob_batch_divisor())
-            forward_rows = masked.batch["attention_mask"].sum(-1).tolist()
+                log_probs = cf.compute_masked_log_probs(self.actor_rollout_wg, masked, divisor)
+            forward_rows = cf.forward_row_lengths(masked, divisor)
         weights, cf_metrics = cf.counterfactual_token_weights(batch, plan, cfg, batch.batch["old_log_probs"], log_probs)
         batch.batch["advantages"] = batch.batch["advantages"] * weights.to(batch.batch["advantages"].dtype)
         metrics.update(cf_metrics)

@@ -496,3 +496,32 @@ def test_trainer_counts_the_unmasked_rows_as_forward_work(batch, tokenizer, mode
     assert step_flops(works[0], shape).counterfactual_forward == forward_flops(expected, shape) > 0
     assert metrics["counterfactual/extra_forward_rows"] == len(expected)
     assert metrics["counterfactual/masked_copies"] == plan.num_copies and metrics["counterfactual/unmasked_rows"] == 2
+
+
+def test_the_padding_rows_verl_adds_are_counted_as_forward_work(batch, tokenizer, model, monkeypatch):
+    """With 4 log-prob rows per GPU, verl pads the masked-copy call to a multiple of 4 by repeating its first rows:
+    those rows run through the actor too, and the step's forward work counts them (before: only the call's own)."""
+    from recipe.counterfactual.counterfactual_trainer import RayCounterfactualTrainer
+
+    trainer = RayCounterfactualTrainer.__new__(RayCounterfactualTrainer)
+    trainer.config = OmegaConf.create({"algorithm": {}, "actor_rollout_ref": {
+        "actor": {"ppo_epochs": 1}, "model": {}, "rollout": {"log_prob_micro_batch_size_per_gpu": 4}}})
+    trainer.counterfactual, trainer.tokenizer = CounterfactualConfig(), tokenizer
+    trainer.actor_rollout_wg = InProcessActor(model)
+    trainer.actor_rollout_wg.world_size = 1
+    trainer.use_reference_policy, trainer.gpu_time_coefficients = False, None
+    trainer.model_shape = ModelShape(matmul_params=1000, num_layers=3, attention_dim=8)
+    works = []
+    plain = trainer._plain_step_work
+    monkeypatch.setattr(trainer, "_plain_step_work", lambda b, **extra: works.append(plain(b, **extra)) or works[-1])
+    step = copy.deepcopy(batch)
+    step.batch["old_log_probs"] = padded_response_log_probs(model, batch).float()
+    step.batch["advantages"] = torch.ones(step.batch["responses"].shape)
+    trainer.apply_counterfactual_weights(step, {}, {})
+
+    plan = plan_counterfactuals(batch, CounterfactualConfig(), make_decode_fn(tokenizer), rows_with_signal(batch))
+    own = batch.batch["attention_mask"].sum(-1)[torch.from_numpy(plan.forward_rows)].tolist()
+    padded = own + [own[i % len(own)] for i in range((-len(own)) % 4)]
+    assert len(own) % 4 != 0, "the fixture must need padding for this test to mean anything"
+    assert trainer.actor_rollout_wg.calls[0]["rows"] == len(padded) and len(padded) % 4 == 0
+    assert list(works[0].counterfactual_forward) == padded
