@@ -158,6 +158,8 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
         the servers speculate on every request). Other speculative methods are priced as plain decode."""
         step = self._step
         correction_output = None if step.correction is None else step.correction.correction_output
+        if correction_output is not None and step.generation_padding:  # generated, then dropped: still work
+            correction_output = DataProto.concat([correction_output, *step.generation_padding])
         work = step_work(batch, step.batch_rows(), correction_output, grad_probe=step.grad_probe_lengths,
                          **self._training_passes())
         compute_metrics(work, self.model_shape, metrics, self.run_state.compute_totals)
@@ -188,11 +190,14 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
 
     # ------------------------------------------------------------------ the correction pass's rollout
     def _generate(self, gen_batch: DataProto) -> DataProto:
-        """Generate on driver-built prompts with the main rollout manager (padded to the agent workers)."""
+        """Generate on driver-built prompts with the main rollout manager (padded to the agent workers). The
+        padding requests are generated too: kept on the step record, so the step's compute counts them."""
         num_workers = self.config.actor_rollout_ref.rollout.agent.num_workers
         padded, pad = pad_dataproto_to_divisor(gen_batch, num_workers)
         out = self.async_rollout_manager.generate_sequences(padded)
         out.meta_info.pop("timing", None)
+        if pad:
+            self._step.generation_padding.append(out.select_idxs(list(range(len(out) - pad, len(out)))))
         return unpad_dataproto(out, pad_size=pad)
 
     def probe_gradient_variance(self, batch: DataProto, metrics: dict) -> None:

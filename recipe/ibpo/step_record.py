@@ -13,6 +13,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from verl import DataProto
+
 from recipe.ibpo.correction.batch import CorrectionPass, IBPORows
 
 
@@ -25,6 +27,8 @@ class IBPOStep:
     correction: CorrectionPass | None = None  # this step's correction pass; None: none ran (ibpo.enable=false)
     rows: IBPORows | None = None  # the training batch's per-row state, in its final order (from _shape_rewards)
     grad_probe_lengths: list[int] = field(default_factory=list)  # valid tokens of the gradient probe's rows
+    # the requests generated only to pad the correction pass to the agent-loop workers (then dropped): work too
+    generation_padding: list[DataProto] = field(default_factory=list)
 
     def batch_rows(self) -> IBPORows:
         """The per-row state; a hook that needs it before ``_shape_rewards`` read it is a bug, said here."""

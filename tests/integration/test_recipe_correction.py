@@ -25,7 +25,7 @@ from verl.trainer.ppo.ray_trainer import compute_advantage
 
 import recipe.verl_plugin  # noqa: F401  (registration; the entry point does this under `import verl` too)
 from ibpo.advantages import get_mask_sign
-from compute_accounting.flops import ModelShape
+from compute_accounting.flops import ModelShape, forward_flops
 from ibpo.options import IBPOConfig
 from ibpo.references import register_reference_rule, unregister_reference_rule
 from recipe.ibpo.correction import batch as corr
@@ -221,6 +221,12 @@ def test_correction_pass_places_delta_on_the_right_rows_after_reordering():
     assert metrics["compute_budget/flops"] == metrics["ibpo/compute/step_flops"] == metrics["ibpo/compute/total_flops"]
     assert metrics["compute_budget/gpu_seconds"] == 2.0 and "compute_budget/limit_flops" not in metrics
     assert metrics["ibpo/num_padding_rows"] == pad
+    # the correction pass generated 8 requests (7 corrections + 1 to pad to the 2 agent workers), then dropped the
+    # 8th: its generation is work too (before: only the 7 were counted)
+    generated = trainer.async_rollout_manager.generate_sequences(call)  # the same 8 requests again
+    lengths = generated.batch["attention_mask"].sum(-1).tolist()
+    assert len(call) == 8 and len(result.correction_output) == 7
+    assert metrics["ibpo/compute/step_flops/correction_gen"] == forward_flops(lengths, trainer.model_shape)
     assert metrics["ibpo/cov_y_phi"] <= 1e-12  # Assumption A.1 on the main rows
     assert 0 < metrics["ibpo/batch_token_mask_mean"] < 1  # the mask reached the training batch
     # coverage: 7 wrong main rows, 2 of them (rows 1 and 6, Δ > 0) trained with a token mask
