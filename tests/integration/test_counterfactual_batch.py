@@ -463,14 +463,15 @@ def test_drops_and_weights_match_a_one_sequence_reference_on_random_batches(seed
         assert "counterfactual/drop_mean" not in metrics
 
 
-def test_trainer_counts_the_unmasked_rows_as_forward_work(batch, tokenizer, model, monkeypatch):
-    """``counterfactual/compute/step_flops`` (and the GPU-time model) price every row of the masked-copy call: the
-    masked copies and the measured responses' unmasked rows."""
+def run_trainer_step(batch, tokenizer, model, monkeypatch, log_prob_micro_batch: int):
+    """The counterfactual trainer's hook on ``batch`` with an in-process actor (1 GPU, ``log_prob_micro_batch`` rows
+    per log-prob micro-batch): (trainer, the step's StepWork records, metrics)."""
     from recipe.counterfactual.counterfactual_trainer import RayCounterfactualTrainer
 
     trainer = RayCounterfactualTrainer.__new__(RayCounterfactualTrainer)
     trainer.config = OmegaConf.create({"algorithm": {}, "actor_rollout_ref": {
-        "actor": {"ppo_epochs": 1}, "model": {}, "rollout": {"log_prob_micro_batch_size_per_gpu": 1}}})
+        "actor": {"ppo_epochs": 1}, "model": {},
+        "rollout": {"log_prob_micro_batch_size_per_gpu": log_prob_micro_batch}}})
     trainer.counterfactual, trainer.tokenizer = CounterfactualConfig(), tokenizer
     trainer.actor_rollout_wg = InProcessActor(model)
     trainer.actor_rollout_wg.world_size = 1
@@ -484,6 +485,13 @@ def test_trainer_counts_the_unmasked_rows_as_forward_work(batch, tokenizer, mode
     step.batch["advantages"] = torch.ones(step.batch["responses"].shape)
     metrics: dict = {}
     trainer.apply_counterfactual_weights(step, metrics, {})
+    return trainer, works, metrics
+
+
+def test_trainer_counts_the_unmasked_rows_as_forward_work(batch, tokenizer, model, monkeypatch):
+    """``counterfactual/compute/step_flops`` (and the GPU-time model) price every row of the masked-copy call: the
+    masked copies and the measured responses' unmasked rows."""
+    trainer, works, metrics = run_trainer_step(batch, tokenizer, model, monkeypatch, log_prob_micro_batch=1)
 
     plan = plan_counterfactuals(batch, CounterfactualConfig(), make_decode_fn(tokenizer), rows_with_signal(batch))
     lengths = batch.batch["attention_mask"].sum(-1)
@@ -501,23 +509,7 @@ def test_trainer_counts_the_unmasked_rows_as_forward_work(batch, tokenizer, mode
 def test_the_padding_rows_verl_adds_are_counted_as_forward_work(batch, tokenizer, model, monkeypatch):
     """With 4 log-prob rows per GPU, verl pads the masked-copy call to a multiple of 4 by repeating its first rows:
     those rows run through the actor too, and the step's forward work counts them (before: only the call's own)."""
-    from recipe.counterfactual.counterfactual_trainer import RayCounterfactualTrainer
-
-    trainer = RayCounterfactualTrainer.__new__(RayCounterfactualTrainer)
-    trainer.config = OmegaConf.create({"algorithm": {}, "actor_rollout_ref": {
-        "actor": {"ppo_epochs": 1}, "model": {}, "rollout": {"log_prob_micro_batch_size_per_gpu": 4}}})
-    trainer.counterfactual, trainer.tokenizer = CounterfactualConfig(), tokenizer
-    trainer.actor_rollout_wg = InProcessActor(model)
-    trainer.actor_rollout_wg.world_size = 1
-    trainer.use_reference_policy, trainer.gpu_time_coefficients = False, None
-    trainer.model_shape = ModelShape(matmul_params=1000, num_layers=3, attention_dim=8)
-    works = []
-    plain = trainer._plain_step_work
-    monkeypatch.setattr(trainer, "_plain_step_work", lambda b, **extra: works.append(plain(b, **extra)) or works[-1])
-    step = copy.deepcopy(batch)
-    step.batch["old_log_probs"] = padded_response_log_probs(model, batch).float()
-    step.batch["advantages"] = torch.ones(step.batch["responses"].shape)
-    trainer.apply_counterfactual_weights(step, {}, {})
+    trainer, works, _ = run_trainer_step(batch, tokenizer, model, monkeypatch, log_prob_micro_batch=4)
 
     plan = plan_counterfactuals(batch, CounterfactualConfig(), make_decode_fn(tokenizer), rows_with_signal(batch))
     own = batch.batch["attention_mask"].sum(-1)[torch.from_numpy(plan.forward_rows)].tolist()
