@@ -50,9 +50,11 @@ def test_no_file_points_outside_the_repository():
 
 def test_the_check_catches_a_reference():
     # the examples are assembled from parts so that this file itself names no outside path
-    sibling, home, work = "..", "/" + "root", "/" + "work"
-    assert OUTSIDE.search(f"see {sibling}/shared/papers/ibpo_paper.md") and OUTSIDE.search("ibpo_spec.md section 2")
-    assert OUTSIDE.search(f"{home}/notes/plan.md") and OUTSIDE.search(f"{work}/shared/data_samples")
+    sibling, home, work, shared = "..", "/" + "root", "/" + "work", "/" + "shared"
+    paper, spec = "ibpo_" + "paper.md", "ibpo_" + "spec.md"
+    assert OUTSIDE.search(f"see {sibling}{shared}/papers/{paper}") and OUTSIDE.search(f"{spec} section 2")
+    assert OUTSIDE.search("/".join([home, "notes", "plan.md"]))
+    assert OUTSIDE.search("/".join([work + shared, "data_samples"]))
     assert not OUTSIDE.search("see docs/method_ibpo.md")
     assert not OUTSIDE.search(OUTSIDE_EXAMPLE.sub("", "(e.g. ``/root`` with ``/root/.pyenv``)"))
 
