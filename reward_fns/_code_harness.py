@@ -98,7 +98,8 @@ def set_limit(which, soft, hard=None):
 def fallback_mounts(job):
     """Fallback backend, root only: a private mount namespace in which the hidden directories that hold the
     interpreter (e.g. ``/root`` with ``/root/.pyenv``) are replaced by a tmpfs holding read-only binds of just
-    the interpreter's prefixes, and ``/dev/shm`` is a private size-capped tmpfs. Returns what was done."""
+    the interpreter's prefixes, and ``/dev/shm`` and ``/tmp`` are private size-capped tmpfs (:func:`private_tmp`).
+    Returns what was done."""
     libc_call("unshare", CLONE_NEWNS)
     libc_call("mount", None, b"/", None, MS_REC | MS_PRIVATE, None)
     for hidden, prefixes in job.get("fallback_overlays", []):
@@ -119,11 +120,37 @@ def fallback_mounts(job):
             libc_call("mount", None, prefix.encode(), None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID, None)
             os.close(fd)
         libc_call("mount", None, hidden.encode(), None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
+    if job.get("private_tmp"):
+        private_tmp(job)
     if os.path.isdir("/dev/shm"):
         libc_call("mount", b"tmpfs", b"/dev/shm", b"tmpfs", MS_NOSUID | MS_NODEV,
                   f"mode=1777,size={job['tmpfs_bytes']}".encode())
         return True
     return False
+
+
+def private_tmp(job):
+    """``/tmp`` becomes a private tmpfs capped at ``tmpfs_bytes`` (as under bwrap), holding read-only binds of the
+    interpreter's prefixes that live under ``/tmp`` (``tmp_binds``: a venv made in a temporary folder) and a fresh
+    empty work dir at the host work dir's path (the harness changes into it afterwards). Without it a sample
+    writes into the host's ``/tmp``: files beyond its memory limit that outlive it, and a full disk stops
+    training. Raises ``OSError`` (reported as ``mount_error``: the program then never runs)."""
+    fds = []
+    try:
+        for prefix in job.get("tmp_binds", []):
+            fds.append((prefix, os.open(prefix, os.O_PATH)))  # opened before /tmp is covered
+        libc_call("mount", b"tmpfs", b"/tmp", b"tmpfs", MS_NOSUID | MS_NODEV,
+                  f"mode=1777,size={job['tmpfs_bytes']}".encode())
+        for prefix, fd in fds:
+            os.makedirs(prefix, mode=0o755, exist_ok=True)
+            libc_call("mount", f"/proc/self/fd/{fd}".encode(), prefix.encode(), None, MS_BIND | MS_REC, None)
+            libc_call("mount", None, prefix.encode(), None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID, None)
+        os.makedirs(job["workdir"], mode=0o700, exist_ok=True)
+        if job.get("sandbox_uid") is not None:
+            os.chown(job["workdir"], job["sandbox_uid"], job["sandbox_uid"])
+    finally:
+        for _, fd in fds:
+            os.close(fd)
 
 
 def limit_sysv_shm(job):

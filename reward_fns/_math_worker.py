@@ -50,6 +50,7 @@ def _load_extract():
 #   RELATIVE error of REL_TOL of it matches (representation noise only: 0.50, 1/2, 5 \times 10^{-1} for 0.5;
 #   never a fixed number of decimal places, which made 0.0 equal to every gold below 5e-7).
 REL_TOL = 5e-6
+GOLD_PROBE_ANSWER = "1"  # compared once with each distinct gold (Verifier.parse_gold)
 EXACT_PRECISION = 60  # digits used to evaluate an exact difference (no chop: tiny values are not zero); a
 # difference below 10^-45 of the gold's size is taken as zero (mathematically equal forms evaluate to ~10^-60)
 
@@ -88,6 +89,10 @@ def patch_numeric_comparison(grader, sympy) -> None:
             gold, pred = grader.safe_sympy_doit(a), grader.safe_sympy_doit(b)
             if not (getattr(gold, "is_number", False) and getattr(pred, "is_number", False)):
                 return original(a, b, float_rounding, numeric_precision)
+            if gold.is_finite is not True or pred.is_finite is not True:
+                # an infinity (oo, -oo, zoo) or NaN equals only itself: the relative tolerances below would
+                # accept any number against an infinite gold (oo - 70 = oo <= tol * |oo| = oo)
+                return bool(gold.is_finite is False and pred.is_finite is False and gold == pred)
             if gold.has(sympy.Float):  # a decimal gold: the problem asked for a decimal
                 return float_close(gold, pred)
             if pred.has(sympy.Float):  # an exact gold: the decimal must BE it
@@ -135,7 +140,8 @@ class Verifier:
 
     def parse_gold(self, gold: str, timeout: int) -> list:
         """The parsed gold; raises ValueError when the gold is unusable: it fails the structural check, parses to
-        nothing, or math-verify does not accept the gold itself stated plainly (``\\boxed{gold}``)."""
+        nothing, math-verify does not accept the gold itself stated plainly (``\\boxed{gold}``), or comparing an
+        ordinary answer (:data:`GOLD_PROBE_ANSWER`) with it times out."""
         if gold in self.gold_cache:
             self.gold_cache.move_to_end(gold)
             return self.gold_cache[gold]
@@ -150,6 +156,11 @@ class Verifier:
             if not plain or not self.safe_verify(parsed, plain, timeout):
                 raise ValueError("math-verify does not accept the ground truth itself stated plainly as "
                                  "\\boxed{gold}")
+        try:  # an ordinary answer must be comparable with it in time (10^{10^{10}} - 1 never is)
+            self.safe_verify(parsed, self.parse_answer(GOLD_PROBE_ANSWER, timeout), timeout)
+        except self.timeout_exception:
+            raise ValueError(f"comparing the answer {GOLD_PROBE_ANSWER} with this ground truth takes longer than "
+                             f"{timeout} s: every response would time out") from None
         self.gold_cache[gold] = parsed
         if len(self.gold_cache) > GOLD_CACHE_SIZE:
             self.gold_cache.popitem(last=False)

@@ -518,6 +518,10 @@ def _max_equals(expr: str) -> int:
     return max(part.count("=") for part in split_top_level(_LIST_WORD_RE.sub(",", expr)))
 
 
+# A number carrying a subscript: 70_{8}, {70}_8, 1010_2, 3.5_{10} (not a name's index: x_1, a1_2, \log_2)
+_NUMBER_SUBSCRIPT_RE = re.compile(r"(?<![A-Za-z_\\\d.])\d+(?:\.\d+)?\s*\}?\s*_")
+
+
 def answer_problem(answer: str, gold: str) -> str | None:
     """Why ``answer`` cannot be accepted as a whole final answer (``None`` if it can be verified).
 
@@ -534,6 +538,8 @@ def answer_problem(answer: str, gold: str) -> str | None:
     extra = _relation_tokens(answer) - _relation_tokens(gold)
     if extra:
         return "relation, approximation or hedge in the answer: " + " ".join(sorted(extra))
+    if _NUMBER_SUBSCRIPT_RE.search(answer) and not _NUMBER_SUBSCRIPT_RE.search(gold):
+        return "a subscript on a number (a base or an index: 70_{8} is 56, not 70; math-verify drops it)"
     gold_texts = "".join(_TEXT_GROUP_RE.findall(gold))
     texts = "".join(_TEXT_GROUP_RE.findall(answer))
     beside_math = bool(_TEXT_GROUP_RE.sub("", answer).strip())
@@ -813,6 +819,12 @@ def gold_problem(gold: object) -> str | None:
         return "is empty"
     if len(g) > MAX_GOLD_CHARS:
         return f"is longer than {MAX_GOLD_CHARS} characters"
+    seen = reader_text(g)
+    if seen != g:  # every response is read through reader_text: such a gold could never be met as written
+        return ("holds characters a reader does not see as written (invisible or control characters, non-ASCII "
+                f"digits, full-width or other compatibility forms); responses are read as {seen!r:.80}: write it so")
+    if re.search(r"(?<!\\)#", g):
+        return "holds '#', a LaTeX parameter character and never part of a value (a raw answer line such as '#### 70'?)"
     depth = 0
     for match in re.finditer(r"\\.|[{}]", g):
         token = match.group()

@@ -158,7 +158,7 @@ def memory_mechanism(extra: str = "") -> tuple[str, bool]:
 def _fallback_report(is_root: bool, bwrap: str | None, note: str) -> IsolationReport:
     enforced = ["fresh_interpreter", "process_group_kill", "resource_limits", "minimal_environment",
                 "expected_outputs_withheld", "no_new_privs", "sample_memory_limit"]
-    memory, cgroup = memory_mechanism()
+    memory, cgroup = memory_mechanism("; /tmp and /dev/shm tmpfs capped" if is_root else "")
     if is_root:
         enforced += ["private_uid", "network_namespace", "ipc_namespace", "sample_process_limit",
                      "minimal_filesystem", "hidden_home", "private_keyrings"]
@@ -749,14 +749,18 @@ def launch(job: dict, report: IsolationReport) -> SandboxProcess:
             remove_groups()
             raise
         return SandboxProcess(proc, uid, None, report, cgroup, cpu)
-    workdir = tempfile.mkdtemp(prefix="ibpo-sandbox-")
+    # As root the work dir is under /tmp, which the harness covers with a private capped tmpfs (private_tmp;
+    # not when the interpreter is /tmp itself)
+    private = report.is_root and "/tmp" not in _interpreter_dirs()
+    workdir = tempfile.mkdtemp(prefix="ibpo-sandbox-", dir="/tmp" if report.is_root else None)
     os.chmod(workdir, 0o700)
     if uid is not None:
         os.chown(workdir, uid, uid)
     job.update(workdir=workdir, unshare_network=report.is_root, network_isolated_by_launcher=False,
                in_pid_namespace=False, preimport=True, in_ipc_namespace=False,
                fallback_overlays=_fallback_overlays(workdir) if report.is_root else [],
-               tmpfs_dirs=["/dev/shm"] if report.is_root else [])
+               private_tmp=private, tmp_binds=[d for d in _interpreter_dirs() if d.startswith("/tmp/")],
+               tmpfs_dirs=["/dev/shm", "/tmp"] if private else ["/dev/shm"] if report.is_root else [])
     env = dict(MINIMAL_ENV, HOME=workdir, TMPDIR=workdir)
     try:
         proc = subprocess.Popen(wrap(interpreter), stdin=subprocess.PIPE, stdout=subprocess.PIPE,

@@ -77,6 +77,7 @@ class _Worker:
     proc: subprocess.Popen
     buffer: bytearray = field(default_factory=bytearray)
     requests_served: int = 0
+    saved_stderr: bytes | None = None
 
     def kill(self) -> None:
         """SIGKILL the worker and reap it (idempotent)."""
@@ -89,6 +90,7 @@ class _Worker:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
+        self.saved_stderr = self._read_stderr()  # before the pipe closes: why a worker failed to start is here
         for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
             if stream is not None:
                 try:
@@ -96,14 +98,26 @@ class _Worker:
                 except OSError:
                     pass
 
-    def stderr_tail(self, limit: int = 2000) -> str:
-        """The end of the worker's stderr (only meaningful after it exited)."""
-        if self.proc.stderr is None:
-            return ""
+    def _read_stderr(self, limit: int = 1 << 16) -> bytes:
+        """What the worker's stderr pipe holds now, without blocking (a child of the worker may keep it open)."""
+        if self.proc.stderr is None or self.proc.stderr.closed:
+            return b""
+        fd = self.proc.stderr.fileno()
+        os.set_blocking(fd, False)
+        chunks: list[bytes] = []
         try:
-            data = self.proc.stderr.read() or b""
-        except (OSError, ValueError):
-            return ""
+            while sum(map(len, chunks)) < limit:
+                chunk = os.read(fd, 1 << 14)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+        except (BlockingIOError, OSError):
+            pass
+        return b"".join(chunks)
+
+    def stderr_tail(self, limit: int = 2000) -> str:
+        """The end of the worker's stderr (only meaningful after it exited; kept by :meth:`kill`)."""
+        data = self.saved_stderr if self.saved_stderr is not None else self._read_stderr()
         return data[-limit:].decode("utf-8", "replace")
 
 

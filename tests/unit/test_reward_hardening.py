@@ -286,6 +286,22 @@ def test_world_readable_data_outside_home_and_tmp_is_invisible(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_files_written_to_tmp_stay_in_the_sample_and_are_capped(backend):
+    # before: the root fallback's /tmp was the host's, where a sample left files beyond its memory limit
+    leak = f"/tmp/ibpo_leak_{secrets.token_hex(4)}"
+    code = (f"import os\nopen({leak!r}, 'w').write('x')\nopen('in_cwd', 'w').write('y')\n"
+            "try:\n    for i in range(100):\n        with open(f'/tmp/f{i}', 'wb') as f:\n"
+            "            f.write(b'z' * 2**20)\n"
+            "except OSError as e:\n    print('capped', e.errno)\nelse:\n    print('not capped')")
+    # 1 MiB files (under RLIMIT_FSIZE): ENOSPC at the 64 MiB tmpfs, well under the 512 MiB memory limit
+    result = run(backend, code, [""], ["capped 28"])
+    assert result.verdict == "correct", result
+    assert not os.path.exists(leak)
+    assert not [d for d in os.listdir("/tmp") if d.startswith("ibpo-sandbox-")
+                and os.path.exists(os.path.join("/tmp", d, "in_cwd"))]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_user_namespaces_cannot_be_created(backend):
     code = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
             "print('created' if libc.unshare(0x10000000) == 0 else 'refused')")

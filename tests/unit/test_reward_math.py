@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from reward_fns import EVAL_DATA_SOURCES, KNOWN_DATA_SOURCES, RESULT_KEYS, compute_score
+from reward_fns import EVAL_DATA_SOURCES, KNOWN_DATA_SOURCES, RESULT_KEYS, check_ground_truth, compute_score
 from reward_fns.extract import extract_math_answer, last_boxed_content, normalise_answer, strip_thinking
 from reward_fns.math_verifier import BadGroundTruth, compute_math_score, get_math_pool
 
@@ -309,3 +309,50 @@ def test_a_box_on_its_own_line_or_closing_an_environment_is_the_answer(text):
     # regression: "$" in the before-box pattern also matched before a final newline, so any line ending in a
     # digit or an operator made the next line's box an "operand" and the right answer scored 0
     assert compute_math_score(text, "15201")["verdict"] == "correct"
+
+
+# --- infinite golds, numbers with a subscript, golds no response can meet (red team 3) --------------------
+@pytest.mark.parametrize("response, gold, verdict", [
+    # an infinity equals only itself: before, oo - 70 = oo passed the relative test oo <= tol * oo
+    (r"\boxed{70}", r"\infty", "wrong_answer"),
+    (r"\boxed{0}", r"-\infty", "wrong_answer"),
+    (r"\boxed{0.5}", r"\infty", "wrong_answer"),
+    (r"\boxed{-\infty}", r"\infty", "wrong_answer"),
+    (r"\boxed{\infty}", r"-\infty", "wrong_answer"),
+    (r"\boxed{\infty}", "70", "wrong_answer"),
+    (r"\boxed{(0, 5)}", r"(0, \infty)", "wrong_answer"),
+    (r"\boxed{(-\infty, 0)}", r"(0, \infty)", "wrong_answer"),
+    (r"\boxed{\infty}", r"\infty", "correct"),
+    (r"\boxed{+\infty}", r"\infty", "correct"),
+    (r"\boxed{-\infty}", r"-\infty", "correct"),
+    (r"\boxed{(0,\infty)}", r"(0, \infty)", "correct"),
+    # a number with a subscript is a base or an index, not the number: 70_{8} is 56
+    (r"\boxed{70_{8}}", "70", "wrong_answer"),
+    (r"\boxed{70_8}", "70", "wrong_answer"),
+    (r"\boxed{{70}_{10}}", "70", "wrong_answer"),
+    (r"\boxed{1010_2}", "1010", "wrong_answer"),
+    (r"\boxed{1010_2}", "1010_2", "correct"),
+    (r"\boxed{x_1 = 70}", "70", "correct"),
+    (r"\boxed{a_{12} = 70}", "70", "correct"),
+])
+def test_infinities_and_subscripted_numbers(response, gold, verdict):
+    assert compute_math_score(response, gold)["verdict"] == verdict
+
+
+@pytest.mark.parametrize("gold, message", [
+    ("#### 70", "holds '#'"),  # a raw GSM8K answer line: \boxed{70} never matched it
+    ("\u200b70", "holds characters a reader does not see as written"),  # responses are read without it
+    ("\u0667\u0660", "responses are read as '70'"),  # Arabic-Indic digits
+    ("\uff17\uff10", "responses are read as '70'"),  # full-width digits
+    ("70\x00", "holds characters a reader does not see as written"),
+])
+def test_a_gold_no_response_can_meet_as_written_raises(gold, message):
+    with pytest.raises(BadGroundTruth, match=message):
+        compute_score("math_dapo", r"\boxed{70}", gold)
+    with pytest.raises(BadGroundTruth, match=message):
+        check_ground_truth("math_dapo", gold)
+
+
+def test_a_gold_whose_comparisons_time_out_raises_instead_of_scoring_every_response_timeout():
+    with pytest.raises(BadGroundTruth, match=r"comparing the answer 1 with this ground truth takes longer than"):
+        compute_score("math_dapo", r"\boxed{70}", r"10^{10^{10}}")

@@ -83,9 +83,22 @@ def test_recycles_after_max_requests():
 
 
 def test_start_failure_raises_with_stderr():
+    # the error's cause is in the worker's stderr (the argv alone names the module, not the exception)
     pool = WorkerPool([sys.executable, "-c", "import no_such_module_xyz"], max_workers=1, name="broken")
-    with pytest.raises(WorkerStartError, match="no_such_module_xyz"):
+    with pytest.raises(WorkerStartError, match=r"(?s)stderr:.*ModuleNotFoundError: No module named 'no_such_module_xyz'"):
         pool.call({"op": "echo"}, timeout_s=5)
+    pool.close()
+
+
+def test_start_failure_stderr_is_read_without_waiting_for_a_child_holding_the_pipe():
+    # a grandchild keeps the worker's stderr open for 60 s: the error must come now, with what was written
+    code = ("import subprocess, sys; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+            "sys.stderr.write('cause: bad config' + chr(10)); sys.stderr.flush(); sys.exit(2)")
+    pool = WorkerPool([sys.executable, "-c", code], max_workers=1, name="broken", startup_timeout_s=5)
+    start = time.monotonic()
+    with pytest.raises(WorkerStartError, match="stderr: cause: bad config"):
+        pool.call({"op": "echo"}, timeout_s=5)
+    assert time.monotonic() - start < 10
     pool.close()
 
 
