@@ -114,6 +114,7 @@ def prepare_aime25(
     summary = PrepSummary(DATA_SOURCE)
     layouts: Counter = Counter()
     seen: dict[str, str] = {}
+    texts: dict[str, tuple[str, str]] = {}  # problem text -> (its id, where it was first read)
     counter = {"row_order": 0}
 
     def convert(raw: RawRow) -> dict:
@@ -128,7 +129,11 @@ def prepare_aime25(
         problem_id = aime_problem_id(position)
         if problem_id in seen:
             raise PrepError(raw.ref, None, f"duplicate problem {problem_id} (first seen at {seen[problem_id]})")
+        if problem in texts:  # one problem under two ids would count twice in an eval set of 30
+            raise PrepError(raw.ref, statement_field, f"same problem text as {texts[problem][0]} "
+                            f"(first seen at {texts[problem][1]})")
         seen[problem_id] = str(raw.ref)
+        texts[problem] = (problem_id, str(raw.ref))
         layouts[layout] += 1
         return make_math_row(
             data_source=DATA_SOURCE,

@@ -64,7 +64,14 @@ def dapo_problem(raw: RawRow) -> str:
 
 
 def dapo_answer(raw: RawRow) -> str:
-    """The ground truth: ``reward_model.ground_truth`` (original) or ``solution`` (open-r1 copy)."""
+    """The ground truth: ``reward_model.ground_truth`` (original) or ``solution`` (open-r1 copy), checked as the
+    math verifier's gold."""
+    field_name, answer = dapo_answer_text(raw)
+    return checked_gold(raw.ref, field_name, DATA_SOURCE, answer)
+
+
+def dapo_answer_text(raw: RawRow) -> tuple[str, str]:
+    """The field holding the ground truth and its stripped text, not yet checked as a gold."""
     reward_model = raw.data.get("reward_model")
     if isinstance(reward_model, dict) and "ground_truth" in reward_model:
         field_name, value = "reward_model.ground_truth", reward_model["ground_truth"]
@@ -74,8 +81,7 @@ def dapo_answer(raw: RawRow) -> str:
         raise PrepError(raw.ref, "reward_model", f"no ground truth (row has fields {sorted(raw.data)})")
     if not isinstance(value, str) or not value.strip():
         raise PrepError(raw.ref, field_name, f"expected a non-empty string, got {value!r:.60}")
-    answer = value.strip()
-    return checked_gold(raw.ref, field_name, DATA_SOURCE, answer)
+    return field_name, value.strip()
 
 
 def dapo_source_id(raw: RawRow, fallback: int) -> str:
@@ -91,16 +97,24 @@ def prepare_dapo_math(
 ) -> tuple[list[dict], PrepSummary]:
     """Read DAPO-Math-17k under ``input_path``, de-duplicate by problem text and build the verl rows."""
     summary = PrepSummary(DATA_SOURCE)
-    seen: set[str] = set()
+    seen: dict[str, tuple[str, str]] = {}  # problem text -> (its answer, where it was first read)
     stats = {"non_integer": 0, "cjk": 0}
 
     def convert(raw: RawRow) -> dict | None:
+        source = raw.data.get("data_source", DATA_SOURCE)
+        if source != DATA_SOURCE:  # another set's row would be relabelled and scored as DAPO's
+            raise PrepError(raw.ref, "data_source", f"expected {DATA_SOURCE!r}, got {source!r:.60}")
         problem = dapo_problem(raw)
         if problem in seen:
+            first_answer, first_ref = seen[problem]
+            field_name, answer = dapo_answer_text(raw)
+            if answer != first_answer:  # the ~100 accidental copies agree; a copy that does not is corrupt
+                raise PrepError(raw.ref, field_name, f"ground truth {answer!r:.60} differs from {first_answer!r:.60}"
+                                f" of the same problem text first read at {first_ref}")
             summary.skip("duplicate problem text")
             return None
         answer = dapo_answer(raw)  # before the text is claimed: a later valid copy still counts (--skip-invalid)
-        seen.add(problem)
+        seen[problem] = (answer, str(raw.ref))
         index = len(seen) - 1
         stats["non_integer"] += not re.fullmatch(r"-?\d+", answer)
         stats["cjk"] += bool(CJK.search(problem))

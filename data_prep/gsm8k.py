@@ -35,10 +35,12 @@ NUMBER = re.compile(r"-?\d+(\.\d+)?")
 
 
 def gsm8k_final_answer(raw: RawRow) -> str:
-    """The number after the last ``####`` of the ``answer`` field, commas removed."""
+    """The number after the one ``####`` of the ``answer`` field, commas removed."""
     text = require_str(raw, "answer")
     if "####" not in text:
         raise PrepError(raw.ref, "answer", "no '#### <number>' final answer")
+    if text.count("####") > 1:  # which one is final is a guess: GSM8K's solutions end with exactly one
+        raise PrepError(raw.ref, "answer", f"{text.count('####')} '####' final-answer markers, expected one")
     final = text.rsplit("####", 1)[1].strip().replace(",", "")
     if not NUMBER.fullmatch(final):
         raise PrepError(raw.ref, "answer", f"final answer after '####' is not a number: {final!r}")

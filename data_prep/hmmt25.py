@@ -79,6 +79,7 @@ def prepare_hmmt25(
     """Read the HMMT Feb 2025 file(s) under ``input_path`` and build the verl rows (by problem number)."""
     summary = PrepSummary(DATA_SOURCE)
     seen: dict[int, str] = {}
+    texts: dict[str, tuple[int, str]] = {}  # problem text -> (its number, where it was first read)
     topics: Counter = Counter()
 
     def convert(raw: RawRow) -> dict:
@@ -87,7 +88,11 @@ def prepare_hmmt25(
         answer = hmmt_answer(raw)
         if number in seen:
             raise PrepError(raw.ref, "problem_idx", f"duplicate problem {number} (first seen at {seen[number]})")
+        if problem in texts:  # one problem under two numbers would count twice in an eval set of 30
+            raise PrepError(raw.ref, "problem", f"same problem text as problem {texts[problem][0]} "
+                            f"(first seen at {texts[problem][1]})")
         seen[number] = str(raw.ref)
+        texts[problem] = (number, str(raw.ref))
         for topic in problem_types(raw):
             topics[topic] += 1
         return make_math_row(

@@ -582,3 +582,54 @@ def test_all_command_end_to_end(tmp_path):
         cwd=REPO, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert missing.returncode == 2 and "raw data folder not found" in missing.stderr
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Rows that contradict each other, or name another set: refused, never resolved silently
+
+
+def _write_parquet(folder, rows, name):
+    folder.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows), folder / name)
+    return folder
+
+
+def test_a_dapo_copy_with_another_answer_is_refused_naming_both_rows(tmp_path):
+    raw = pq.read_table(RAW / "BytedTsinghua-SIA/DAPO-Math-17k/data/dapo-math-17k.parquet").to_pylist()
+    gold = raw[0]["reward_model"]["ground_truth"]
+    other = {**raw[0], "reward_model": {**raw[0]["reward_model"], "ground_truth": gold + "1"}}
+    folder = _write_parquet(tmp_path / "dapo", [raw[0], raw[0], other], "dapo-math-17k.parquet")
+    with pytest.raises(PrepError, match=r"row 3, field 'reward_model.ground_truth': ground truth .* differs from "
+                                        rf"'{gold}' of the same problem text first read at .*row 1"):
+        dapo_math.prepare_dapo_math(folder)
+    rows, summary = dapo_math.prepare_dapo_math(folder, skip_invalid=True)  # counted, the first copy kept
+    assert [r["reward_model"]["ground_truth"] for r in rows] == [gold] and sum(summary.skipped.values()) == 2
+
+
+def test_a_dapo_row_of_another_data_source_is_refused(tmp_path):
+    raw = pq.read_table(RAW / "BytedTsinghua-SIA/DAPO-Math-17k/data/dapo-math-17k.parquet").to_pylist()
+    folder = _write_parquet(tmp_path / "dapo", [raw[0], {**raw[1], "data_source": "openai/gsm8k"}],
+                            "dapo-math-17k.parquet")
+    with pytest.raises(PrepError, match=r"row 2, field 'data_source': expected 'math_dapo', got 'openai/gsm8k'"):
+        dapo_math.prepare_dapo_math(folder)
+
+
+def test_a_gsm8k_answer_with_two_final_markers_is_refused(tmp_path):
+    raw = pq.read_table(RAW / "openai/gsm8k/main/test-00000-of-00001.parquet").to_pylist()[0]
+    path = _write_parquet(tmp_path / "gsm", [raw, {**raw, "answer": raw["answer"] + "\n#### 6"}],
+                          "test-00000-of-00001.parquet") / "test-00000-of-00001.parquet"
+    with pytest.raises(PrepError, match=r"row 2, field 'answer': 2 '####' final-answer markers, expected one"):
+        gsm8k.prepare_gsm8k(path)
+
+
+def test_the_same_problem_text_under_two_ids_is_refused(tmp_path):
+    aime = [{"id": 0, "problem": "Find x.", "answer": "70"}, {"id": 1, "problem": "Find x.", "answer": "588"}]
+    path = tmp_path / "aime.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in aime))
+    with pytest.raises(PrepError, match=r"row 2, field 'problem': same problem text as .* \(first seen at .*row 1\)"):
+        aime25.prepare_aime25(path, allow_partial=True)
+    raw = pq.read_table(RAW / "MathArena/hmmt_feb_2025/data/train-00000-of-00001.parquet").to_pylist()
+    copy = {**raw[1], "problem": raw[0]["problem"]}
+    folder = _write_parquet(tmp_path / "hmmt", [raw[0], copy], "train.parquet")
+    with pytest.raises(PrepError, match=r"row 2, field 'problem': same problem text as problem 1 "):
+        hmmt25.prepare_hmmt25(folder, allow_partial=True)
