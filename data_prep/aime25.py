@@ -97,7 +97,9 @@ def aime_answer(raw: RawRow) -> str:
     """The answer as canonical integer text in 0..999; anything else is a :class:`PrepError`."""
     name = first_present(raw, ANSWER_ALIASES)
     if name is None:
-        raise PrepError(raw.ref, "answer", f"missing (row has fields {sorted(raw.data)})")
+        null = [a for a in ANSWER_ALIASES if a in raw.data]
+        raise PrepError(raw.ref, null[0] if null else "answer",
+                        "is null" if null else f"missing (row has fields {sorted(raw.data)})")
     text = integer_text(raw.data[name])
     if text is None or not 0 <= int(text) <= 999:
         raise PrepError(raw.ref, name, f"AIME answers are integers 0..999, got {raw.data[name]!r}")

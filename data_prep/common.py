@@ -156,9 +156,11 @@ def iter_rows(path: Path) -> Iterator[RawRow]:
 
 def require_str(raw: RawRow, name: str, allow_empty: bool = False) -> str:
     """``raw.data[name]`` as a string; missing, non-string or (unless allowed) empty is a :class:`PrepError`."""
-    if name not in raw.data or raw.data[name] is None:
+    if name not in raw.data:
         raise PrepError(raw.ref, name, f"missing (row has fields {sorted(raw.data)})")
     value = raw.data[name]
+    if value is None:
+        raise PrepError(raw.ref, name, "is null")
     if not isinstance(value, str):
         raise PrepError(raw.ref, name, f"expected a string, got {type(value).__name__} {value!r:.80}")
     if not allow_empty and not value.strip():

@@ -12,6 +12,7 @@ import base64
 import binascii
 import json
 import zlib
+from keyword import iskeyword
 from typing import Any
 
 
@@ -34,8 +35,9 @@ def validate_tests(obj: Any) -> dict:
     if not inputs:
         raise TestsDecodeError("tests have no test cases (empty 'inputs')")
     fn_name = obj.get("fn_name")
-    if fn_name is not None and not (isinstance(fn_name, str) and fn_name):
-        raise TestsDecodeError(f"tests field 'fn_name' must be a non-empty string or null, got {fn_name!r}")
+    if fn_name is not None and not (isinstance(fn_name, str) and fn_name.isidentifier() and not iskeyword(fn_name)):
+        # a name no solution can define would score every response runtime_error: a silent 0
+        raise TestsDecodeError(f"tests field 'fn_name' must be a Python identifier or null, got {fn_name!r:.80}")
     return {"inputs": list(inputs), "outputs": list(outputs), "fn_name": fn_name or None}
 
 

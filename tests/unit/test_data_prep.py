@@ -633,3 +633,17 @@ def test_the_same_problem_text_under_two_ids_is_refused(tmp_path):
     folder = _write_parquet(tmp_path / "hmmt", [raw[0], copy], "train.parquet")
     with pytest.raises(PrepError, match=r"row 2, field 'problem': same problem text as problem 1 "):
         hmmt25.prepare_hmmt25(folder, allow_partial=True)
+
+
+def test_a_null_field_is_called_null_not_missing(tmp_path):
+    path = tmp_path / "aime.jsonl"
+    path.write_text(json.dumps({"id": 0, "problem": "Find x.", "answer": None}) + "\n")
+    with pytest.raises(PrepError, match=r"row 1, field 'answer': is null$"):
+        aime25.prepare_aime25(path, allow_partial=True)
+    path.write_text(json.dumps({"id": 0, "problem": None, "answer": "70"}) + "\n")
+    with pytest.raises(PrepError, match=r"row 1, field 'problem': (is null|missing; expected one of)"):
+        aime25.prepare_aime25(path, allow_partial=True)
+    raw = pq.read_table(RAW / "openai/gsm8k/main/test-00000-of-00001.parquet").to_pylist()[0]
+    gsm = _write_parquet(tmp_path / "gsm", [{**raw, "question": None}], "test-0.parquet") / "test-0.parquet"
+    with pytest.raises(PrepError, match=r"row 1, field 'question': is null$"):
+        gsm8k.prepare_gsm8k(gsm)

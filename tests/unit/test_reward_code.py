@@ -74,6 +74,14 @@ def test_prepare_tests_rejects_bad_functional_inputs():
         prepare_tests("not base64 and not json")
 
 
+@pytest.mark.parametrize("fn_name", ["not valid id", "", "class", "f(x)", 7])
+def test_a_function_name_no_solution_can_define_is_a_bad_ground_truth(fn_name):
+    # before: accepted, and every response then scored runtime_error (a silent 0)
+    truth = json.dumps({"inputs": ["1"], "outputs": ["1"], "fn_name": fn_name})  # encode_tests refuses it too
+    with pytest.raises(BadCodeGroundTruth, match="'fn_name' must be a Python identifier or null"):
+        prepare_tests(truth)
+
+
 # ------------------------------------------------------------------------------------------- verdict classes
 @pytest.mark.parametrize("code, verdict", [
     ("a, b = map(int, input().split())\nprint(a + b)", "correct"),
