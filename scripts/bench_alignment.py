@@ -24,6 +24,10 @@ import difflib
 import os
 import random
 import time
+import sys
+from pathlib import Path
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/_cli_checks.py (scripts/ is no package)
+from _cli_checks import nonnegative_float, nonnegative_int, positive_int  # noqa: E402
 
 import numpy as np
 
@@ -139,17 +143,22 @@ def time_batch(triples) -> float:
     return (time.process_time() - start) / len(triples)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pairs", type=int, default=256)
-    parser.add_argument("--lengths", type=int, nargs="+", default=[1000, 4000, 16000])
-    parser.add_argument("--dp-pairs", type=int, default=2)
-    parser.add_argument("--dp-max-len", type=int, default=4000)
-    parser.add_argument("--difflib-pairs", type=int, default=8)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--zipf", type=float, default=1.0, help="Zipf exponent of the token ids (≈1: natural text)")
-    parser.add_argument("--vocab", type=int, default=32000)
-    args = parser.parse_args()
+    parser.add_argument("--pairs", type=positive_int, default=256)
+    parser.add_argument("--lengths", type=positive_int, nargs="+", default=[1000, 4000, 16000])
+    parser.add_argument("--dp-pairs", type=positive_int, default=2)
+    parser.add_argument("--dp-max-len", type=positive_int, default=4000)
+    parser.add_argument("--difflib-pairs", type=positive_int, default=8)
+    parser.add_argument("--seed", type=nonnegative_int, default=0)
+    parser.add_argument("--zipf", type=nonnegative_float, default=1.0, help="Zipf exponent of the token ids (≈1: natural text)")
+    parser.add_argument("--vocab", type=positive_int, default=32000)
+    args = parser.parse_args(argv)
+    if min(args.lengths) > args.dp_max_len:
+        # the plain-DP times of longer rows are extrapolated from a measured row: at least one must be measured
+        parser.error(f"--dp-max-len {args.dp_max_len} is below every --lengths value {args.lengths}: no row would "
+                     "time the plain DP that longer rows are extrapolated from")
+    args.lengths = sorted(args.lengths)
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # one core, as the issue asks
 

@@ -25,6 +25,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/_cli_checks.py (scripts/ is no package)
+from _cli_checks import float_in, nonnegative_int, positive_float, positive_int  # noqa: E402
 
 from analysis.correction_lookup import (  # noqa: E402
     EditProfile, bound_cuts, edit_profile, load_dump, replay, synthetic_corrections)
@@ -103,24 +105,24 @@ def bound_table(rows: list[dict]) -> str:
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--toy-run", type=Path, default=None, help="train the toy here and use its corrections")
-    p.add_argument("--steps", type=int, default=8)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--timeout", type=float, default=3600.0)
+    p.add_argument("--steps", type=positive_int, default=8)
+    p.add_argument("--seed", type=nonnegative_int, default=0)
+    p.add_argument("--timeout", type=positive_float, default=3600.0)
     p.add_argument("--override", nargs="*", default=[], help="more Hydra overrides for --toy-run")
     p.add_argument("--dump", type=Path, default=None, help="rollout_data_dir of an earlier run")
     p.add_argument("--settings", nargs="+", type=parse_setting, default=[parse_setting(s) for s in DEFAULT_SETTINGS])
-    p.add_argument("--lengths", type=int, nargs="*", default=[], help="synthetic corrections at these L")
-    p.add_argument("--prompts", type=int, default=2, help="synthetic: prompts (G = 8, 2 right: 6 corrections each)")
+    p.add_argument("--lengths", type=positive_int, nargs="*", default=[], help="synthetic corrections at these L")
+    p.add_argument("--prompts", type=positive_int, default=2, help="synthetic: prompts (G = 8, 2 right: 6 corrections each)")
     p.add_argument("--layout", default="target_first", choices=["target_first", "target_first+shuffle",
                    "target_first+per_group", "reference_first", "reference_first+per_group"],
                    help="synthetic: the correction prompts' layout (analysis.correction_workload.LAYOUTS)")
-    p.add_argument("--kept-fraction", type=float, default=None,
+    p.add_argument("--kept-fraction", type=float_in(0.0, 1.0, low_open=True), default=None,
                    help="synthetic: override the measured share of target tokens a correction keeps")
-    p.add_argument("--edit-run", type=float, default=None,
+    p.add_argument("--edit-run", type=positive_float, default=None,
                    help="synthetic: override the measured mean length of an edited run (target tokens)")
-    p.add_argument("--factors", type=float, nargs="+", default=[1.0, 1.25, 1.5, 2.0, 3.0])
-    p.add_argument("--closing", type=int, nargs="+", default=[0, 16, 64])
-    p.add_argument("--response-length", type=int, default=96, help="the run's max_response_length (bound cap)")
+    p.add_argument("--factors", type=positive_float, nargs="+", default=[1.0, 1.25, 1.5, 2.0, 3.0])
+    p.add_argument("--closing", type=nonnegative_int, nargs="+", default=[0, 16, 64])
+    p.add_argument("--response-length", type=positive_int, default=96, help="the run's max_response_length (bound cap)")
     p.add_argument("--json", type=Path, default=None)
     return p.parse_args(argv)
 

@@ -45,6 +45,8 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/_cli_checks.py (scripts/ is no package)
+from _cli_checks import float_in, int_at_least, nonnegative_float, nonnegative_int, positive_int  # noqa: E402
 
 import numpy as np
 
@@ -241,20 +243,28 @@ def format_table(rows: list[dict], base_time_s: float | None = None) -> str:
     return "\n".join(lines)
 
 
+def check_group_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``--correct`` right responses per group of ``--group-size``: at least one must be wrong, or there is no
+    correction to measure (a table of zero requests)."""
+    if args.correct >= args.group_size:
+        parser.error(f"--correct {args.correct} must be below --group-size {args.group_size}: with no wrong "
+                     "response in a group there is no correction to measure")
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--lengths", type=int, nargs="+", default=[2048], help="L: forced response length(s)")
-    parser.add_argument("--prompts", type=int, default=32)
-    parser.add_argument("--group-size", type=int, default=8)
-    parser.add_argument("--correct", type=int, default=2, help="correct responses per group")
+    parser.add_argument("--lengths", type=positive_int, nargs="+", default=[2048], help="L: forced response length(s)")
+    parser.add_argument("--prompts", type=positive_int, default=32)
+    parser.add_argument("--group-size", type=int_at_least(2), default=8)
+    parser.add_argument("--correct", type=nonnegative_int, default=2, help="correct responses per group")
     parser.add_argument("--layouts", nargs="+", default=DEFAULT_LAYOUTS, choices=list(LAYOUTS))
     parser.add_argument("--speculation", nargs="+", default=["off"], choices=["off", "ngram", "suffix"],
                         help="one engine per setting; every phase runs on each")
     parser.add_argument("--ngram", default="2:5:8", help="ngram setting min:max:k (prompt_lookup_min/max, "
                         "num_speculative_tokens)")
-    parser.add_argument("--bound-factor", type=float, default=0.0,
+    parser.add_argument("--bound-factor", type=nonnegative_float, default=0.0,
                         help="c > 0: also run each layout with max_tokens = ceil(c·|y|) + --closing")
-    parser.add_argument("--closing", type=int, default=64)
+    parser.add_argument("--closing", type=nonnegative_int, default=64)
     parser.add_argument("--length-ratios", type=Path, default=None,
                         help="JSON list of correction/target length ratios (default: the toy's); 'none' in "
                              "--no-ratios forces every correction to L")
@@ -262,15 +272,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--logprobs", action="store_true",
                         help="request the sampled token's log-prob, as verl does by default (rollout.calculate_log_probs): "
                              "some vLLM versions do not speculate for such requests")
-    parser.add_argument("--gpu-memory-utilization", type=float, default=0.85)
-    parser.add_argument("--max-num-seqs", type=int, default=256)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--gpu-memory-utilization", type=float_in(0.0, 1.0, low_open=True), default=0.85)
+    parser.add_argument("--max-num-seqs", type=positive_int, default=256)
+    parser.add_argument("--seed", type=nonnegative_int, default=0)
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
     parser.add_argument("--smoke", action="store_true",
                         help="tiny run to check the script works: L=64, 2 prompts, G=4, 1 right, eager mode")
     args = parser.parse_args(argv)
     if args.smoke:
         args.lengths, args.prompts, args.group_size, args.correct = [64], 2, 4, 1
+    check_group_options(parser, args)
     return args
 
 

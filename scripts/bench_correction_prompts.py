@@ -18,6 +18,10 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
+import sys
+from pathlib import Path
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/_cli_checks.py (scripts/ is no package)
+from _cli_checks import int_at_least, nonnegative_int, positive_int  # noqa: E402
 
 from analysis.correction_workload import (
     LAYOUTS,
@@ -66,15 +70,24 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def check_group_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``--correct`` right responses per group of ``--group-size``: at least one must be wrong, or there is no
+    correction to measure (a table of zero requests)."""
+    if args.correct >= args.group_size:
+        parser.error(f"--correct {args.correct} must be below --group-size {args.group_size}: with no wrong "
+                     "response in a group there is no correction to measure")
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--prompts", type=int, default=32)
-    parser.add_argument("--group-size", type=int, default=8)
-    parser.add_argument("--correct", type=int, default=2, help="correct responses per group")
-    parser.add_argument("--response-tokens", type=int, default=2048, help="L: tokens per response and candidate budget")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--prompts", type=positive_int, default=32)
+    parser.add_argument("--group-size", type=int_at_least(2), default=8)
+    parser.add_argument("--correct", type=nonnegative_int, default=2, help="correct responses per group")
+    parser.add_argument("--response-tokens", type=positive_int, default=2048, help="L: tokens per response and candidate budget")
+    parser.add_argument("--seed", type=nonnegative_int, default=0)
     parser.add_argument("--layouts", nargs="+", default=list(LAYOUTS), choices=list(LAYOUTS))
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    check_group_options(parser, args)
     start = time.perf_counter()
     rows = run(args.prompts, args.group_size, args.correct, args.response_tokens, args.seed, args.layouts)
     print(f"{args.prompts} prompts x G={args.group_size}, {args.correct} right, L={args.response_tokens}, "

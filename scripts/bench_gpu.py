@@ -74,6 +74,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/_cli_checks.py (scripts/ is no package)
+from _cli_checks import positive_float, positive_int  # noqa: E402
 
 import bench_one_gpu_shape as shape  # noqa: E402  (the model shape, the launch command, the peak-memory poller)
 from bench_correction_pass import release_engine  # noqa: E402  (frees the GPU for the next engine)
@@ -723,29 +725,29 @@ def run_meta(args) -> dict:
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, default=Path("outputs/bench_gpu"))
-    p.add_argument("--budget-s", type=float, default=480.0, help="whole command, start-ups included (default 8 min)")
+    p.add_argument("--budget-s", type=positive_float, default=480.0, help="whole command, start-ups included (default 8 min)")
     p.add_argument("--skip", nargs="*", default=[], choices=list(PARTS))
-    p.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32, 64], help="decode grid: sequences per pass")
-    p.add_argument("--contexts", type=int, nargs="+", default=[256, 2048], help="decode grid: prompt tokens")
-    p.add_argument("--new-tokens", type=int, default=64, help="decode grid: tokens generated per sequence")
-    p.add_argument("--actor-seqs", type=int, default=2)
-    p.add_argument("--actor-len", type=int, default=4096)
+    p.add_argument("--batches", type=positive_int, nargs="+", default=[1, 8, 32, 64], help="decode grid: sequences per pass")
+    p.add_argument("--contexts", type=positive_int, nargs="+", default=[256, 2048], help="decode grid: prompt tokens")
+    p.add_argument("--new-tokens", type=positive_int, default=64, help="decode grid: tokens generated per sequence")
+    p.add_argument("--actor-seqs", type=positive_int, default=2)
+    p.add_argument("--actor-len", type=positive_int, default=4096)
     p.add_argument("--draft-lengths", type=int, nargs="*", default=[4, 8], help="ngram num_speculative_tokens")
-    p.add_argument("--copy-prompts", type=int, default=16)
-    p.add_argument("--copy-prompt-len", type=int, default=256)
-    p.add_argument("--copy-tokens", type=int, default=512, help="T: the target's and the copy's length")
+    p.add_argument("--copy-prompts", type=positive_int, default=16)
+    p.add_argument("--copy-prompt-len", type=positive_int, default=256)
+    p.add_argument("--copy-tokens", type=positive_int, default=512, help="T: the target's and the copy's length")
     p.add_argument("--coefficients-json", type=Path, default=None,
                    help="an earlier run's bench_gpu.json: the copy part's cost-model seconds when --skip coefficients")
-    p.add_argument("--step-prompts", type=int, default=2, help="prompts of the step (x G = 8 responses)")
-    p.add_argument("--step-response", type=int, default=2048, help="the step's response length (forced)")
-    p.add_argument("--step-draft-k", type=int, default=8)
+    p.add_argument("--step-prompts", type=positive_int, default=2, help="prompts of the step (x G = 8 responses)")
+    p.add_argument("--step-response", type=positive_int, default=2048, help="the step's response length (forced)")
+    p.add_argument("--step-draft-k", type=positive_int, default=8)
     p.add_argument("--step-eager", action="store_true",
                    help="the step's vLLM without CUDA graphs or compile (the scripts' ENFORCE_EAGER=1): a shorter "
                         "start-up, a slower decode; its generation seconds are then eager-mode seconds")
     p.add_argument("--inner-vllm", default=None, help=argparse.SUPPRESS)  # the child's partial-results file
     p.add_argument("--inner-parts", nargs="*", default=[], help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    if any(k < 1 for k in args.draft_lengths):
+    if any(k < 1 for k in args.draft_lengths):  # draft lengths: >= 1, with their own message
         p.error("--draft-lengths: each must be >= 1 (speculation off is always measured)")
     return args
 

@@ -31,6 +31,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/_cli_checks.py (scripts/ is no package)
+from _cli_checks import nonnegative_float, positive_float, positive_int  # noqa: E402
 
 # Qwen3-1.7B's config.json shape (the published model card's architecture), random weights.
 QWEN3_1P7B_SHAPE = {
@@ -174,11 +176,11 @@ def corrections_line(row: dict) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, default=Path("outputs/shape_1p7b"))
-    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--steps", type=positive_int, default=3)
     p.add_argument("--speculation", choices=["off", "ngram", "suffix"], default="off")
     p.add_argument("--ngram", default="2:5:8")
-    p.add_argument("--bound-factor", type=float, default=0.0)
-    p.add_argument("--timeout", type=float, default=3000.0)
+    p.add_argument("--bound-factor", type=nonnegative_float, default=0.0)
+    p.add_argument("--timeout", type=positive_float, default=3000.0)
     p.add_argument("extra", nargs="*", help="more Hydra overrides for the launch script")
     args = p.parse_args(argv)
     reason = skip_reason()

@@ -12,6 +12,9 @@ import random
 import tempfile
 import time
 from pathlib import Path
+import sys
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/_cli_checks.py (scripts/ is no package)
+from _cli_checks import positive_int  # noqa: E402
 
 from data_prep.common import MATH_EXTRA_INFO, make_math_row, write_verl_parquet
 from data_prep.row_checks import check_rows
@@ -42,11 +45,11 @@ def timed(**kwargs) -> tuple[float, int]:
     return time.perf_counter() - start, report.golds_checked
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--rows", type=int, default=DAPO_ROWS, help="rows of the DAPO-shaped parquet")
+    parser.add_argument("--rows", type=positive_int, default=DAPO_ROWS, help="rows of the DAPO-shaped parquet")
     parser.add_argument("--full", action="store_true", help="also time every distinct gold through the verifier")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         path = str(write_dapo_shaped_parquet(Path(tmp) / "dapo.parquet", args.rows))
         from reward_fns import compute_score

@@ -8,6 +8,9 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/_cli_checks.py (scripts/ is no package)
+from _cli_checks import nonnegative_int, positive_int  # noqa: E402
 from concurrent.futures import ThreadPoolExecutor
 
 from reward_fns import compute_score, encode_tests
@@ -217,16 +220,16 @@ def per_call_seconds(fn, repeats: int) -> float:
     return (time.perf_counter() - start) / repeats
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--samples", type=int, default=64)
-    parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--compare-rounds", type=int, default=2,
+    parser.add_argument("--samples", type=positive_int, default=64)
+    parser.add_argument("--repeats", type=positive_int, default=20)
+    parser.add_argument("--compare-rounds", type=nonnegative_int, default=2,
                         help="passes over the comparison samples (7 code, 16 math per pass); 0 skips the comparison")
     parser.add_argument("--only-compare", action="store_true", help="print only the comparison with verl")
-    parser.add_argument("--neutral-mix", type=int, default=1, help="1: also run the neutral mix of real LCB tests")
+    parser.add_argument("--neutral-mix", type=int, choices=[0, 1], default=1, help="1: also run the neutral mix of real LCB tests")
     parser.add_argument("--only-neutral-mix", action="store_true", help="print only the neutral-mix comparison")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     report = detect_isolation()
     print(report.describe(), file=sys.stderr)
     if args.neutral_mix or args.only_neutral_mix:

@@ -53,6 +53,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import plot_curves  # noqa: E402  (scripts/plot_curves.py: log reading, smoothing, seed bands, threshold)
 
 from analysis.evaluation_stats import paired_difference, t_interval  # noqa: E402
+from _cli_checks import (  # noqa: E402  (scripts/_cli_checks.py: option types, interval text)
+    finite_float, interval_text, nonnegative_float, nonnegative_int, positive_float, positive_int)
 
 REWARD_KEY = "ibpo/raw_score_mean"  # verifier reward of the main responses only (not joint-training rows)
 COMPUTE_KEY = "ibpo/compute/total_flops"
@@ -234,17 +236,17 @@ def summarize(runs: dict[str, list[list[plot_curves.Record]]], methods: list[Met
 
 
 def _ci(c: dict, fmt: str = "{:.3f}") -> str:
+    """Mean [95% CI] of an accuracy or reward (in [0, 1]: a t interval reaching outside is clipped, and says
+    so); one seed or no spread: the mean and why there is no interval."""
     if not c["seeds"]:
         return "-"
-    if c["seeds"] < 2:
-        return fmt.format(c["mean"])
-    return f"{fmt.format(c['mean'])} [{fmt.format(c['low'])}, {fmt.format(c['high'])}]"
+    return interval_text(c["mean"], c["low"], c["high"], c["seeds"], fmt, bounds=(0.0, 1.0))
 
 
 def _diff(d: dict | None) -> str:
-    if not d or d["seeds"] < 2:
-        return "-" if not d else f"{d['diff']:+.3f}"
-    return f"{d['diff']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]"
+    if not d:
+        return "-"
+    return interval_text(d["diff"], d["low"], d["high"], d["seeds"], "{:+.3f}", bounds=(-1.0, 1.0))
 
 
 def format_tables(summary: dict, args: argparse.Namespace) -> str:
@@ -258,7 +260,7 @@ def format_tables(summary: dict, args: argparse.Namespace) -> str:
     lines = [f"{matched}. Intervals: Student-t 95% over seeds; Δ: paired by seed.", "",
              f"| method | seeds | steps | eval at step 0 | final eval [95% CI] | Δ final eval vs {base} [95% CI] | "
              f"final train reward (last {args.smooth}) | FLOPs to train reward ≥ {args.threshold} (seed mean) "
-             f"[percentile interval of a bootstrap over seeds: not 95% with few seeds] "
+             f"[95% Student-t CI over the seeds' own crossings] "
              f"| vs {base} | total FLOPs | optimizer updates |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, s in summary.items():
@@ -288,33 +290,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--methods", nargs="+", default=None,
                    help=f"verl: subset of {[m.name for m in METHODS]}; loop: of analysis.toy_loop.default_arms() "
                         "(the first is the baseline of the table; default all)")
-    p.add_argument("--seeds", type=int, nargs="+", default=list(range(30)))
-    p.add_argument("--steps", type=int, default=40)
-    p.add_argument("--n", type=int, default=4, help="group size n of GSPO G=n and IBPO G=n (GSPO G=4n: 4n)")
-    p.add_argument("--batch-size", type=int, default=8, help="prompts per step (one optimizer update per step)")
-    p.add_argument("--lr", type=float, default=3e-4)
-    p.add_argument("--warmup-steps", type=int, default=5, help="linear learning-rate warmup (steps)")
-    p.add_argument("--max-response-length", type=int, default=96)
-    p.add_argument("--test-freq", type=int, default=10, help="greedy eval on the val set every N steps (and at 0)")
+    p.add_argument("--seeds", type=nonnegative_int, nargs="+", default=None,
+                   help="seeds to run, and with --report-only the seeds to report (default 0-29)")
+    p.add_argument("--steps", type=positive_int, default=40)
+    p.add_argument("--n", type=positive_int, default=4, help="group size n of GSPO G=n and IBPO G=n (GSPO G=4n: 4n)")
+    p.add_argument("--batch-size", type=positive_int, default=8, help="prompts per step (one optimizer update per step)")
+    p.add_argument("--lr", type=positive_float, default=3e-4)
+    p.add_argument("--warmup-steps", type=nonnegative_int, default=5, help="linear learning-rate warmup (steps)")
+    p.add_argument("--max-response-length", type=positive_int, default=96)
+    p.add_argument("--test-freq", type=positive_int, default=10,
+                   help="greedy eval on the val set every N steps (and at 0)")
     p.add_argument("--threshold", type=float, default=0.4, help="training-reward threshold for compute-to-threshold")
     p.add_argument("--smooth", type=int, default=5, help="trailing window (steps) of the training reward")
-    p.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of every process of a run")
-    p.add_argument("--timeout", type=float, default=3600.0, help="seconds before one run is killed")
+    p.add_argument("--threads", type=positive_int, default=1, help="OMP_NUM_THREADS of every process of a run")
+    p.add_argument("--timeout", type=positive_float, default=3600.0, help="seconds before one run is killed")
     p.add_argument("--report-only", action="store_true", help="only summarise the runs already under --out")
     p.add_argument("--engine", choices=("loop", "verl"), default="loop",
                    help="loop: equal compute, analysis.toy_loop (the published table); verl: equal steps, verl trainer")
-    p.add_argument("--budget-steps", type=float, default=12,
+    p.add_argument("--budget-steps", type=positive_float, default=12,
                    help="loop: FLOP budget of every arm, in baseline steps' worth of FLOPs (measured on the warm start)")
-    p.add_argument("--budget-flops", type=float, default=0.0,
+    p.add_argument("--budget-flops", type=nonnegative_float, default=0.0,
                    help="verl: every arm stops at this many FLOPs (the trainer's compute_budget; --steps is a cap); "
                         "0 = equal steps")
-    p.add_argument("--test-size", type=int, default=512, help="loop: held-out test problems (greedy)")
+    p.add_argument("--test-size", type=positive_int, default=512, help="loop: held-out test problems (greedy)")
     p.add_argument("--effect", type=float, default=0.05, help="loop: effect size the power is computed for")
-    p.add_argument("--micro-batch", type=int, default=32,
+    p.add_argument("--micro-batch", type=nonnegative_int, default=32,
                    help="verl: rows per actor/log-prob micro-batch (same gradients; 0 = the whole batch)")
     p.add_argument("--jobs", type=int, default=1,
                    help="loop: (arm, seed) runs side by side in this many processes (results do not depend on it)")
-    p.add_argument("--deadline", type=float, default=None,
+    p.add_argument("--deadline", type=finite_float, default=None,
                    help="loop: unix time after which no new seed is started (started seeds finish every arm)")
     return p
 
@@ -336,8 +340,14 @@ def report_option_errors(args: argparse.Namespace) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     p = build_parser()
     args = p.parse_args(argv)
+    args.seeds_given = args.seeds is not None
     if args.jobs < 1:
         p.error(f"--jobs must be >= 1, got {args.jobs}")
+    if args.seeds is None:
+        args.seeds = list(range(30))
+    elif len(set(args.seeds)) != len(args.seeds):
+        dup = sorted({s for s in args.seeds if args.seeds.count(s) > 1})
+        p.error(f"--seeds: seed(s) {dup} given twice (a seed counted twice narrows every interval)")
     errors = report_option_errors(args)
     if errors:
         p.error("; ".join(errors))
@@ -374,7 +384,12 @@ def run_verl(args: argparse.Namespace, methods: list[Method], command: str) -> i
                 run_one(assets, out, method, seed, args)
         print(f"[compare] all runs done in {time.monotonic() - start:.0f} s", flush=True)
 
-    runs = finished_runs(out, methods, args.seeds)
+    try:
+        runs = finished_runs(out, methods, args.seeds)
+        plot_curves.check_values(runs, [REWARD_KEY])  # a string / NaN reward: file, line and field, not a gap
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if methods[0].name not in runs:
         print(f"error: no finished run of the baseline {methods[0].name!r} under {out}", file=sys.stderr)
         return 2
@@ -408,6 +423,24 @@ def finished_runs(out: Path, methods: list[Method], seeds: list[int]) -> dict[st
     return runs
 
 
+def check_loop_folder(out: Path, meta: dict) -> None:
+    """The equal-compute report reads test-split runs evaluated at compute milestones; a folder of
+    validation-split runs (``--eval-split val``, learning-rate selection) or of equal-steps runs (``--max-steps``)
+    is a ``ValueError`` naming the folder and what its runs are, not a ``KeyError`` / ``TypeError`` from inside
+    the report."""
+    split = meta.get("eval_split", "test")
+    if split != "test":
+        raise ValueError(f"{out}: its runs were evaluated on the {split!r} split (meta.json eval_split; e.g. a "
+                         "learning-rate selection folder); this table reports test-split runs")
+    if meta.get("max_steps") is not None:
+        raise ValueError(f"{out}: its runs are equal-steps runs (meta.json max_steps={meta['max_steps']}, evaluated "
+                         "once after the last step, not at compute milestones); this table compares runs at equal "
+                         "compute")
+    if "warm_start_test_accuracy" not in meta:
+        raise ValueError(f"{out}/meta.json: no 'warm_start_test_accuracy' field; not the meta.json of a test-split "
+                         "analysis.toy_loop folder")
+
+
 def run_loop(args: argparse.Namespace, command: str) -> int:
     """Equal compute: ``analysis.toy_loop`` runs (skipped when their JSON exists), then the report."""
     from analysis import equal_compute_report as report
@@ -428,10 +461,18 @@ def run_loop(args: argparse.Namespace, command: str) -> int:
                    "--jobs", str(args.jobs), *(["--deadline", str(args.deadline)] if args.deadline else [])])
     try:
         meta, results = report.load_results(out)
+        check_loop_folder(out, meta)
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    results = {k: v for k, v in results.items() if k in names}
+    # --seeds limits the report too: the table's command line says which seeds it is over
+    wanted = set(args.seeds)
+    results = {k: {s: r for s, r in v.items() if s in wanted} for k, v in results.items() if k in names}
+    results = {k: v for k, v in results.items() if v}
+    for name in names:
+        missing = sorted(wanted - set(results.get(name, {})))
+        if missing and args.seeds_given:
+            print(f"note: --seeds: no finished run of {name!r} for seed(s) {missing} under {out}", file=sys.stderr)
     if names[0] not in results:
         print(f"error: no finished run of the baseline {names[0]!r} under {out}", file=sys.stderr)
         return 2

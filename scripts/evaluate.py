@@ -56,6 +56,9 @@ from analysis.evaluation_stats import (
 )
 from ibpo.pipeline import plan_corrections
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/_cli_checks.py (scripts/ is no package)
+from _cli_checks import interval_text  # noqa: E402
+
 # ----------------------------------------------------------------------------------------------------------
 # Sampling settings
 
@@ -444,7 +447,11 @@ def summarize(per_seed: dict[str, list[np.ndarray]], k: int, ks: list[int], num_
 
 
 def ci_text(ci: dict) -> str:
-    return f"{100 * ci['mean']:.1f} [{100 * ci['low']:.1f}, {100 * ci['high']:.1f}]"
+    """``mean [low, high]`` in %, or the mean and why there is no interval (one problem of one seed: nothing to
+    resample; no spread: every replicate the same)."""
+    units = max(int(ci.get("num_problems", 2)), int(ci.get("num_seeds", 1)))
+    return interval_text(100 * ci["mean"], 100 * ci["low"], 100 * ci["high"], units, "{:.1f}",
+                         "problems" if units == ci.get("num_problems") else "seeds")
 
 
 def results_table(results: dict) -> str:
@@ -654,6 +661,41 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def checked_scores(ds: dict, source: str, method: str, where: str) -> list[np.ndarray]:
+    """``datasets[source].scores[method]`` as one ``(problems, k)`` array per seed, every value checked: a list
+    per seed, one non-empty list per problem (in ``problem_ids`` order), of finite numbers in [0, 1], the same k
+    for every problem of a seed. Anything else is a ``ValueError`` naming the file, the field, the seed and the
+    problem, not a numpy message naming neither."""
+    field = f"datasets[{source!r}].scores[{method!r}]"
+    ids = ds["problem_ids"]
+    if len(set(map(str, ids))) != len(ids):
+        dup = sorted({str(x) for x in ids if list(map(str, ids)).count(str(x)) > 1})[:5]
+        raise ValueError(f"{where}, datasets[{source!r}].problem_ids: duplicate problem ids {dup}")
+    seeds = ds["scores"][method]
+    if not isinstance(seeds, list) or not seeds:
+        raise ValueError(f"{where}, {field}: expected a non-empty list over seeds, got {seeds!r:.60}")
+    mats = []
+    for s, per_problem in enumerate(seeds):
+        if not isinstance(per_problem, list) or len(per_problem) != len(ids):
+            got = f"{len(per_problem)} entries" if isinstance(per_problem, list) else f"{per_problem!r:.60}"
+            raise ValueError(f"{where}, {field}[{s}] (seed {s}): expected a list of {len(ids)} problems "
+                             f"(problem_ids), got {got}")
+        width = None
+        for p, values in enumerate(per_problem):
+            at = f"{where}, {field}[{s}][{p}] (seed {s}, problem {ids[p]!r})"
+            if not isinstance(values, list) or not values:
+                raise ValueError(f"{at}: expected a non-empty list of sample scores, got {values!r:.60}")
+            bad = next((v for v in values if isinstance(v, bool) or not isinstance(v, (int, float))
+                        or not math.isfinite(v) or not 0.0 <= v <= 1.0), None)
+            if bad is not None:
+                raise ValueError(f"{at}: score {bad!r:.60} is not a number in [0, 1]")
+            if width is not None and len(values) != width:
+                raise ValueError(f"{at}: {len(values)} sample scores, but the seed's first problem has {width}")
+            width = len(values)
+        mats.append(np.asarray(per_problem, dtype=np.float64))
+    return mats
+
+
 def per_problem_matrix(results: dict, source: str, method: str, where: str) -> tuple[list[str], np.ndarray]:
     """(problem ids, (seeds, problems) per-problem mean accuracy) of one method of one run."""
     ds = results["datasets"].get(source)
@@ -661,8 +703,8 @@ def per_problem_matrix(results: dict, source: str, method: str, where: str) -> t
         raise ValueError(f"{where}: no data source {source!r} (has {sorted(results['datasets'])})")
     if method not in ds["scores"]:
         raise ValueError(f"{where}: data source {source!r} has no method {method!r} (has {sorted(ds['scores'])})")
-    mats = [np.asarray(m, dtype=np.float64) for m in ds["scores"][method]]
-    return ds["problem_ids"], np.stack([avg_at_k_per_problem(m) for m in mats])
+    mats = checked_scores(ds, source, method, where)
+    return [str(x) for x in ds["problem_ids"]], np.stack([avg_at_k_per_problem(m) for m in mats])
 
 
 def compare_runs(a: dict, b: dict, method_a: str, method_b: str, num_boot: int, where_a: str, where_b: str
@@ -679,24 +721,67 @@ def compare_runs(a: dict, b: dict, method_a: str, method_b: str, num_boot: int, 
             missing = sorted(set(ids_a) ^ set(ids_b))[:5]
             raise ValueError(f"{source}: the runs evaluated different problems (e.g. {missing}); pairing needs the same")
         order = [ids_b.index(pid) for pid in ids_a]
-        test = paired_bootstrap_test(va, vb[:, order], num_boot=num_boot)
-        out.append({"data_source": source, "a": f"{a['label']}:{method_a}", "b": f"{b['label']}:{method_b}",
-                    **test.as_dict()})
+        vb = vb[:, order]
+        if len(ids_a) < 2:
+            # one problem: no problem to resample, so no interval and no p (a bootstrap over one problem gives a
+            # zero-width "95% CI" and p = 1/(B+1) whatever the data)
+            mean_a, mean_b = float(va.mean()), float(vb.mean())
+            row = {"mean_a": mean_a, "mean_b": mean_b, "diff": mean_a - mean_b, "ci_low": None, "ci_high": None,
+                   "p_value": None, "confidence": 0.95, "num_boot": 0, "num_problems": len(ids_a)}
+        else:
+            row = paired_bootstrap_test(va, vb, num_boot=num_boot).as_dict()
+        out.append({"data_source": source, "a": f"{a['label']}:{method_a}", "b": f"{b['label']}:{method_b}", **row})
     return out
 
 
-def comparison_table(rows: list[dict]) -> str:
+SETTING_FIELDS = ("k", "sampling", "preset", "best_of_n", "bon_select", "seeds")
+
+
+def setting_differences(a: dict, b: dict) -> list[str]:
+    """The recorded evaluation settings in which run A and run B differ (k, each sampling setting, preset,
+    Best-of-N, seeds): a difference between the runs is then partly a difference of these settings."""
+    diffs = []
+    for field in SETTING_FIELDS:
+        va, vb = a.get(field), b.get(field)
+        if isinstance(va, dict) and isinstance(vb, dict):
+            diffs += [f"{field}.{key} {va.get(key)!r} vs {vb.get(key)!r}" for key in sorted(set(va) | set(vb))
+                      if va.get(key) != vb.get(key)]
+        elif va != vb and (va is not None or vb is not None):
+            diffs.append(f"{field} {va!r} vs {vb!r}")
+    return diffs
+
+
+def comparison_table(rows: list[dict], differences: Sequence[str] = ()) -> str:
     header = ["data source", "A", "B", "A %", "B %", "A − B (pp) [95% CI]", "p (two-sided)", "problems"]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * 3 + ["---:"] * 5) + "|"]
     for r in rows:
         lines.append("| " + " | ".join([
             r["data_source"], r["a"], r["b"], f"{100 * r['mean_a']:.1f}", f"{100 * r['mean_b']:.1f}",
-            f"{100 * r['diff']:+.1f} [{100 * r['ci_low']:+.1f}, {100 * r['ci_high']:+.1f}]",
-            f"{r['p_value']:.4f}", str(r["num_problems"])]) + " |")
+            diff_text(r), p_text(r), str(r["num_problems"])]) + " |")
     lines.append("")
+    if differences:
+        lines.append("**Note: the runs were evaluated with different settings** (A vs B: " + "; ".join(differences)
+                     + "): the difference is partly a difference of these settings, not only of the models.")
+        lines.append("")
     lines.append("Paired bootstrap: problems resampled jointly for A and B, seeds independently per run; p from the "
                  "centred bootstrap distribution of the difference (analysis.evaluation_stats).")
     return "\n".join(lines)
+
+
+def diff_text(r: dict) -> str:
+    """``A − B [low, high]`` in pp, or the difference and why there is no interval."""
+    if r["ci_low"] is None or r["ci_high"] is None:
+        return f"{100 * r['diff']:+.1f} (n = {r['num_problems']}: no interval)"
+    return interval_text(100 * r["diff"], 100 * r["ci_low"], 100 * r["ci_high"], r["num_problems"], "{:+.1f}",
+                         "problems")
+
+
+def p_text(r: dict) -> str:
+    """The p-value, only where there is an interval: with one problem or no spread of the bootstrap the centred
+    p is 1/(B+1) whatever the data."""
+    if r["p_value"] is None or r["ci_low"] is None or not r["ci_high"] - r["ci_low"] > 1e-12:
+        return "-"
+    return f"{r['p_value']:.4f}"
 
 
 def read_results(path: str) -> dict:
@@ -729,7 +814,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise ValueError(f"--num-boot={args.num_boot} must be >= 100 (a percentile interval needs replicates)")
     runs = [read_results(path) for path in (args.run_a, args.run_b)]
     rows = compare_runs(runs[0], runs[1], args.method_a, args.method_b, args.num_boot, args.run_a, args.run_b)
-    table = comparison_table(rows)
+    table = comparison_table(rows, setting_differences(runs[0], runs[1]))
     print(table)
     if args.out:
         Path(args.out).write_text(table + "\n", encoding="utf-8")

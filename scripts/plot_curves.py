@@ -47,11 +47,12 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import hashlib
 import json
 import math
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
@@ -69,6 +70,31 @@ EVAL_KEY_PATTERN = re.compile(r"^val-core/(?P<source>.+)/acc/mean@(?P<n>\d+)$")
 class Record:
     step: int
     data: dict[str, float]
+    # where it was read ("file, line n"), and the values of the line that are not finite numbers (a string, NaN,
+    # a list...): kept out of ``data`` but not forgotten, so a metric the tool uses is refused at them
+    # (:func:`check_values`) instead of silently dropped
+    where: str = ""
+    bad: tuple[tuple[str, str], ...] = field(default=())
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_values(runs: dict[str, list[list[Record]]], keys: Iterable[str], nan_ok: Iterable[str] = ()) -> None:
+    """Every logged value of the metrics the tool uses (``keys``) is a finite number: a string or a NaN at some
+    step is a ``ValueError`` naming the file, the line and the metric, not a point left out of the curve and the
+    table as if that log were complete. ``nan_ok``: metrics where a NaN is only a missing point (evaluation
+    panels: a panel or run without a finite point is refused or warned about by :func:`check_panels`), but a
+    string or other non-number is still an error."""
+    wanted, lenient = set(keys), set(nan_ok)
+    for seeds in runs.values():
+        for recs in seeds:
+            for rec in recs:
+                for key, shown in rec.bad:
+                    if key in wanted or (key in lenient and shown != "nan"):
+                        raise ValueError(f"{rec.where or f'step {rec.step}'}, field {key!r}: {shown} is not a finite "
+                                         "number")
 
 
 def read_file_log(path: str | Path) -> list[Record]:
@@ -85,9 +111,14 @@ def read_file_log(path: str | Path) -> list[Record]:
                 raise ValueError(f"{path}, line {line_no}: not JSON ({exc})") from exc
             if not isinstance(obj, dict) or "step" not in obj or not isinstance(obj.get("data"), dict):
                 raise ValueError(f"{path}, line {line_no}: expected {{'step': int, 'data': {{...}}}} (verl file logger)")
-            values = {k: float(v) for k, v in obj["data"].items()
-                      if isinstance(v, (int, float)) and not isinstance(v, bool)}
-            records.append(Record(int(obj["step"]), values))
+            values = {k: float(v) for k, v in obj["data"].items() if _is_number(v) and math.isfinite(v)}
+            bad = tuple((k, repr(v)[:60]) for k, v in obj["data"].items() if k not in values)
+            try:
+                step = int(obj["step"])
+            except (TypeError, ValueError):
+                raise ValueError(f"{path}, line {line_no}, field 'step': {obj['step']!r:.60} is not an integer") \
+                    from None
+            records.append(Record(step, values, f"{path}, line {line_no}", bad))
     if not records:
         raise ValueError(f"{path}: no records")
     return records
@@ -102,12 +133,19 @@ def read_tensorboard_log(directory: str | Path) -> list[Record]:
     acc = EventAccumulator(str(directory), size_guidance={"scalars": 0})
     acc.Reload()
     by_step: dict[int, dict[str, float]] = {}
+    bad: dict[int, list[tuple[str, str]]] = {}
     for tag in acc.Tags().get("scalars", []):
         for event in acc.Scalars(tag):
-            by_step.setdefault(int(event.step), {})[tag] = float(event.value)
+            value = float(event.value)
+            if math.isfinite(value):
+                by_step.setdefault(int(event.step), {})[tag] = value
+            else:
+                by_step.setdefault(int(event.step), {})
+                bad.setdefault(int(event.step), []).append((tag, repr(value)))
     if not by_step:
         raise ValueError(f"{directory}: no tensorboard scalars found")
-    return [Record(step, by_step[step]) for step in sorted(by_step)]
+    return [Record(step, by_step[step], f"{directory}, step {step}", tuple(bad.get(step, ())))
+            for step in sorted(by_step)]
 
 
 def read_log(path: str | Path) -> list[Record]:
@@ -165,7 +203,8 @@ def compute_to_threshold(x: np.ndarray, y: np.ndarray, threshold: float, window:
 
 
 def discover_eval_keys(runs: dict[str, list[list[Record]]]) -> list[str]:
-    keys = {k for seeds in runs.values() for recs in seeds for r in recs for k in r.data if EVAL_KEY_PATTERN.match(k)}
+    keys = {k for seeds in runs.values() for recs in seeds for r in recs
+            for k in [*r.data, *(key for key, _ in r.bad)] if EVAL_KEY_PATTERN.match(k)}
     return sorted(keys)
 
 
@@ -246,8 +285,14 @@ def threshold_table(runs: dict[str, list[list[Record]]], baseline: str, reward_k
     for label, n in numbers.items():
         n["relative"] = n["compute"] / base if math.isfinite(base) and base > 0 and math.isfinite(n["compute"]) else float("nan")
         reached = f"{n['compute']:.4g}" if math.isfinite(n["compute"]) else f"not reached (final {n['final_reward']:.3f})"
-        ci = (f"[{n['low']:.4g}, {n['high']:.4g}]" if math.isfinite(n["low"]) and math.isfinite(n["high"])
-              else ("-" if n["seeds"] < 2 else f"not estimable (reached by {n['reached_share']:.0%} of seeds)"))
+        if n["seeds"] < 2:
+            ci = f"n = {n['seeds']}: no interval"
+        elif not (math.isfinite(n["low"]) and math.isfinite(n["high"])):
+            ci = f"not estimable (reached by {n['reached_share']:.0%} of seeds)"
+        elif not n["high"] - n["low"] > 1e-12 * max(1.0, abs(n["compute"])):
+            ci = f"zero spread over {n['seeds']} seeds: no interval"
+        else:
+            ci = f"[{n['low']:.4g}, {n['high']:.4g}]"
         rel = f"{n['relative']:.2f}" if math.isfinite(n["relative"]) else "-"
         lines.append(f"| {label} | {n['seeds']} | {reached} | {ci} | {rel} |")
     return "\n".join(lines), numbers
@@ -305,7 +350,8 @@ def check_panels(runs: dict[str, list[list[Record]]], reward_key: str, eval_keys
     message lists the evaluation keys the logs hold), a reward curve whose ``--smooth`` window never fills
     (naming the run, its points and the largest window that works), a panel no run has a point in. Returns
     warnings for a run missing from a panel others fill."""
-    known = sorted({k for seeds in runs.values() for recs in seeds for r in recs for k in r.data})
+    known = sorted({k for seeds in runs.values() for recs in seeds for r in recs
+                    for k in [*r.data, *(key for key, _ in r.bad)]})
     for key in eval_keys:
         if key not in known:
             evals = [k for k in known if EVAL_KEY_PATTERN.match(k)] or [k for k in known if k.startswith("val")]
@@ -331,9 +377,23 @@ def check_panels(runs: dict[str, list[list[Record]]], reward_key: str, eval_keys
     return warnings
 
 
+def log_identity(path: Path) -> tuple[str, str]:
+    """(resolved path, content digest) of a log: a file's sha256, a tensorboard directory's over its files."""
+    resolved = path.resolve()
+    digest = hashlib.sha256()
+    files = [resolved] if resolved.is_file() else sorted(f for f in resolved.rglob("*") if f.is_file())
+    for f in files:
+        digest.update(str(f.relative_to(resolved)).encode() if f != resolved else b"")
+        digest.update(f.read_bytes())
+    return str(resolved), digest.hexdigest()
+
+
 def parse_runs(specs: list[str]) -> dict[str, list[list[Record]]]:
-    """``LABEL=PATH`` specs -> label -> one record list per seed (a label repeated = several seeds)."""
+    """``LABEL=PATH`` specs -> label -> one record list per seed (a label repeated = several seeds). A log given
+    twice (the same path, or a copy with the same content), under one label or two, is a ``ValueError`` naming
+    both ``--run``s: counted as two seeds it narrows the interval to zero width."""
     runs: dict[str, list[list[Record]]] = {}
+    seen: dict[str, str] = {}
     for spec in specs:
         # labels may contain '=' ("GSPO G=64"): split at the first '=' after which an existing path follows
         cuts = [i for i, ch in enumerate(spec) if ch == "="]
@@ -341,7 +401,13 @@ def parse_runs(specs: list[str]) -> dict[str, list[list[Record]]]:
         label, path = (spec[:cut], spec[cut + 1:]) if cut >= 0 else ("", "")
         if not label or not path:
             raise ValueError(f"--run {spec!r}: expected LABEL=PATH")
-        runs.setdefault(label, []).append(read_log(path))
+        records = read_log(path)
+        for identity in log_identity(Path(path)):
+            if identity in seen:
+                raise ValueError(f"--run {spec!r}: the same log as --run {seen[identity]!r} (duplicate input); each "
+                                 "seed's log must be given once, or it counts as two seeds with no spread")
+            seen[identity] = spec
+        runs.setdefault(label, []).append(records)
     return runs
 
 
@@ -401,6 +467,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.x == "auto":
             args.x = matched_x_axis(runs)
             print(f"x axis: {args.x} (the axis the runs were matched on; --x to choose another)")
+        eval_keys = args.eval_key or discover_eval_keys(runs)
+        check_values(runs, [args.reward_key, *([args.x] if args.x != "step" else [])], nan_ok=eval_keys)
         baseline = args.baseline or next(iter(runs))
         if baseline not in runs:
             raise ValueError(f"--baseline {baseline!r} is not one of the runs {list(runs)}")
@@ -410,7 +478,6 @@ def main(argv: list[str] | None = None) -> int:
                     raise ValueError(f"run {label!r}: no record has {args.reward_key!r}")
                 if args.x != "step" and not any(args.x in r.data for r in recs):
                     raise ValueError(f"run {label!r}: no record has the compute counter {args.x!r} (use --x step?)")
-        eval_keys = args.eval_key or discover_eval_keys(runs)
         for warning in check_panels(runs, args.reward_key, eval_keys, args.x, args.smooth):
             print(warning, file=sys.stderr)
         plot(runs, args.reward_key, eval_keys, args.x, args.threshold, args.smooth, Path(args.out))

@@ -27,6 +27,9 @@ import json
 import math
 import sys
 import time
+from pathlib import Path
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/_cli_checks.py (scripts/ is no package)
+from _cli_checks import int_at_least, nonnegative_float, nonnegative_int, positive_float, positive_int, probability  # noqa: E402
 from dataclasses import asdict
 
 import numpy as np
@@ -38,30 +41,30 @@ from analysis.simulation import RegimeResult, TrainingResult, World, measure_reg
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="small, fast setting (tests)")
-    p.add_argument("--regimes", type=float, nargs="+", default=[0.5, 0.65, 0.8, 0.9],
+    p.add_argument("--regimes", type=probability, nargs="+", default=[0.5, 0.65, 0.8, 0.9],
                    help="per-step accuracies p of the fixed policies of tables 1-2")
-    p.add_argument("--problems", type=int, default=16)
-    p.add_argument("--groups-per-problem", type=int, default=48)
-    p.add_argument("--group-size", type=int, default=8, help="G for the variance tables and IBPO training")
-    p.add_argument("--baseline-group-size", type=int, default=64, help="G of the GSPO baseline in training")
-    p.add_argument("--lam", type=float, default=0.6)
-    p.add_argument("--beta", type=float, default=0.5)
-    p.add_argument("--lam-step", type=float, default=0.05, help="grid step of the λ sweep over [0, 1/β)")
-    p.add_argument("--steps", type=int, default=6, help="reasoning steps L")
-    p.add_argument("--choices", type=int, default=4, help="choices per step M")
-    p.add_argument("--repair-correct-ref", type=float, default=0.7)
-    p.add_argument("--repair-wrong-ref", type=float, default=0.35)
-    p.add_argument("--rewrite-prob", type=float, default=0.1)
+    p.add_argument("--problems", type=positive_int, default=16)
+    p.add_argument("--groups-per-problem", type=positive_int, default=48)
+    p.add_argument("--group-size", type=int_at_least(2), default=8, help="G for the variance tables and IBPO training")
+    p.add_argument("--baseline-group-size", type=int_at_least(2), default=64, help="G of the GSPO baseline in training")
+    p.add_argument("--lam", type=nonnegative_float, default=0.6)
+    p.add_argument("--beta", type=positive_float, default=0.5)
+    p.add_argument("--lam-step", type=positive_float, default=0.05, help="grid step of the λ sweep over [0, 1/β)")
+    p.add_argument("--steps", type=positive_int, default=6, help="reasoning steps L")
+    p.add_argument("--choices", type=int_at_least(2), default=4, help="choices per step M")
+    p.add_argument("--repair-correct-ref", type=probability, default=0.7)
+    p.add_argument("--repair-wrong-ref", type=probability, default=0.35)
+    p.add_argument("--rewrite-prob", type=probability, default=0.1)
     p.add_argument("--train-settings", nargs="+", default=["0.55:0.8", "0.35:0.6"],
                    help="initial per-step accuracy ranges lo:hi (spread over the problems) for table 3")
-    p.add_argument("--seeds", type=int, default=5)
-    p.add_argument("--lr", type=float, default=4.0)
-    p.add_argument("--prompts-per-step", type=int, default=4)
-    p.add_argument("--threshold", type=float, default=0.75, help="exact expected reward to reach (paper: 0.75)")
-    p.add_argument("--max-steps", type=int, default=2000)
-    p.add_argument("--correction-cost", type=float, default=1.0,
+    p.add_argument("--seeds", type=positive_int, default=5)
+    p.add_argument("--lr", type=positive_float, default=4.0)
+    p.add_argument("--prompts-per-step", type=positive_int, default=4)
+    p.add_argument("--threshold", type=probability, default=0.75, help="exact expected reward to reach (paper: 0.75)")
+    p.add_argument("--max-steps", type=positive_int, default=2000)
+    p.add_argument("--correction-cost", type=nonnegative_float, default=1.0,
                    help="samples charged per correction (corrections have longer prompts; App. B)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=nonnegative_int, default=0)
     p.add_argument("--json", help="also write all results to this JSON file")
     args = p.parse_args(argv)
     if args.quick:

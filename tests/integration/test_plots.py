@@ -118,7 +118,7 @@ def test_cli_writes_png_and_table(file_logs, tmp_path):
     assert numbers["GSPO"]["compute"] == pytest.approx(750.0)
     assert numbers["IBPO"]["compute"] == pytest.approx(500.0)  # 0.15·s = 0.75 at s = 5
     assert numbers["IBPO"]["relative"] == pytest.approx(500.0 / 750.0)
-    assert "| IBPO | 1 | 500 | - | 0.67 |" in proc.stdout
+    assert "| IBPO | 1 | 500 | n = 1: no interval | 0.67 |" in proc.stdout
     import matplotlib.image as mpimg
 
     image = mpimg.imread(out)

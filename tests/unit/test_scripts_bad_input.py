@@ -1,0 +1,222 @@
+"""Bad input to the command-line tools in scripts/ (the red-team findings, by class): numeric options checked at
+parse time naming the option; no interval over fewer than two units, nor a zero-width one; duplicate inputs
+refused naming the duplicate; malformed input files named by file, line/row and field; report folders of
+another kind refused naming the folder."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load(name: str):
+    spec = importlib.util.spec_from_file_location(f"scripts_bad_input_{name}", ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# numeric options: a parse-time error naming the option (before: ZeroDivisionError after the work, a table of
+# zeros, a NaN budget planning every part as "would run", an internal ValueError naming num_correct)
+
+
+@pytest.mark.parametrize("script, entry, argv, message", [
+    ("bench_alignment", "main", ["--pairs", "0"], "argument --pairs: must be an integer >= 1, got '0'"),
+    ("bench_alignment", "main", ["--pairs", "-5"], "argument --pairs: must be an integer >= 1, got '-5'"),
+    ("bench_alignment", "main", ["--lengths", "100", "--dp-max-len", "10"], "--dp-max-len 10 is below every --lengths"),
+    ("bench_correction_prompts", "main", ["--prompts", "0"], "argument --prompts: must be an integer >= 1"),
+    ("bench_correction_prompts", "main", ["--group-size", "1"], "argument --group-size: must be an integer >= 2"),
+    ("bench_correction_prompts", "main", ["--correct", "8"], "--correct 8 must be below --group-size 8"),
+    ("bench_correction_pass", "parse_args", ["--correct", "-1"], "argument --correct: must be an integer >= 0"),
+    ("bench_correction_pass", "parse_args", ["--gpu-memory-utilization", "nan"], "argument --gpu-memory-utilization"),
+    ("bench_gpu", "parse_args", ["--budget-s", "nan"], "argument --budget-s: must be a finite number in (0, inf)"),
+    ("bench_gpu", "parse_args", ["--budget-s", "-1"], "argument --budget-s: must be a finite number in (0, inf)"),
+    ("bench_gpu", "parse_args", ["--batches", "0"], "argument --batches: must be an integer >= 1"),
+    ("bench_one_gpu_shape", "main", ["--timeout", "inf"], "argument --timeout: must be a finite number"),
+    ("bench_preflight_rows", "main", ["--rows", "0"], "argument --rows: must be an integer >= 1"),
+    ("bench_verifiers", "main", ["--repeats", "0"], "argument --repeats: must be an integer >= 1"),
+    ("bench_correction_lookup", "parse_args", ["--factors", "nan"], "argument --factors: must be a finite number"),
+    ("simulate_theorem", "parse_args", ["--regimes", "1.5"], "argument --regimes: must be a finite number in [0, 1]"),
+    ("simulate_theorem", "parse_args", ["--lr", "nan"], "argument --lr: must be a finite number in (0, inf)"),
+    ("compare_methods", "main", ["--assets", "a", "--out", "o", "--lr", "inf"], "argument --lr: must be a finite"),
+    ("compare_methods", "main", ["--assets", "a", "--out", "o", "--seeds", "0", "0"], "--seeds: seed(s) [0] given twice"),
+])
+def test_a_numeric_option_out_of_range_is_a_parse_error_naming_it(script, entry, argv, message, capsys):
+    module = load(script)
+    with pytest.raises(SystemExit) as info:
+        getattr(module, entry)(argv)
+    assert info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_interval_text_has_no_interval_over_one_unit_nor_a_zero_width_one():
+    checks = load("_cli_checks")
+    assert checks.interval_text(0.5, 0.5, 0.5, 1) == "0.500 (n = 1: no interval)"
+    assert checks.interval_text(0.5, 0.5, 0.5, 3) == "0.500 (zero spread over 3 seeds: no interval)"
+    assert checks.interval_text(0.938, 0.143, 1.732, 2, bounds=(0, 1)) == "0.938 [0.143, 1.000] (clipped to [0, 1])"
+    assert checks.interval_text(0.5, 0.4, 0.6, 2) == "0.500 [0.400, 0.600]"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# evaluate.py compare
+
+
+def results(k: int, scores: list, ids: list[str], temperature: float = 0.6) -> dict:
+    return {"label": "r", "model": "m", "backend": "hf", "k": k, "pass_k": [1], "seeds": [0], "num_boot": 10,
+            "sampling": {"temperature": temperature, "top_p": 0.95, "top_k": 20, "min_p": 0.0, "max_new_tokens": 8},
+            "datasets": {"aime25": {"problem_ids": ids, "scores": {"sample": [scores]}}}}
+
+
+def write(path: Path, data: dict) -> str:
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def test_compare_over_one_problem_prints_no_interval_and_no_p(tmp_path, capsys):
+    mod = load("evaluate")
+    a = write(tmp_path / "a.json", results(4, [[1, 1, 1, 0]], ["A"]))
+    b = write(tmp_path / "b.json", results(4, [[0, 0, 1, 0]], ["A"]))
+    assert mod.main(["compare", a, b, "--num-boot", "200"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| aime25"))
+    assert "+50.0 (n = 1: no interval) | - | 1 |" in row and "[" not in row
+
+
+def test_compare_notes_runs_evaluated_with_different_settings(tmp_path, capsys):
+    mod = load("evaluate")
+    a = write(tmp_path / "a.json", results(4, [[1, 1, 1, 0], [0, 1, 0, 0]], ["A", "B"]))
+    b = write(tmp_path / "b.json", results(2, [[1, 0], [0, 1]], ["A", "B"], temperature=1.0))
+    assert mod.main(["compare", a, b, "--num-boot", "200"]) == 0
+    out = capsys.readouterr().out
+    assert "**Note: the runs were evaluated with different settings** (A vs B: k 4 vs 2; " \
+           "sampling.temperature 0.6 vs 1.0)" in out
+    same = write(tmp_path / "same.json", results(4, [[1, 0, 0, 0], [0, 1, 1, 0]], ["A", "B"]))
+    assert mod.main(["compare", a, same, "--num-boot", "200"]) == 0
+    assert "Note" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("scores, field, message", [
+    ([[1, "x", 1, 0], [0, 1, 0, 0]], "[0][0] (seed 0, problem 'A')", "score 'x' is not a number in [0, 1]"),
+    ([[1, 1, 1, 0], [0, 1]], "[0][1] (seed 0, problem 'B')", "2 sample scores, but the seed's first problem has 4"),
+    ([[1, 1, 1, 0], [0, float("nan"), 0, 0]], "[0][1] (seed 0, problem 'B')", "score nan is not a number in [0, 1]"),
+    ([[1, 1, 1, 0]], "[0] (seed 0)", "expected a list of 2 problems (problem_ids), got 1 entries"),
+])
+def test_compare_names_the_file_and_field_of_malformed_scores(tmp_path, capsys, scores, field, message):
+    mod = load("evaluate")
+    a = write(tmp_path / "a.json", results(4, [[1, 1, 1, 0], [0, 1, 0, 0]], ["A", "B"]))
+    bad = write(tmp_path / "bad.json", results(4, scores, ["A", "B"]))
+    assert mod.main(["compare", a, bad, "--num-boot", "200"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {bad}, datasets['aime25'].scores['sample']{field}: {message}\n", err
+
+
+def test_run_table_has_no_interval_over_one_problem_of_one_seed():
+    mod = load("evaluate")
+    one = {"mean": 0.75, "low": 0.75, "high": 0.75, "num_problems": 1, "num_seeds": 1}
+    assert mod.ci_text(one) == "75.0 (n = 1: no interval)"
+    assert mod.ci_text({**one, "low": 0.5, "high": 0.9, "num_problems": 2}) == "75.0 [50.0, 90.0]"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# plot_curves.py
+
+
+def write_log(path: Path, rewards: list) -> Path:
+    lines = [json.dumps({"step": s, "data": {"ibpo/raw_score_mean": r, "ibpo/compute/total_flops": 100.0 * s}})
+             .replace('"NAN"', "NaN") for s, r in enumerate(rewards, start=1)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_plot_curves_refuses_the_same_log_given_twice(tmp_path, capsys):
+    mod = load("plot_curves")
+    a = write_log(tmp_path / "a.jsonl", [0.1, 0.5, 0.9])
+    b = write_log(tmp_path / "b.jsonl", [0.2, 0.4, 0.8])
+    copy = tmp_path / "copy.jsonl"
+    copy.write_bytes(a.read_bytes())
+    for second in (a, copy):
+        code = mod.main(["--run", f"A={a}", "--run", f"A={second}", "--run", f"B={b}", "--smooth", "1",
+                         "--out", str(tmp_path / "f.png")])
+        err = capsys.readouterr().err
+        assert code == 2 and f"--run 'A={second}': the same log as --run 'A={a}' (duplicate input)" in err, err
+
+
+@pytest.mark.parametrize("bad, shown", [('"x"', "'x'"), ("NaN", "nan")])
+def test_plot_curves_refuses_a_non_numeric_reward_naming_file_line_and_field(tmp_path, capsys, bad, shown):
+    mod = load("plot_curves")
+    a = write_log(tmp_path / "a.jsonl", [0.1, 0.5, 0.9])
+    text = a.read_text().splitlines()
+    text[1] = text[1].replace('"ibpo/raw_score_mean": 0.5', f'"ibpo/raw_score_mean": {bad}')
+    a.write_text("\n".join(text) + "\n")
+    code = mod.main(["--run", f"A={a}", "--smooth", "1", "--out", str(tmp_path / "f.png")])
+    err = capsys.readouterr().err
+    assert code == 2 and err == f"error: {a}, line 2, field 'ibpo/raw_score_mean': {shown} is not a finite number\n"
+
+
+def test_threshold_table_has_no_interval_over_one_seed_nor_a_zero_width_one():
+    mod = load("plot_curves")
+    recs = [mod.Record(s, {"ibpo/raw_score_mean": 0.1 * s, "x": 10.0 * s}) for s in range(1, 9)]
+    table, _ = mod.threshold_table({"A": [recs], "B": [recs, list(recs)]}, "A", "ibpo/raw_score_mean", "x", 0.5, 1)
+    assert "| A | 1 | 50 | n = 1: no interval |" in table
+    assert "| B | 2 | 50 | zero spread over 2 seeds: no interval |" in table
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# compare_methods.py --report-only
+
+
+def loop_folder(root: Path, meta: dict) -> Path:
+    root.mkdir()
+    (root / "meta.json").write_text(json.dumps({"warm_start_sha256": "ab" * 32, "budget_flops": 1.0, "command": "c",
+                                                **meta}))
+    for arm in ("GSPO G=n", "IBPO G=n"):
+        for seed in range(3):
+            slug = arm.split()[0].lower()
+            (root / f"{slug}_s{seed}.json").write_text(json.dumps({"arm": arm, "seed": seed, "evals": []}))
+    return root
+
+
+@pytest.mark.parametrize("meta, message", [
+    ({"eval_split": "val", "warm_start_val_accuracy": 0.5}, "its runs were evaluated on the 'val' split"),
+    ({"warm_start_test_accuracy": 0.5, "max_steps": 1}, "its runs are equal-steps runs (meta.json max_steps=1"),
+])
+def test_report_only_names_a_folder_of_another_kind(tmp_path, capsys, meta, message):
+    # before: KeyError 'warm_start_test_accuracy' / TypeError NoneType - NoneType tracebacks
+    mod = load("compare_methods")
+    out = loop_folder(tmp_path / "runs", meta)
+    assert mod.main(["--assets", "none", "--out", str(out), "--report-only", "--seeds", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {out}: ") and message in err and err.count("\n") == 1, err
+
+
+def test_report_only_reports_only_the_given_seeds(tmp_path, monkeypatch, capsys):
+    from analysis import equal_compute_report
+
+    seen = {}
+
+    def fake_summarise(meta, results, baseline, **kwargs):
+        seen.update({arm: sorted(runs) for arm, runs in results.items()})
+        raise SystemExit(0)
+
+    monkeypatch.setattr(equal_compute_report, "summarise_runs", fake_summarise)
+    mod = load("compare_methods")
+    out = loop_folder(tmp_path / "runs", {"warm_start_test_accuracy": 0.5})
+    with pytest.raises(SystemExit):
+        mod.main(["--assets", "none", "--out", str(out), "--report-only", "--seeds", "0", "1", "7",
+                  "--methods", "GSPO G=n", "IBPO G=n"])
+    assert seen == {"GSPO G=n": [0, 1], "IBPO G=n": [0, 1]}
+    assert "no finished run of 'GSPO G=n' for seed(s) [7]" in capsys.readouterr().err
+
+
+def test_verl_table_cells_have_no_interval_over_one_seed_and_clip_accuracy():
+    mod = load("compare_methods")
+    assert mod._ci({"mean": 0.4, "low": float("nan"), "high": float("nan"), "seeds": 1}) == "0.400 (n = 1: no interval)"
+    assert mod._ci({"mean": 0.938, "low": 0.143, "high": 1.732, "seeds": 2}) == "0.938 [0.143, 1.000] (clipped to [0, 1])"
+    assert mod._diff({"diff": 0.0, "low": 0.0, "high": 0.0, "seeds": 3}) == "+0.000 (zero spread over 3 seeds: no interval)"
