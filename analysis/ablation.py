@@ -13,6 +13,12 @@ its sha256 and greedy test accuracy). Statistics: within a warm start, the paire
 (``analysis.equal_compute_report``); pooled, the stratified paired difference (seeds nested in warm starts: the
 mean of the per-warm-start mean differences, its variance the sum of their squared standard errors over W²,
 Welch-Satterthwaite degrees of freedom rounded down), so a warm start with noisier seeds does not borrow precision from another.
+
+Checks (before any run, and before the report is written): a warm-start name or model given twice, a first arm that
+is not a baseline arm without ``--budget-arm`` (``analysis.toy_loop.budget_arm_name``); the report
+(``analysis.ablation_report.write_report``) refuses warm-start folders of different run-defining options or splits,
+a folder whose runs did not start from its ``NAME=MODEL_DIR``, one warm start under two names, and a baseline or arm
+with no runs there (``analysis.run_protocol``).
 """
 
 from __future__ import annotations
@@ -33,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--arms", nargs="+", required=True, help="arms of analysis.toy_loop.default_arms(); first = baseline")
     p.add_argument("--budget-arm", default=None,
                    help="the arm whose cost per step sets the budget and warm-up, run or not (analysis.toy_loop "
-                        "--budget-arm; default the first of --arms)")
+                        "--budget-arm; default the first of --arms when it is a baseline arm, plain GSPO; otherwise "
+                        "required)")
     p.add_argument("--seeds", nargs="+", default=["0-29"])
     p.add_argument("--chunk", type=int, default=5, help="seeds per warm start before moving to the next one")
     p.add_argument("--jobs", type=int, default=2)
@@ -67,6 +74,11 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [a for a in args.arms + ([args.budget_arm] if args.budget_arm is not None else []) if a not in arms]
     if unknown:
         p.error(f"--arms/--budget-arm: unknown {unknown}; the arms are {list(arms)}")
+    if not args.report_only:
+        try:  # toy_loop checks it too; here it stops before the first warm start's runs
+            toy_loop.budget_arm_name(args.arms, args.budget_arm)
+        except ValueError as exc:
+            p.error(str(exc))
     seeds = parse_seeds(args.seeds)
     if args.chunk < 1:
         p.error(f"--chunk must be >= 1, got {args.chunk}")
@@ -89,7 +101,11 @@ def main(argv: list[str] | None = None) -> int:
                                *(["--max-steps", str(args.max_steps)] if args.max_steps is not None else [])])
     from analysis.ablation_report import write_report
 
-    print(write_report(Path(args.out), list(warm), args.arms[0], argv if argv is not None else sys.argv[1:]))
+    try:
+        print(write_report(Path(args.out), list(warm), args.arms[0], argv if argv is not None else sys.argv[1:],
+                           models=warm, arms=args.arms[1:]))
+    except ValueError as exc:
+        p.error(str(exc))
     return 0
 
 

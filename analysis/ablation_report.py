@@ -1,6 +1,11 @@
 """Tables of ``analysis.ablation``: per warm start and pooled, every arm against the baseline at equal compute,
 with the mechanism measured in the same runs (``ibpo.mechanism``) and the unlearning check; plus ``runs.csv``,
 one row per (task, warm start, arm, seed), small enough to keep in git beside the published tables.
+
+Before anything is written (:func:`load_checked`): the warm-start folders must differ in their warm start only (every
+run-defining option of ``analysis.run_protocol`` and the evaluation split the same), hold different warm starts
+(``warm_start_sha256``), each the ``MODEL_DIR`` its ``--warm-start`` names, and the baseline and arms must have runs.
+Run it through ``python -m analysis.ablation --report-only``.
 """
 
 from __future__ import annotations
@@ -15,6 +20,14 @@ import numpy as np
 from analysis.ablation_stats import stratified_difference
 from analysis.equal_compute_report import load_results
 from analysis.evaluation_stats import paired_difference, t_interval
+from analysis.run_protocol import (  # eval_split and SPLIT_NAMES re-exported: callers import them from here
+    SPLIT_NAMES,
+    check_arm_names,
+    check_comparable,
+    check_distinct,
+    check_models,
+    eval_split,
+)
 from ibpo.mechanism import alarm_steps
 
 MECHANISM_KEYS = ("positive_adv_mass_on_wrong", "shaped_all_wrong_groups", "shaped_wrong_positive",
@@ -38,15 +51,6 @@ def run_mean(result: dict, key: str) -> float:
     """Mean over the run's steps of a per-step record key (nan when no step has it)."""
     values = [s[key] for s in result["steps"] if key in s]
     return float(np.mean(values)) if values else float("nan")
-
-
-SPLIT_NAMES = {"test": "test", "val": "validation"}
-
-
-def eval_split(meta: dict) -> str:
-    """The split a results folder's evaluations scored (``analysis.toy_loop --eval-split``; ``test`` for a folder
-    recorded before the option existed)."""
-    return meta.get("args", {}).get("eval_split", "test")
 
 
 def warm_start_accuracy(meta: dict) -> float:
@@ -90,17 +94,39 @@ def _num(x: float, fmt: str = "{:.2f}") -> str:
     return fmt.format(x) if math.isfinite(x) else "-"
 
 
-def write_report(out: Path, warm_starts: list[str], baseline: str, argv: list[str]) -> str:
-    """``report.md`` and ``runs.csv`` under ``out`` from the runs on disk; returns the markdown."""
+def load_checked(out: Path, warm_starts: list[str], baseline: str, models: dict[str, str] | None = None,
+                 arms: list[str] | None = None) -> dict[str, tuple[dict, dict]]:
+    """``{warm start: (meta, results)}`` of the warm starts with a ``ws_<name>/meta.json`` under ``out``, after the
+    checks every pooled table needs (``analysis.run_protocol``): no name given twice; the folders agree on every
+    run-defining option and the split (they differ in their warm start only), hold different warm starts, and each
+    started from its ``models[name]``; the baseline and ``arms`` have runs. Nothing is written."""
+    check_distinct("--warm-start", warm_starts)
+    loaded = {name: load_results(out / f"ws_{name}") for name in warm_starts
+              if (out / f"ws_{name}" / "meta.json").exists()}
+    if not loaded:
+        raise SystemExit(f"{out}: no ws_<name>/meta.json for the warm starts {warm_starts}: nothing to report (no run "
+                         "has started there, or --out / --warm-start names another folder)")
+    absent = [name for name in warm_starts if name not in loaded]
+    if absent:
+        print(f"[ablation] note: no runs of the warm start(s) {absent} under {out} (no ws_<name>/meta.json); the "
+              "report leaves them out", file=sys.stderr, flush=True)
+    check_comparable([(name, out / f"ws_{name}", meta) for name, (meta, _) in loaded.items()],
+                     reader="the ablation report")
+    if models:
+        check_models(((out / f"ws_{name}", meta, models[name]) for name, (meta, _) in loaded.items()))
+    check_arm_names(loaded, baseline, arms, baseline_option="the baseline (the first of --arms)")
+    return loaded
+
+
+def write_report(out: Path, warm_starts: list[str], baseline: str, argv: list[str],
+                 models: dict[str, str] | None = None, arms: list[str] | None = None) -> str:
+    """``report.md`` and ``runs.csv`` under ``out`` from the runs on disk; returns the markdown. The folders are
+    checked first (:func:`load_checked`; a ``ValueError`` or ``SystemExit`` leaves both files as they were)."""
     per_ws: dict[str, list[dict]] = {}
     csv_rows = []
-    metas = {}
-    for name in warm_starts:
-        folder = out / f"ws_{name}"
-        if not (folder / "meta.json").exists():
-            continue
-        meta, results = load_results(folder)
-        metas[name] = meta
+    loaded = load_checked(out, warm_starts, baseline, models, arms)
+    metas = {name: meta for name, (meta, _) in loaded.items()}
+    for name, (meta, results) in loaded.items():
         per_ws[name] = warm_start_rows(meta, results, baseline)
         for arm, runs in results.items():
             for seed, r in sorted(runs.items()):
@@ -114,18 +140,8 @@ def write_report(out: Path, warm_starts: list[str], baseline: str, argv: list[st
                                  "accuracy_at_1": (final_eval(r) or {}).get("accuracy"),
                                  "collapse_alarm": int(alarm_fired(r)),
                                  **{k: _num(run_mean(r, f"mechanism/{k}"), "{:.4f}") for k in MECHANISM_KEYS}})
-    if not metas:
-        raise SystemExit(f"{out}: no ws_<name>/meta.json for the warm starts {warm_starts}: nothing to report (no run "
-                         "has started there, or --out / --warm-start names another folder)")
-    absent = [name for name in warm_starts if name not in metas]
-    if absent:
-        print(f"[ablation] note: no runs of the warm start(s) {absent} under {out} (no ws_<name>/meta.json); the "
-              "report leaves them out", file=sys.stderr, flush=True)
     splits = {eval_split(meta) for meta in metas.values()}
-    if len(splits) > 1:
-        raise SystemExit(f"{out}: the warm starts' folders were evaluated on different splits "
-                         f"({', '.join(f'{n}: {eval_split(m)}' for n, m in metas.items())}); one report, one split")
-    split = SPLIT_NAMES[splits.pop() if splits else "test"]
+    split = SPLIT_NAMES[splits.pop()]  # one split: load_checked compared them
     if csv_rows:
         with open(out / "runs.csv", "w", newline="", encoding="utf-8") as fh:
             writer = csv.DictWriter(fh, fieldnames=list(csv_rows[0]))
@@ -166,3 +182,8 @@ def write_report(out: Path, warm_starts: list[str], baseline: str, argv: list[st
     text = "\n".join(lines)
     (out / "report.md").write_text(text + "\n", encoding="utf-8")
     return text
+
+
+if __name__ == "__main__":
+    sys.exit("analysis.ablation_report is the ablation's table module, not a command: run "
+             "`python -m analysis.ablation --out OUT --warm-start NAME=MODEL_DIR ... --arms ... --report-only`")

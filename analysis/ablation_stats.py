@@ -34,7 +34,8 @@ def parse_seeds(spec: list[str]) -> list[int]:
 
 
 def parse_warm_starts(items: list[str]) -> dict[str, str]:
-    """``NAME=MODEL_DIR`` pairs, in the order given; a malformed pair or a missing directory stops here."""
+    """``NAME=MODEL_DIR`` pairs, in the order given; a malformed pair, a missing directory, or a name or model
+    directory given twice (its seeds would count as two warm starts') stops here."""
     out: dict[str, str] = {}
     for item in items:
         name, sep, path = item.partition("=")
@@ -42,6 +43,11 @@ def parse_warm_starts(items: list[str]) -> dict[str, str]:
             raise SystemExit(f"--warm-start {item!r}: expected NAME=MODEL_DIR")
         if not (Path(path) / "config.json").is_file():
             raise SystemExit(f"--warm-start {item!r}: {path} holds no model (no config.json)")
+        if name in out:
+            raise SystemExit(f"--warm-start {item!r}: the name {name!r} is given twice")
+        same = [n for n, other in out.items() if Path(other).resolve() == Path(path).resolve()]
+        if same:
+            raise SystemExit(f"--warm-start {item!r}: {path} is already given as {same[0]!r} (one warm start, two names)")
         out[name] = path
     return out
 

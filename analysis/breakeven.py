@@ -25,6 +25,12 @@ one run per seed serves every share).
   per-seed slopes (:func:`per_seed_slope_interval`), the last column; it decides nothing.
 
 Writes ``OUT/breakeven.md`` and ``OUT/breakeven.json`` when ``--out`` is given; prints the table.
+
+Checks before any number (:func:`load_shares`, ``analysis.run_protocol``): a warm-start name given twice; folders
+that differ in any run-defining option but the correction cost share (the evaluation split, budget, learning rate,
+cost model, milestones, max steps...), or hold another warm start under a warm start's name at some share, or one warm
+start under two names; a share mislabelled against its folder's ``correction_cost_share``; a ``--baseline``,
+``--arms`` name or ``--seeds`` seed with no runs (the arms there are listed); the baseline among ``--arms``.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from analysis.ablation_stats import parse_seeds, stratified_difference
 from analysis.curves_report import accuracy_at, holm
 from analysis.equal_compute_report import load_results
 from analysis.evaluation_stats import paired_difference
+from analysis.run_protocol import check_arm_names, check_comparable, check_distinct, check_seeds
 
 
 @dataclass(frozen=True)
@@ -56,14 +63,15 @@ class SharePoint:
 
 
 def share_points(folder: Path, share: float, warm_starts: list[str], arm: str, baseline: str,
-                 seeds: set[int] | None = None, milestone: float = 1.0) -> list[SharePoint]:
+                 seeds: set[int] | None = None, milestone: float = 1.0, loaded: dict | None = None) -> list[SharePoint]:
     """The paired differences of one share's ``analysis.ablation`` folder at ``milestone`` (seeds both arms
-    evaluated there; ``seeds`` restricts them). A warm start's folder whose runs charged another share
-    (``meta.json``'s ``args.correction_cost_share``, 1 before the option existed) is a ``ValueError``: the same
-    folder given for two shares, or a share mislabelled, would otherwise bend the line silently."""
+    evaluated there; ``seeds`` restricts them; ``loaded``: the folder's ``{warm start: (meta, results)}`` when
+    already read). A warm start's folder whose runs charged another share (``meta.json``'s
+    ``args.correction_cost_share``, 1 before the option existed) is a ``ValueError``: the same folder given for two
+    shares, or a share mislabelled, would otherwise bend the line silently."""
     points = []
     for w in warm_starts:
-        meta, results = load_results(folder / f"ws_{w}")
+        meta, results = loaded[w] if loaded is not None else load_results(folder / f"ws_{w}")
         if "args" in meta:  # every toy_loop meta.json has it; a hand-made folder may not
             charged = float(meta["args"].get("correction_cost_share", 1.0))
             if abs(charged - share) > 1e-9:
@@ -76,6 +84,26 @@ def share_points(folder: Path, share: float, warm_starts: list[str], arm: str, b
             if a is not None and b is not None:
                 points.append(SharePoint(share, w, seed, a - b))
     return points
+
+
+def load_shares(folders: dict[float, Path], warm_starts: list[str], arms: list[str], baseline: str,
+                seeds: set[int] | None = None) -> dict[float, dict[str, tuple[dict, dict]]]:
+    """``{share: {warm start: (meta, results)}}``, after the checks (``analysis.run_protocol``): no warm-start name
+    given twice; every folder of every share agrees on every run-defining option but ``--correction-cost-share``
+    (the evaluation split, budget, learning rate, cost model, milestones, max steps... the same), a warm start's
+    folders hold the same warm start at every share and different warm starts' different ones; at every share the
+    baseline and every arm have runs, the baseline is not among the arms, and every requested seed has runs."""
+    check_distinct("--warm-start", warm_starts)
+    loaded = {s: {w: load_results(f / f"ws_{w}") for w in warm_starts} for s, f in folders.items()}
+    check_comparable([(w, folders[s] / f"ws_{w}", meta) for s in loaded for w, (meta, _) in loaded[s].items()],
+                     varies={"correction_cost_share"}, reader="breakeven")
+    for s, by_ws in loaded.items():
+        try:
+            check_arm_names(by_ws, baseline, arms)
+            check_seeds(by_ws, seeds)
+        except ValueError as exc:
+            raise ValueError(f"--share {s:g}={folders[s]}: {exc}") from None
+    return loaded
 
 
 def fit_line(points: list[SharePoint]) -> tuple[float, float]:
@@ -171,8 +199,9 @@ def per_share_rule(points_by_share: dict[float, dict[str, list[SharePoint]]], wa
 
 def analyse(folders: dict[float, Path], warm_starts: list[str], arms: list[str], baseline: str,
             seeds: set[int] | None = None, n_boot: int = 4000, fraction: float = 1.0) -> dict:
-    """Both rules for every arm at ``fraction`` of the budget (module docstring)."""
-    points = {s: {a: share_points(f, s, warm_starts, a, baseline, seeds, fraction) for a in arms}
+    """Both rules for every arm at ``fraction`` of the budget (module docstring), after :func:`load_shares`' checks."""
+    loaded = load_shares(folders, warm_starts, arms, baseline, seeds)
+    points = {s: {a: share_points(f, s, warm_starts, a, baseline, seeds, fraction, loaded[s]) for a in arms}
               for s, f in folders.items()}
     for s, by_arm in points.items():
         for arm, pts in by_arm.items():

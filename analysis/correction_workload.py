@@ -11,6 +11,7 @@ options and are tokenised through the tokenizer's chat template, as verl's agent
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -114,3 +115,8 @@ def distinct_references_per_prompt(requests: Sequence[CorrectionRequest]) -> flo
 
 __all__ = ["LAYOUTS", "Workload", "build_tokenizer", "build_workload", "chat_prompt_ids", "correction_requests",
            "distinct_references_per_prompt", "zipf_text_ids"]
+
+
+if __name__ == "__main__":
+    sys.exit('analysis.correction_workload builds benchmark workloads, it is not a command: '
+             'run `python scripts/bench_correction_prompts.py` (CPU) or `python scripts/bench_correction_pass.py` (GPU)')

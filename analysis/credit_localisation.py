@@ -17,6 +17,7 @@ tokens hold a line break).
 
 from __future__ import annotations
 
+import sys
 from dataclasses import asdict, dataclass
 from typing import Iterable, Sequence
 
@@ -117,3 +118,8 @@ def summarise(items: Sequence[Localisation]) -> dict[str, float]:
         "covers_first_error": float(np.mean([i.covers_first_error for i in items])),
         "copy_of_reference": float(np.mean([i.copy_of_reference for i in items])),
     }
+
+
+if __name__ == "__main__":
+    sys.exit('analysis.credit_localisation is a module of pure functions, not a command: '
+             'its numbers come from `python -m analysis.toy_loop` runs and are tabled by `python -m analysis.curves_report`')

@@ -9,6 +9,13 @@ Statistics (fixed in ``docs/evidence.md`` before the runs): within a warm start,
 every arm has finished; pooled, the stratified difference (``analysis.ablation_stats.stratified_difference``: seeds
 nested in warm starts) and, beside it, the warm start as a random factor (:func:`random_warm_start_difference`);
 Holm's step-down adjustment over the family arms × warm starts at the full budget (:func:`holm`).
+
+Checks before any number (``analysis.run_protocol``): a warm-start name given twice; warm-start folders that differ
+in anything but their warm start (every run-defining option and the evaluation split the same) or hold the same warm
+start under two names (warm starts of several tasks may be pooled, each task at its own learning rate: a table over
+both tasks' warm starts); an ``--arm-folder`` that differs from ``--out``'s in anything but its learning rate, or holds
+another warm start or budget; a ``--baseline``, ``--arms`` name or ``--seeds`` seed with no runs; the baseline among
+``--arms``. The tables name the split the runs were evaluated on.
 """
 
 from __future__ import annotations
@@ -24,6 +31,14 @@ import numpy as np
 from analysis.ablation_stats import parse_seeds
 from analysis.equal_compute_report import load_results
 from analysis.evaluation_stats import paired_difference, student_t_cdf, student_t_quantile
+from analysis.run_protocol import (  # check_arm_names re-exported: analysis.breakeven imported it from here
+    SPLIT_NAMES,
+    check_arm_names,
+    check_comparable,
+    check_distinct,
+    check_seeds,
+    eval_split,
+)
 
 LOCALISATION_KEYS = ("coverage", "precision", "recall", "first_position_error")
 # not ``runs.csv``: that is analysis.ablation's per-run record of the same folder, in its own format
@@ -127,12 +142,24 @@ def load_with_arm_folders(out: Path, warm_starts: list[str], arm_folders: dict[s
     """``{warm start: (meta, {arm: {seed: result}})}`` of ``out``, with each arm of ``arm_folders`` read from that
     other ``analysis.ablation`` folder instead (its own learning rate, ``analysis.lr_per_arm``). A folder is only
     comparable at the same budget on the same warm start: its ``budget_unit``, budget and warm-start hash must be
-    ``out``'s, or this stops naming the field."""
+    ``out``'s, or this stops naming the field; the warm starts' folders differ in their warm start only, and an arm's
+    folder differs from ``out``'s in its learning rate only (``analysis.run_protocol.check_comparable``: every other
+    run-defining option and the evaluation split the same)."""
+    check_distinct("--warm-start", warm_starts)
     loaded = {w: load_results(out / f"ws_{w}") for w in warm_starts}
+    # warm starts of several tasks may be pooled (docs/evidence.md A′: six warm starts of two tasks), each task at
+    # its own learning rate; warm starts of one task agree on every run-defining option
+    check_comparable([(w, out / f"ws_{w}", meta) for w, (meta, _) in loaded.items()], reader="curves_report",
+                     per_task={"task", "lr"})
     for arm, folder in (arm_folders or {}).items():
         for w in warm_starts:
             meta, results = loaded[w]
             other_meta, other = load_results(Path(folder) / f"ws_{w}")
+            try:
+                check_comparable([(w, out / f"ws_{w}", meta), (w, Path(folder) / f"ws_{w}", other_meta)],
+                                 varies={"lr"})
+            except ValueError as exc:
+                raise ValueError(f"--arm-folder {arm}={folder}: {exc}") from None
             for key in ("warm_start_sha256", "budget_unit", "budget_flops"):
                 if other_meta.get(key) != meta.get(key):
                     raise ValueError(f"--arm-folder {arm}={folder}: ws_{w} has {key} {other_meta.get(key)!r}, "
@@ -153,18 +180,6 @@ def only_seeds(loaded: dict, seeds: set[int]) -> dict:
             for w, (meta, res) in loaded.items()}
 
 
-def check_arm_names(loaded: dict, baseline: str, arms: list[str] | None) -> None:
-    """The baseline and every requested arm have runs in at least one warm start's folder; a misspelt name is a
-    ``ValueError`` naming the option and the arms there are (it would otherwise print a table of dashes)."""
-    present = sorted({a for _, res in loaded.values() for a, runs in res.items() if runs})
-    if baseline not in present:
-        raise ValueError(f"--baseline {baseline!r}: no run of that arm in the warm starts "
-                         f"{sorted(loaded)}; the arms are {present}")
-    unknown = [a for a in arms or [] if a not in present]
-    if unknown:
-        raise ValueError(f"--arms: no run of {unknown} in the warm starts {sorted(loaded)}; the arms are {present}")
-
-
 def report(out: Path, warm_starts: list[str], baseline: str, arms: list[str] | None = None,
            arm_folders: dict[str, Path] | None = None, seeds: set[int] | None = None) -> str:
     """The markdown tables and ``curves_runs.csv`` (one row per warm start, arm and seed, one accuracy column per
@@ -174,9 +189,11 @@ def report(out: Path, warm_starts: list[str], baseline: str, arms: list[str] | N
     from analysis.ablation_stats import stratified_difference
 
     loaded = load_with_arm_folders(out, warm_starts, arm_folders)
+    check_seeds(loaded, seeds)
     if seeds is not None:
         loaded = only_seeds(loaded, seeds)
     check_arm_names(loaded, baseline, arms)
+    split = SPLIT_NAMES[eval_split(next(iter(loaded.values()))[0])]  # one split: check_comparable compared them
     arms = arms or sorted({a for _, res in loaded.values() for a in res if a != baseline})
     milestones = sorted({e["milestone"] for _, res in loaded.values() for runs in res.values() for r in runs.values()
                          for e in r["evals"] if e["milestone"] is not None})
@@ -187,7 +204,7 @@ def report(out: Path, warm_starts: list[str], baseline: str, arms: list[str] | N
     # t test: it is left out of the family rather than counted as p = 0
     adjusted = holm({f"{a}|{w}": per_ws[(w, a, final)].p_value for w in warm_starts for a in arms
                      if per_ws[(w, a, final)] is not None and per_ws[(w, a, final)].sd_diff > 0})
-    lines = [f"Baseline {baseline}; budget fractions {milestones}; Δ = arm − baseline, test accuracy, 95% interval.",
+    lines = [f"Baseline {baseline}; budget fractions {milestones}; Δ = arm − baseline, {split} accuracy, 95% interval.",
              "", "| arm | fraction | " + " | ".join(f"{w} (seeds)" for w in warm_starts)
              + " | pooled, stratified | pooled, warm start random |", "|---|---:|" + "---:|" * (len(warm_starts) + 2)]
     for a in arms:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -346,3 +347,8 @@ def plot(summary: dict, results: dict[str, dict[int, dict]], path: str | Path) -
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+if __name__ == "__main__":
+    sys.exit("analysis.equal_compute_report is the equal-compute tables' module, not a command: "
+             'run `python scripts/compare_methods.py --report-only --out OUT ...` (it prints these tables)')

@@ -13,6 +13,12 @@ taken over warm starts of the per-warm-start means (each warm start counts once,
 goes to the rate listed first. The seeds must not be the reported runs'. The table gives every (arm, rate) its
 per-warm-start means and the pooled one with its stratified interval (seeds nested in warm starts), so a reader sees
 how clear each choice was. Writes ``OUT/selection.md``, ``OUT/selection.json`` ({arm: rate}) and ``OUT/runs.csv``.
+
+Checks before choosing (:func:`load_rates`, ``analysis.run_protocol``): a warm-start name or model given twice; every
+folder evaluated on the validation split; the folders differ in their learning rate and warm start only (every other
+run-defining option the same); each ``ws_NAME`` folder's runs started from its ``NAME=MODEL_DIR`` and different names
+hold different warm starts; every arm has runs at every rate. A first arm that is not a baseline arm needs
+``--budget-arm`` after ``--`` (``analysis.toy_loop.budget_arm_name``).
 """
 
 from __future__ import annotations
@@ -30,20 +36,46 @@ from analysis.ablation_report import final_eval, format_interval
 from analysis.ablation_stats import stratified_difference
 from analysis.equal_compute_report import load_results
 from analysis.lr_selection import check_rate_options, lr_folder
+from analysis.run_protocol import check_arm_names, check_comparable, check_distinct, check_models, eval_split
 
 
-def per_arm_rows(out: Path, lrs: list[float], warm_starts: list[str], arms: list[str]) -> list[dict]:
+def load_rates(out: Path, lrs: list[float], warm_starts: list[str], arms: list[str],
+               models: dict[str, str] | None = None) -> dict[tuple[float, str], tuple[dict, dict]]:
+    """``{(lr, warm start): (meta, results)}``, after the checks (``analysis.run_protocol``): no warm-start name given
+    twice; every folder evaluated on the validation split; the folders differ in their learning rate and warm start
+    only (every other run-defining option the same), a warm start's folders hold the same warm start at every rate
+    (``models[name]``'s when given) and different warm starts' different ones; every arm has runs at every rate."""
+    check_distinct("--warm-start", warm_starts)
+    loaded = {(lr, ws): load_results(lr_folder(out, lr) / f"ws_{ws}") for lr in lrs for ws in warm_starts}
+    for (lr, ws), (meta, _) in loaded.items():
+        if eval_split(meta) != "val":
+            raise ValueError(f"{lr_folder(out, lr) / f'ws_{ws}'}: its runs were not evaluated on the validation split")
+    check_comparable([(ws, lr_folder(out, lr) / f"ws_{ws}", meta) for (lr, ws), (meta, _) in loaded.items()],
+                     varies={"lr"}, reader="lr_per_arm")
+    if models:
+        check_models((lr_folder(out, lr) / f"ws_{ws}", meta, models[ws]) for (lr, ws), (meta, _) in loaded.items())
+    for lr in lrs:
+        by_ws = {ws: loaded[(lr, ws)] for ws in warm_starts}
+        try:
+            check_arm_names(by_ws, arms[0], arms[1:], baseline_option="--arms")
+        except ValueError as exc:
+            raise ValueError(f"{lr_folder(out, lr)}: {exc}") from None
+    return loaded
+
+
+def per_arm_rows(out: Path, lrs: list[float], warm_starts: list[str], arms: list[str],
+                 models: dict[str, str] | None = None) -> list[dict]:
     """One row per (arm, lr): the final validation accuracies per warm start and their pooled mean with its
-    stratified 95% interval (the mean of the per-warm-start means; variance Σ s_w²/n_w / W²)."""
+    stratified 95% interval (the mean of the per-warm-start means; variance Σ s_w²/n_w / W²); the folders checked
+    first (:func:`load_rates`)."""
     rows = []
+    loaded = load_rates(out, lrs, warm_starts, arms, models)
     for arm in arms:
         for lr in lrs:
             per_ws, per_seed = {}, {}
             for ws in warm_starts:
                 folder = lr_folder(out, lr) / f"ws_{ws}"
-                meta, results = load_results(folder)
-                if meta.get("args", {}).get("eval_split") != "val":
-                    raise ValueError(f"{folder}: its runs were not evaluated on the validation split")
+                meta, results = loaded[(lr, ws)]
                 acc = {seed: final_eval(r)["accuracy"] for seed, r in sorted(results.get(arm, {}).items())
                        if final_eval(r)}
                 if not acc:
@@ -110,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warm-start", action="append", required=True, metavar="NAME=MODEL_DIR")
     p.add_argument("--arms", nargs="+", required=True,
                    help="arms of analysis.toy_loop.default_arms(); the first is the baseline whose step sets the "
-                        "budget (analysis.ablation), so list the baseline first")
+                        "budget (analysis.ablation), so list the baseline first; a first arm that is not a baseline "
+                        "arm (plain GSPO) needs `-- --budget-arm ARM`")
     p.add_argument("--lrs", type=float, nargs="+", required=True, help="the first listed wins a tie")
     p.add_argument("--seeds", nargs="+", default=["100-103"])
     p.add_argument("--task", default="addition")
@@ -138,7 +171,10 @@ def main(argv: list[str] | None = None) -> int:
                            "--arms", *args.arms, "--seeds", *args.seeds, "--lr", repr(lr), "--task", args.task,
                            "--eval-split", "val", "--test-size", str(args.val_size), "--milestones", "1.0",
                            "--jobs", str(args.jobs), "--chunk", str(args.chunk), *protocol])
-    rows = per_arm_rows(out, args.lrs, list(warm), args.arms)
+    try:
+        rows = per_arm_rows(out, args.lrs, list(warm), args.arms, warm)
+    except (FileNotFoundError, ValueError) as exc:
+        p.error(str(exc))
     table = format_table(rows, list(warm))
     out.mkdir(parents=True, exist_ok=True)
     (out / "selection.md").write_text(table + "\n")

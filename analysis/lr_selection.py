@@ -11,6 +11,10 @@ The rule, fixed before any run: the learning rate with the highest mean final va
 table gives every rate's mean with its Student-t interval and its change from the warm start's own validation
 accuracy, so a reader sees how clear the choice was. The baseline alone chooses: every arm then runs at the
 baseline's best rate, which favours the baseline, not the method.
+
+Checks before choosing (:func:`load_rates`, ``analysis.run_protocol``): every rate's folder was evaluated on the
+validation split, the folders differ in their learning rate only (budget, sizes, split, cost model... the same), their
+runs started from ``--model`` (its sha256), and ``--arm`` has runs in each.
 """
 
 from __future__ import annotations
@@ -27,20 +31,37 @@ from analysis.ablation_stats import parse_seeds
 from analysis.ablation_report import final_eval, format_interval
 from analysis.equal_compute_report import load_results
 from analysis.evaluation_stats import t_interval
+from analysis.run_protocol import check_arm_names, check_comparable, check_models, eval_split
 
 
 def lr_folder(out: Path, lr: float) -> Path:
     return out / f"lr_{lr:g}"
 
 
-def selection_rows(out: Path, lrs: list[float], arm: str) -> list[dict]:
-    """Per learning rate: the seeds with a final validation evaluation, their mean accuracy with its interval,
-    and the change from the warm start's validation accuracy."""
-    rows = []
-    for lr in lrs:
-        meta, results = load_results(lr_folder(out, lr))
-        if meta.get("args", {}).get("eval_split") != "val":
+def load_rates(out: Path, lrs: list[float], arm: str, model: str | Path | None = None) -> dict[float, tuple]:
+    """``{lr: (meta, results)}`` of the rates' folders, after the checks (``analysis.run_protocol``): every folder's
+    runs were evaluated on the validation split, the folders differ in their learning rate only (every other
+    run-defining option the same) and hold the same warm start, ``model``'s when given, and ``arm`` has runs."""
+    loaded = {lr: load_results(lr_folder(out, lr)) for lr in lrs}
+    for lr, (meta, _) in loaded.items():
+        if eval_split(meta) != "val":
             raise ValueError(f"{lr_folder(out, lr)}: its runs were not evaluated on the validation split")
+    check_comparable([("the warm start", lr_folder(out, lr), meta) for lr, (meta, _) in loaded.items()],
+                     varies={"lr"}, reader="lr_selection")
+    if model is not None:
+        check_models(((lr_folder(out, lr), meta, model) for lr, (meta, _) in loaded.items()), option="--model")
+    for lr, (meta, results) in loaded.items():
+        check_arm_names({f"lr_{lr:g}": (meta, results)}, arm, None, baseline_option="--arm")
+    return loaded
+
+
+def selection_rows(out: Path, lrs: list[float], arm: str, model: str | Path | None = None) -> list[dict]:
+    """Per learning rate: the seeds with a final validation evaluation, their mean accuracy with its interval,
+    and the change from the warm start's validation accuracy (the folders checked first: :func:`load_rates`)."""
+    rows = []
+    loaded = load_rates(out, lrs, arm, model)
+    for lr in lrs:
+        meta, results = loaded[lr]
         runs = results.get(arm, {})
         acc = [final_eval(r)["accuracy"] for _, r in sorted(runs.items()) if final_eval(r)]
         if not acc:
@@ -113,7 +134,10 @@ def main(argv: list[str] | None = None) -> int:
                            "--arms", args.arm, "--seeds", *map(str, parse_seeds(args.seeds)), "--lr", repr(lr),
                            "--budget-steps", str(args.budget_steps), "--milestones", "1.0", "--eval-split", "val",
                            "--test-size", str(args.val_size), "--jobs", str(args.jobs)])
-    rows = selection_rows(out, args.lrs, args.arm)
+    try:
+        rows = selection_rows(out, args.lrs, args.arm, args.model)
+    except (FileNotFoundError, ValueError) as exc:
+        p.error(str(exc))
     table = format_table(rows, args.arm)
     (out / "selection.md").write_text(table + "\n")
     (out / "selection.json").write_text(json.dumps({"rows": rows, "chosen_lr": chosen_lr(rows)}, indent=1))

@@ -25,7 +25,6 @@ depend on N); ``--max-steps K`` matches runs in steps instead (``analysis.loop_v
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import shlex
@@ -38,6 +37,16 @@ import numpy as np
 import torch
 
 from analysis.credit_localisation import line_index, localise, wrong_mask
+from analysis.equal_compute_report import read_json_object
+from analysis.run_protocol import (  # re-exported: the protocol's names live in one place
+    DEFAULT_COST_MODEL,
+    RUN_DEFINING_OPTIONS,
+    budget_arm as recorded_budget_arm,
+    option_flag,
+    recorded_model,
+    same_value,
+    sha256_of_dir,
+)
 from ibpo.first_divergence import MASK_RULES
 from ibpo.lookup_decoding import NgramParams, simulate_lookup
 from ibpo.advantages import get_mask_sign, group_normalized_advantages, ibpo_sequence_advantages, signed_token_mask
@@ -67,7 +76,7 @@ WARMUP_UNITS = ("budget", "updates")
 # the verl scripts set them for the correction pass.
 TOY_COST_MODEL = ("H100-SXM", "Qwen3-1.7B")
 TOY_MODEL_SHAPE = TOY_COST_MODEL[1]  # the shape the toy's work is priced at, whatever --cost-model names
-DEFAULT_COST_MODEL = f"roofline:{TOY_COST_MODEL[0]}"  # every modelled-GPU-second result before 2f used it
+assert DEFAULT_COST_MODEL == f"roofline:{TOY_COST_MODEL[0]}"  # every modelled-GPU-second result before 2f used it
 TOY_NGRAM = NgramParams(prompt_lookup_min=2, prompt_lookup_max=5, num_speculative_tokens=8)
 
 
@@ -81,6 +90,13 @@ class Arm:
     oracle_mask: bool = False  # GSPO advantages, each wrong response trained only on its truly wrong tokens
     localise: IBPOConfig | None = None  # GSPO advantages, wrong responses masked where the policy diverges
     localise_rule: str = "from_first"  # ibpo.first_divergence.MASK_RULES
+
+    @property
+    def is_baseline(self) -> bool:
+        """A plain GSPO arm (any G): no correction pass, no localiser, no oracle mask; its step is a baseline step,
+        the unit a budget in steps is meant in. Every other arm's step costs more (a correction pass, a localising
+        prefill) or is a method under test (the oracle mask)."""
+        return self.ibpo is None and self.localise is None and not self.oracle_mask
 
     @property
     def slug(self) -> str:
@@ -128,16 +144,6 @@ def default_arms() -> dict[str, Arm]:
              Arm("first divergence", 1, localise=paper),
              Arm("greedy disagreements", 1, localise=paper, localise_rule="disagreements")]
     return {a.name: a for a in arms}
-
-
-def sha256_of_dir(path: str | Path) -> str:
-    """sha256 over the sorted relative paths and bytes of every file under ``path`` (the warm start's identity)."""
-    digest = hashlib.sha256()
-    root = Path(path)
-    for file in sorted(p for p in root.rglob("*") if p.is_file()):
-        digest.update(str(file.relative_to(root)).encode() + b"\0")
-        digest.update(file.read_bytes())
-    return digest.hexdigest()
 
 
 def model_shape(model: torch.nn.Module) -> ModelShape:
@@ -686,20 +692,26 @@ def run_and_save(toy: Toy | None, arm: Arm, seed: int, path: str, budget: float,
     return f"[toy_loop] {arm.name} s{seed}: {len(result['steps'])} steps, {final}, {result['wall_s']:.0f} s"
 
 
-RUN_DEFINING_OPTIONS = {  # option -> its value in a meta.json written before the option existed
-    "task": "addition", "n": 4, "batch_size": 8, "lr": 3e-4, "warmup_steps": 5, "budget_steps": 20,
-    "budget_flops": None, "train_size": 1024, "test_size": 512, "max_steps": None, "eval_split": "test",
-    "budget_unit": "flops", "correction_cost_share": 1.0, "warmup_unit": "budget", "budget_arm": None,
-    "cost_model": DEFAULT_COST_MODEL}
-
-
-def check_same_protocol(meta: dict, args: argparse.Namespace, path: Path) -> None:
-    """Refuse to add runs to a folder whose ``meta.json`` records other run-defining options: its runs and the
-    new ones would be reported as one arm's seeds."""
-    recorded = meta.get("args", {})
-    changed = [f"--{key.replace('_', '-')} {recorded.get(key, default)!r} there, {getattr(args, key)!r} now"
-               for key, default in RUN_DEFINING_OPTIONS.items()
-               if recorded.get(key, default) != getattr(args, key)]
+def check_same_protocol(meta: dict, args: argparse.Namespace, path: Path, budget_arm: str | None = None,
+                        warm_start_sha256: str | None = None) -> None:
+    """Refuse to add runs to a folder whose ``meta.json`` records other run-defining options
+    (``analysis.run_protocol.RUN_DEFINING_OPTIONS``: a key it lacks holds the option's value before it existed,
+    e.g. ``--milestones`` 0.25 0.5 0.75 1), another budget arm (``budget_arm``: the arm whose step sets the budget
+    now, compared with the one that set it there) or another warm start (``warm_start_sha256``: the sha256 of the
+    model given now, compared with meta.json's): its runs and the new ones would be reported as one arm's seeds."""
+    recorded = meta.get("args") if isinstance(meta.get("args"), dict) else {}
+    changed = []
+    for key, default in RUN_DEFINING_OPTIONS.items():
+        there, now = recorded.get(key, default), getattr(args, key)
+        if key == "budget_arm" and budget_arm is not None and recorded_budget_arm(meta) is not None:
+            there, now = recorded_budget_arm(meta), budget_arm  # the arms whose step set the budget
+        if not same_value(there, now):
+            changed.append(f"{option_flag(key)} {there!r} there, {now!r} now")
+    there_sha = meta.get("warm_start_sha256")
+    if warm_start_sha256 is not None and there_sha is not None and there_sha != warm_start_sha256:
+        model = getattr(args, "model", None) or getattr(args, "assets", None)
+        changed.append(f"warm start {recorded_model(meta)} (sha256 {there_sha[:12]}) there, {model} "
+                       f"(sha256 {warm_start_sha256[:12]}) now")
     if changed:
         raise SystemExit(f"[toy_loop] {path}: this folder's runs used other options ({'; '.join(changed)}); "
                          "use another --out for another protocol")
@@ -709,10 +721,14 @@ def load_or_measure_meta(path: Path, toy: Toy, baseline: Arm, args: argparse.Nam
     """``meta.json`` of an output folder: read when it exists (a resumed comparison keeps its budget), else
     measured now: the warm start's greedy test accuracy and sha256, and the FLOP budget (``--budget-steps`` ×
     the baseline's FLOPs per step on the warm start: a no-update run of 3 steps). A folder's runs are one
-    protocol: resuming it with an option that changes what a run does (``RUN_DEFINING_OPTIONS``) is refused."""
+    protocol: resuming it with an option that changes what a run does (``RUN_DEFINING_OPTIONS``), another budget
+    arm or another warm start (its sha256) is refused."""
     if path.exists():
-        meta = json.loads(path.read_text())
-        check_same_protocol(meta, args, path)
+        try:
+            meta = read_json_object(path)
+        except ValueError as exc:
+            raise SystemExit(f"[toy_loop] {exc}") from None
+        check_same_protocol(meta, args, path, baseline.name, sha256_of_dir(toy.model_dir))
         return meta
     from verl_cpu.hf_rollout import HFGenerator
 
@@ -812,9 +828,62 @@ def check_numbers(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         p.error(f"--seeds must be distinct integers >= 0, got {args.seeds}")
 
 
+def budget_arm_name(arms: list[str], budget_arm: str | None) -> str:
+    """The arm whose step sets the budget: ``budget_arm`` (``--budget-arm``), else the first of ``arms`` when that
+    is a baseline arm (:attr:`Arm.is_baseline`: plain GSPO). A first arm that is not one (an IBPO arm, a localiser,
+    the oracle mask) is a ``ValueError``: its step would silently set the budget (the localiser's is ~1.5 GSPO
+    steps), so the arm must be named."""
+    if budget_arm is not None:
+        return budget_arm
+    first = arms[0]
+    if not default_arms()[first].is_baseline:
+        baselines = [a.name for a in default_arms().values() if a.is_baseline]
+        raise ValueError(f"--budget-arm: the first of --arms, {first!r}, is not a baseline arm ({baselines}); the "
+                         "budget is in units of the budget arm's step, so pass --budget-arm explicitly (e.g. "
+                         f"--budget-arm {baselines[0]!r}, or --budget-arm {first!r} to budget in its own steps)")
+    return first
+
+
+def warm_start_task(model_dir: str | Path) -> str | None:
+    """The task a warm start was trained on, where something records it: the ``assets.json`` that
+    ``python -m toy_task.warm_start --out DIR`` writes beside its ``model_sft`` (``task``; absent for the addition
+    task, which it writes without one). ``None`` when nothing records it (the committed ``toy_task/warm_starts/``
+    folders hold only the model and tokenizer)."""
+    model = Path(model_dir).resolve()
+    assets = model.parent / "assets.json"
+    if not assets.is_file():
+        return None
+    try:
+        record = json.loads(assets.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or Path(str(record.get("model", ""))).resolve() != model:
+        return None
+    return str(record.get("task", "addition"))
+
+
+def checked_model(p: argparse.ArgumentParser, args: argparse.Namespace) -> str:
+    """The warm-start model directory (``--model``, or ``--assets``' ``assets.json``), stopping on one that is
+    missing or, where its task is recorded (:func:`warm_start_task`), was trained on another task than ``--task``."""
+    if args.assets is not None:
+        path = Path(args.assets) / "assets.json"
+        if not path.is_file():
+            p.error(f"--assets {args.assets}: no assets.json (not a `python -m toy_task.warm_start --out DIR` output)")
+        model_dir = json.loads(path.read_text())["model"]
+    else:
+        model_dir = args.model
+    if not (Path(model_dir) / "config.json").is_file():
+        p.error(f"--model {model_dir}: no config.json there (not a model directory)")
+    task = warm_start_task(model_dir)
+    if task is not None and task != args.task:
+        p.error(f"--task {args.task}: the warm start {model_dir} was trained on the task {task!r} "
+                f"({Path(model_dir).resolve().parent / 'assets.json'}); pass --task {task} or a warm start of {args.task}")
+    return model_dir
+
+
 def checked_arms(p: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[list[Arm], Arm]:
     """Stop on a bad option before anything runs; return the arms to run and the arm whose step sets the budget
-    (``--budget-arm``, else the first of them)."""
+    (``--budget-arm``, else the first of them when it is a baseline arm: :func:`budget_arm_name`)."""
     if args.jobs < 1:
         p.error(f"--jobs must be >= 1, got {args.jobs}")
     if args.max_steps is not None and args.max_steps < 1:
@@ -831,7 +900,10 @@ def checked_arms(p: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[
     if args.budget_arm is not None and args.budget_arm not in arms:
         p.error(f"--budget-arm: unknown {args.budget_arm!r}; the arms are {list(arms)}")
     chosen = [arms[a] for a in (args.arms or list(arms))]
-    return chosen, arms[args.budget_arm] if args.budget_arm is not None else chosen[0]
+    try:
+        return chosen, arms[budget_arm_name([a.name for a in chosen], args.budget_arm)]
+    except ValueError as exc:
+        p.error(str(exc))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -840,12 +912,15 @@ def main(argv: list[str] | None = None) -> int:
     source.add_argument("--assets", help="`python -m toy_task.warm_start --out DIR` output (its model_sft)")
     source.add_argument("--model", help="a warm-start model directory (e.g. toy_task/warm_starts/addition_seed0)")
     p.add_argument("--out", required=True)
-    p.add_argument("--task", default="addition", help="a task of toy_task.tasks (the warm start must be one of it)")
+    p.add_argument("--task", default="addition",
+                   help="a task of toy_task.tasks (the warm start must be one of it: checked where its assets.json "
+                        "records its task)")
     p.add_argument("--arms", nargs="+", default=None, help="subset of the arms (the first is the baseline)")
     p.add_argument("--budget-arm", default=None,
                    help="the arm whose cost per step (its 3-step probe on the warm start) sets the budget and the "
-                        "warm-up, whether it runs or not (default: the first of --arms); e.g. 'GSPO G=n' to compare "
-                        "two IBPO arms at a budget of GSPO steps without running GSPO")
+                        "warm-up, whether it runs or not (default: the first of --arms when it is a baseline arm, "
+                        "plain GSPO; otherwise required); e.g. 'GSPO G=n' to compare two IBPO arms at a budget of "
+                        "GSPO steps without running GSPO")
     p.add_argument("--seeds", type=int, nargs="+", default=list(range(30)))
     p.add_argument("--budget-steps", type=float, default=20,
                    help="FLOP budget, in units of the baseline's mean FLOPs per step (estimated on the warm start)")
@@ -886,10 +961,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--deadline", type=float, default=None, help="unix time after which no new seed is started")
     args = p.parse_args(argv)
     chosen, budget_arm = checked_arms(p, args)
+    model_dir = checked_model(p, args)
     torch.set_num_threads(1)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    model_dir = args.model or json.loads((Path(args.assets) / "assets.json").read_text())["model"]
     try:
         toy = Toy(model_dir, args.train_size, args.test_size, task=args.task, eval_split=args.eval_split)
     except ValueError as exc:

@@ -208,19 +208,22 @@ def test_each_arm_chooses_its_own_rate_through_the_real_ablation(toy, tmp_path):
 
 
 def test_the_budget_arm_sets_the_budget_whether_it_runs_or_not(toy, tmp_path):
-    """--budget-arm: two IBPO arms compared at a budget of GSPO steps, GSPO not run. Without it the first listed
-    arm's probe sets the budget (a head-to-head of two IBPO arms would get more compute than the protocol says)."""
+    """--budget-arm: two IBPO arms compared at a budget of GSPO steps, GSPO not run. A first arm that is not a
+    baseline arm needs it named (its own steps here: a head-to-head of two IBPO arms gets more compute)."""
     common = ["--model", toy.model_dir, "--n", "2", "--batch-size", "2", "--train-size", "16", "--test-size", "4",
               "--budget-steps", "1", "--milestones", "1.0", "--seeds", "0", "--lr", "1e-3"]
     assert toy_loop.main([*common, "--out", str(tmp_path / "gspo"), "--arms", "GSPO G=n"]) == 0
     assert toy_loop.main([*common, "--out", str(tmp_path / "by_gspo"), "--arms", "IBPO G=n",
                           "--budget-arm", "GSPO G=n"]) == 0
-    assert toy_loop.main([*common, "--out", str(tmp_path / "by_first"), "--arms", "IBPO G=n"]) == 0
+    with pytest.raises(SystemExit):  # not a baseline arm, no --budget-arm: refused before anything runs
+        toy_loop.main([*common, "--out", str(tmp_path / "by_first"), "--arms", "IBPO G=n"])
+    assert toy_loop.main([*common, "--out", str(tmp_path / "by_first"), "--arms", "IBPO G=n",
+                          "--budget-arm", "IBPO G=n"]) == 0
     meta = {k: json.loads((tmp_path / k / "meta.json").read_text()) for k in ("gspo", "by_gspo", "by_first")}
     assert meta["by_gspo"]["budget_flops"] == meta["gspo"]["budget_flops"]
     assert meta["by_gspo"]["budget_arm"] == "GSPO G=n" and meta["by_first"]["budget_arm"] == "IBPO G=n"
     assert meta["by_first"]["budget_flops"] != meta["gspo"]["budget_flops"]  # IBPO's step costs more
     assert not (tmp_path / "by_gspo" / "gspo_g_n_s0.json").exists()
-    with pytest.raises(SystemExit, match="--budget-arm None there, 'GSPO G=n' now"):  # a folder keeps its budget arm
+    with pytest.raises(SystemExit, match="--budget-arm 'IBPO G=n' there, 'GSPO G=n' now"):  # it keeps its budget arm
         toy_loop.main([*common, "--out", str(tmp_path / "by_first"), "--arms", "IBPO G=n", "--budget-arm", "GSPO G=n",
                        "--seeds", "1"])

@@ -116,7 +116,7 @@ def test_a_validation_ablation_reports_against_the_validation_warm_start(tmp_pat
     meta_b = json.loads((tmp_path / "ws_b" / "meta.json").read_text())
     meta_b["args"]["eval_split"] = "test"
     (tmp_path / "ws_b" / "meta.json").write_text(json.dumps(meta_b))
-    with pytest.raises(SystemExit, match="different splits.*a: val.*b: test"):
+    with pytest.raises(ValueError, match=r"ws_a and .*ws_b were run with different --eval-split \('val' and 'test'\)"):
         write_report(tmp_path, ["a", "b"], "GSPO G=n", [])
 
 
@@ -147,7 +147,7 @@ def test_a_warm_start_with_equal_differences_is_not_counted_a_significant_win(tm
     # warm start "flat": both seeds exactly 8 of 512 problems ahead (SD 0, no t test; the paired t's p would read 0);
     # "real": a positive Δ with spread. Only a warm start with a t test can count as "p < 0.05 and Δ > 0"
     for name, deltas in (("flat", (8 / 512, 8 / 512)), ("real", (0.30, 0.32, 0.31))):
-        meta = {"warm_start_sha256": "0" * 64, "warm_start_test_accuracy": 0.5}
+        meta = {"warm_start_sha256": name * 16, "warm_start_test_accuracy": 0.5}
         runs = []
         for seed, d in enumerate(deltas):
             runs += [_run("G", seed, (200 + 30 * seed) / 512, 1.0, 3, [0.5, 0.5, 0.5]),

@@ -137,7 +137,9 @@ def test_an_arm_missing_at_a_share_is_named(tmp_path, capsys):
             "--warm-start", "strong"]
     with pytest.raises(SystemExit):
         main([*args, "--arms", "B"])
-    assert "share 0 (" in capsys.readouterr().err
+    # an unknown arm is named with the arms there are (before: "no seed with both a finished 'B' run and ...")
+    assert "--arms: no run of ['B'] in the warm starts ['strong', 'weak']; the arms are ['A', 'GSPO G=n']" in (
+        capsys.readouterr().err)
     with pytest.raises(SystemExit):
         main([*args, "--arms", "A", "--seeds", "x-y"])
     with pytest.raises(SystemExit):

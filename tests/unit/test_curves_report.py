@@ -40,7 +40,7 @@ def test_report_pairs_seeds_and_writes_the_csv(tmp_path):
     for ws, shift in (("a", 0.0), ("b", 0.1)):
         folder = tmp_path / f"ws_{ws}"
         folder.mkdir()
-        (folder / "meta.json").write_text(json.dumps({"warm_start_sha256": "0" * 64, "budget_flops": 40.0}))
+        (folder / "meta.json").write_text(json.dumps({"warm_start_sha256": ws * 64, "budget_flops": 40.0}))
         for seed in range(3):
             base = 0.5 + 0.01 * seed
             (folder / f"base_s{seed}.json").write_text(json.dumps(_run("B", seed, (base, base), 0.0)))

@@ -171,7 +171,7 @@ def test_per_arm_selection_refuses_test_set_runs_and_missing_arms(tmp_path):
     with pytest.raises(ValueError, match="not evaluated on the validation split"):
         lr_per_arm.per_arm_rows(tmp_path / "t", [3e-4], ["a"], ["G"])
     _ws_runs(tmp_path / "v", 3e-4, "a", {"G": [0.2, 0.4]})
-    with pytest.raises(ValueError, match="no finished 'L' run"):
+    with pytest.raises(ValueError, match=r"lr_0.0003: --arms: no run of \['L'\] in the warm starts \['a'\]; the arms are \['G'\]"):
         lr_per_arm.per_arm_rows(tmp_path / "v", [3e-4], ["a"], ["G", "L"])
 
 
