@@ -847,9 +847,18 @@ def budget_arm_name(arms: list[str], budget_arm: str | None) -> str:
 def warm_start_task(model_dir: str | Path) -> str | None:
     """The task a warm start was trained on, where something records it: the ``assets.json`` that
     ``python -m toy_task.warm_start --out DIR`` writes beside its ``model_sft`` (``task``; absent for the addition
-    task, which it writes without one). ``None`` when nothing records it (the committed ``toy_task/warm_starts/``
-    folders hold only the model and tokenizer)."""
+    task, which it writes without one), or for the committed ``toy_task/warm_starts/`` folders (model and tokenizer
+    only: a file added inside would change their sha256) the ``tasks.json`` beside them. ``None`` when nothing
+    records it."""
     model = Path(model_dir).resolve()
+    manifest = model.parent / "tasks.json"  # toy_task/warm_starts/tasks.json: committed folder name -> task
+    if manifest.is_file():
+        try:
+            recorded = json.loads(manifest.read_text(encoding="utf-8")).get(model.name)
+        except (OSError, ValueError, AttributeError):
+            recorded = None
+        if isinstance(recorded, str):
+            return recorded
     assets = model.parent / "assets.json"
     if not assets.is_file():
         return None

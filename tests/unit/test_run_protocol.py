@@ -109,13 +109,27 @@ def test_a_warm_start_recorded_for_another_task_is_refused_before_loading(tmp_pa
                            "--seeds", "0"])
         assert "--task addition: the warm start" in capsys.readouterr().err
         assert not (tmp_path / "o").exists()
-    # the addition builder writes assets.json without a task; the committed warm starts record none at all
+    # the addition builder writes assets.json without a task
     (out / "assets.json").write_text(json.dumps({"model": str(out / "model_sft")}))
     assert toy_loop.warm_start_task(out / "model_sft") == "addition"
-    assert toy_loop.warm_start_task(ROOT / "toy_task" / "warm_starts" / "addition_seed0") is None
     with pytest.raises(SystemExit):
         toy_loop.main(["--model", str(tmp_path / "nowhere"), "--out", str(tmp_path / "o"), "--arms", "GSPO G=n"])
     assert "no config.json there" in capsys.readouterr().err
+
+
+def test_every_committed_warm_start_records_its_task_and_a_mismatch_is_refused(tmp_path, capsys):
+    from toy_task.tasks import TASKS
+
+    folders = sorted(p for p in (ROOT / "toy_task" / "warm_starts").iterdir() if p.is_dir())
+    assert folders
+    for folder in folders:  # tasks.json beside them, not a file inside (their sha256 would change)
+        assert toy_loop.warm_start_task(folder) in TASKS, folder
+    assert toy_loop.warm_start_task(ROOT / "toy_task" / "warm_starts" / "three_sum_named_seed0") == "three_sum_named"
+    with pytest.raises(SystemExit):
+        toy_loop.main(["--model", str(ROOT / "toy_task" / "warm_starts" / "addition_seed0"), "--out",
+                       str(tmp_path / "o"), "--task", "three_sum_named", "--arms", "GSPO G=n", "--seeds", "0"])
+    assert "--task three_sum_named: the warm start" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
 
 
 # ------------------------------------------------------------------------------ 3. readers of several folders
