@@ -423,3 +423,23 @@ __all__ = [
     "BEST_OF_N_METHODS", "ConfidenceInterval", "PairedTest", "draw_bootstrap_indices", "bootstrap_means",
     "bootstrap_ci", "paired_bootstrap_test",
 ]
+
+
+def interval_text(mean: float, low: float, high: float, n: int, fmt: str = "{:.3f}", unit: str = "seeds",
+                  bounds: tuple[float, float] | None = None) -> str:
+    """``mean [low, high]``, or the mean alone with why there is no interval: fewer than two independent
+    units (``n = 1: no interval``), or no spread among them (``zero spread over n seeds: no interval``).
+    ``bounds``: the range the quantity lives in (e.g. (0, 1) for an accuracy); an interval reaching outside it
+    is cut to it and marked ``(clipped to [0, 1])``."""
+    point = fmt.format(mean)
+    if n < 2:
+        return f"{point} (n = {n}: no interval)"
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return f"{point} (no interval)"
+    if high - low <= 1e-12 * max(1.0, abs(mean)):
+        return f"{point} (zero spread over {n} {unit}: no interval)"
+    note = ""
+    if bounds is not None and (low < bounds[0] or high > bounds[1]):
+        low, high = max(low, bounds[0]), min(high, bounds[1])
+        note = f" (clipped to [{bounds[0]:g}, {bounds[1]:g}])"
+    return f"{point} [{fmt.format(low)}, {fmt.format(high)}]{note}"

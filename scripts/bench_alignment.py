@@ -24,10 +24,6 @@ import difflib
 import os
 import random
 import time
-import sys
-from pathlib import Path
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/_cli_checks.py (scripts/ is no package)
-from _cli_checks import nonnegative_float, nonnegative_int, positive_int  # noqa: E402
 
 import numpy as np
 
@@ -35,6 +31,7 @@ from ibpo.alignment import align, normalized_edit_distance
 from ibpo.options import IBPOConfig
 from ibpo.pipeline import CorrectionRequest, shape_batch
 from ibpo.shaping import is_full_rewrite
+from option_types.cli import nonnegative_float, nonnegative_int, positive_int
 
 ALPHA = IBPOConfig().alpha
 

@@ -25,8 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/_cli_checks.py (scripts/ is no package)
-from _cli_checks import float_in, nonnegative_int, positive_float, positive_int  # noqa: E402
+from option_types.cli import float_in, nonnegative_int, positive_float, positive_int  # noqa: E402
 
 from analysis.correction_lookup import (  # noqa: E402
     EditProfile, bound_cuts, edit_profile, load_dump, replay, synthetic_corrections)

@@ -45,8 +45,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/_cli_checks.py (scripts/ is no package)
-from _cli_checks import float_in, int_at_least, nonnegative_float, nonnegative_int, positive_int  # noqa: E402
+from option_types.cli import float_in, int_at_least, nonnegative_float, nonnegative_int, positive_int  # noqa: E402
 
 import numpy as np
 

@@ -18,10 +18,6 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
-import sys
-from pathlib import Path
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/_cli_checks.py (scripts/ is no package)
-from _cli_checks import int_at_least, nonnegative_int, positive_int  # noqa: E402
 
 from analysis.correction_workload import (
     LAYOUTS,
@@ -32,6 +28,7 @@ from analysis.correction_workload import (
     distinct_references_per_prompt,
 )
 from ibpo.prefix_sharing import shared_prefix_lengths
+from option_types.cli import int_at_least, nonnegative_int, positive_int
 
 VLLM_BLOCK_SIZE = 16
 

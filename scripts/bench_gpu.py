@@ -74,8 +74,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/_cli_checks.py (scripts/ is no package)
-from _cli_checks import positive_float, positive_int  # noqa: E402
+from option_types.cli import positive_float, positive_int  # noqa: E402
 
 import bench_one_gpu_shape as shape  # noqa: E402  (the model shape, the launch command, the peak-memory poller)
 from bench_correction_pass import release_engine  # noqa: E402  (frees the GPU for the next engine)

@@ -31,8 +31,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/_cli_checks.py (scripts/ is no package)
-from _cli_checks import nonnegative_float, positive_float, positive_int  # noqa: E402
+from option_types.cli import nonnegative_float, positive_float, positive_int  # noqa: E402
 
 # Qwen3-1.7B's config.json shape (the published model card's architecture), random weights.
 QWEN3_1P7B_SHAPE = {

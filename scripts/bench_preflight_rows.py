@@ -12,12 +12,10 @@ import random
 import tempfile
 import time
 from pathlib import Path
-import sys
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/_cli_checks.py (scripts/ is no package)
-from _cli_checks import positive_int  # noqa: E402
 
 from data_prep.common import MATH_EXTRA_INFO, make_math_row, write_verl_parquet
 from data_prep.row_checks import check_rows
+from option_types.cli import positive_int
 from reward_fns import KNOWN_DATA_SOURCES
 
 DAPO_ROWS = 17398

@@ -8,11 +8,9 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/_cli_checks.py (scripts/ is no package)
-from _cli_checks import nonnegative_int, positive_int  # noqa: E402
 from concurrent.futures import ThreadPoolExecutor
 
+from option_types.cli import nonnegative_int, positive_int
 from reward_fns import compute_score, encode_tests
 from reward_fns.code_verifier import CodeLimits, prepare_tests, run_code_tests, set_max_concurrent_sandboxes
 from reward_fns.math_verifier import get_math_pool, reset_math_pool

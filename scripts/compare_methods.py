@@ -52,9 +52,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import plot_curves  # noqa: E402  (scripts/plot_curves.py: log reading, smoothing, seed bands, threshold)
 
-from analysis.evaluation_stats import paired_difference, t_interval  # noqa: E402
-from _cli_checks import (  # noqa: E402  (scripts/_cli_checks.py: option types, interval text)
-    finite_float, interval_text, nonnegative_float, nonnegative_int, positive_float, positive_int)
+from analysis.evaluation_stats import interval_text, paired_difference, t_interval  # noqa: E402
+from option_types.cli import finite_float, nonnegative_float, nonnegative_int, positive_float, positive_int  # noqa: E402
 
 REWARD_KEY = "ibpo/raw_score_mean"  # verifier reward of the main responses only (not joint-training rows)
 COMPUTE_KEY = "ibpo/compute/total_flops"

@@ -56,8 +56,7 @@ from analysis.evaluation_stats import (
 )
 from ibpo.pipeline import plan_corrections
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/_cli_checks.py (scripts/ is no package)
-from _cli_checks import interval_text  # noqa: E402
+from analysis.evaluation_stats import interval_text  # noqa: E402
 
 # ----------------------------------------------------------------------------------------------------------
 # Sampling settings

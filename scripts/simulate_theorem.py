@@ -27,15 +27,13 @@ import json
 import math
 import sys
 import time
-from pathlib import Path
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/_cli_checks.py (scripts/ is no package)
-from _cli_checks import int_at_least, nonnegative_float, nonnegative_int, positive_float, positive_int, probability  # noqa: E402
 from dataclasses import asdict
 
 import numpy as np
 
 from ibpo.options import IBPOConfig
 from analysis.simulation import RegimeResult, TrainingResult, World, measure_regime, train
+from option_types.cli import int_at_least, nonnegative_float, nonnegative_int, positive_float, positive_int, probability
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -58,11 +58,12 @@ def test_a_numeric_option_out_of_range_is_a_parse_error_naming_it(script, entry,
 
 
 def test_interval_text_has_no_interval_over_one_unit_nor_a_zero_width_one():
-    checks = load("_cli_checks")
-    assert checks.interval_text(0.5, 0.5, 0.5, 1) == "0.500 (n = 1: no interval)"
-    assert checks.interval_text(0.5, 0.5, 0.5, 3) == "0.500 (zero spread over 3 seeds: no interval)"
-    assert checks.interval_text(0.938, 0.143, 1.732, 2, bounds=(0, 1)) == "0.938 [0.143, 1.000] (clipped to [0, 1])"
-    assert checks.interval_text(0.5, 0.4, 0.6, 2) == "0.500 [0.400, 0.600]"
+    from analysis.evaluation_stats import interval_text
+
+    assert interval_text(0.5, 0.5, 0.5, 1) == "0.500 (n = 1: no interval)"
+    assert interval_text(0.5, 0.5, 0.5, 3) == "0.500 (zero spread over 3 seeds: no interval)"
+    assert interval_text(0.938, 0.143, 1.732, 2, bounds=(0, 1)) == "0.938 [0.143, 1.000] (clipped to [0, 1])"
+    assert interval_text(0.5, 0.4, 0.6, 2) == "0.500 [0.400, 0.600]"
 
 
 # ---------------------------------------------------------------------------------------------------------------
