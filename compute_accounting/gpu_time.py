@@ -278,6 +278,9 @@ def resolve_coefficients(spec: str, model: str | ServingShape | None) -> GpuTime
         return roofline_coefficients(gpu, model) if kind == "roofline" else shipped_coefficients(gpu, model)
     if Path(spec).is_file():
         return coefficients_from_json(spec, model)
+    if spec.endswith(".json") or "/" in spec:
+        raise ValueError(f"cost model {spec!r}: no such file (a scripts/bench_gpu.py JSON, or roofline:<GPU> / "
+                         "measured:<GPU>)")
     raise ValueError(f"cost model {spec!r}: expected roofline:<GPU> (GPUs: {sorted(GPUS)}), measured:<GPU> "
                      f"(measured: {sorted(f'{g} {m}' for g, m in measured_files())}) or the path of a "
                      "scripts/bench_gpu.py JSON")

@@ -259,6 +259,9 @@ class IBPOConfig:
         for name, (allowed, description) in NUMERIC_RANGES.items():
             if not allowed(getattr(self, name)):
                 raise bad(name, description)
+        inert = self.inert_settings()
+        if inert:
+            raise IBPOConfigError("; ".join(inert))
         if self.joint_grouping == "per_correction_prompt" and self.corrections_per_target < 2:
             raise IBPOConfigError(
                 f"ibpo.joint_grouping='per_correction_prompt' needs ibpo.corrections_per_target >= 2 (got "
@@ -299,6 +302,31 @@ class IBPOConfig:
                 f"ibpo.template does not format with the placeholders {{instruction}} {{problem}} {{candidates}} "
                 f"{{format_reminder}} ({type(exc).__name__}: {exc}); write literal braces as '{{{{' and '}}}}'"
             ) from exc
+
+    def inert_settings(self) -> list[str]:
+        """An option set away from its default where it has no effect (``ibpo.joint_training=True`` with
+        ``ibpo.enable=False``: joint rows come only from corrections), each named with the option that makes it
+        inert: the run would silently not do what was asked. Options at their default are never named (a launch
+        script may pass its whole block with ``ibpo.enable=False`` for the GSPO baseline)."""
+        defaults = {f.name: f.default for f in fields(self)}
+        rules = [  # (option, whether it has an effect here, the setting that decides it)
+            ("joint_training", self.enable, "ibpo.enable=False: joint rows come only from corrections"),
+            ("mask_sign", get_variant(self.variant).masks_tokens,
+             f"ibpo.variant={self.variant!r}: only a token-masking variant reads it"),
+            ("adaptive_min_samples", self.alpha_mode == "adaptive",
+             f"ibpo.alpha_mode={self.alpha_mode!r}: only the adaptive threshold reads it"),
+            ("lambda_max_fraction", self.lambda_schedule != "fixed",
+             f"ibpo.lambda_schedule={self.lambda_schedule!r}: λ stays ibpo.lam"),
+            ("lambda_max_momentum", self.lambda_schedule != "fixed",
+             f"ibpo.lambda_schedule={self.lambda_schedule!r}: λ stays ibpo.lam"),
+            ("rewrite_penalty", self.joint_training, "ibpo.joint_training=False: it applies to joint rows only"),
+            ("joint_grouping", self.joint_training, "ibpo.joint_training=False: it groups joint rows only"),
+            ("reference_rule", self.num_references > 0, "ibpo.num_references=0: no reference is drawn"),
+            ("candidate_order", self.num_references > 0, "ibpo.num_references=0: a prompt shows one candidate"),
+        ]
+        return [f"ibpo.{name}={getattr(self, name)!r} has no effect with {why}; leave it at its default "
+                f"({defaults[name]!r}) or change that setting"
+                for name, active, why in rules if not active and getattr(self, name) != defaults[name]]
 
     @property
     def max_delta(self) -> float:

@@ -192,7 +192,12 @@ def method_from_argv(argv: list[str], default: str | None = None) -> Method:
     """The method a command line runs: its ``method=<name>`` override, else the method whose config
     ``--config-name`` names, else ``default``; exits naming the registered methods when there is none."""
     methods = registered_methods()
-    name = next((a.split("=", 1)[1] for a in argv if a.startswith("method=")), None)
+    named = [a.split("=", 1)[1] for a in argv if a.startswith("method=")]
+    if len(set(named)) > 1:  # Hydra would apply the last, the config would be the first's
+        print(f"[recipe] configuration error: method= is given {len(named)} times ({', '.join(named)}); give one",
+              file=sys.stderr, flush=True)
+        raise SystemExit(2)
+    name = named[0] if named else None
     config_name = _argument(argv, "--config-name") or _argument(argv, "-cn")
     if name is None and config_name is not None:
         name = next((m.name for m in methods.values() if m.config_name == config_name), None)

@@ -84,6 +84,13 @@ def method_modules() -> list[str]:
             if info.ispkg and (RECIPE_DIR / info.name / f"{METHOD_MODULE}.py").is_file()]
 
 
+def recipe_top_level_keys() -> set[str]:
+    """The top-level config keys a run has beyond verl's generated defaults: ``method``, every method's option
+    block (its name), the shared ``compute_budget`` block, and verl's ``model_engine`` (a Hydra group of
+    ``ppo_trainer`` that its generated yaml leaves out)."""
+    return {"method", "compute_budget", "model_engine", *registered_methods()}
+
+
 def registered_methods() -> dict[str, Method]:
     """Every registered method, after importing the in-tree registration modules and those
     ``RECIPE_METHOD_MODULES`` names."""

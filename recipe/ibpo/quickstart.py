@@ -29,6 +29,7 @@ from pathlib import Path
 
 from ibpo.options import IBPOConfig
 from ibpo.variants import variant_names
+from option_types.cli import positive_float, positive_int
 from verl_cpu.launch import cpu_env, cpu_overrides, process_env, read_metrics_jsonl, run_with_timeout
 
 # (metric key, column title, format)
@@ -248,13 +249,13 @@ def next_commands(assets: dict, out: Path, name: str, hf_checkpoint: Path, label
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="outputs/quickstart", help="work directory (assets are cached here)")
-    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--steps", type=positive_int, default=3)
     parser.add_argument("--variant", choices=variant_names(), default=IBPOConfig().variant,
                         help="ibpo.variant (default: the package's; λ, shaping and correct_groups are the package's too)")
     parser.add_argument("--no-joint-training", action="store_true", help="shaping only (Table 3 ablation)")
     parser.add_argument("--baseline", action="store_true", help="GSPO without IBPO (ibpo.enable=False)")
     parser.add_argument("--gpu", action="store_true", help="one CUDA GPU with the vLLM rollout (needs verl's vllm)")
-    parser.add_argument("--timeout", type=float, default=900.0, help="seconds before the run is killed")
+    parser.add_argument("--timeout", type=positive_float, default=900.0, help="seconds before the run is killed")
     parser.add_argument("--rebuild", action="store_true", help="rebuild the tiny model and data")
     args, extra = parser.parse_known_args(argv)
     extra = [x for x in extra if x != "--"]
@@ -291,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
                                        progress=True, checkpoint_dir=checkpoint_dir)
     if result.returncode != 0:
         log_text = result.log_tail(20000)
-        config_errors = [ln for ln in log_text.splitlines() if ln.startswith("[ibpo] configuration error")]
+        config_errors = [ln for ln in log_text.splitlines() if ln.startswith("[recipe] configuration error")]
         print("\n".join(config_errors) if config_errors else log_text[-6000:], file=sys.stderr)
         reason = "timed out" if result.timed_out else f"exited with {result.returncode}"
         print(f"[quickstart] FAILED: the run {reason} after {result.wall_s:.0f} s (log: {result.log_path})",

@@ -66,6 +66,10 @@ def check_ibpo_settings(config: DictConfig, ibpo: IBPOConfig) -> None:
     if ibpo.enable and int(config.actor_rollout_ref.rollout.n) < 2 and ibpo.num_references > 0:
         raise SetupError("actor_rollout_ref.rollout.n must be >= 2 for reference-based correction "
                              "(or set ibpo.num_references=0 for self-correction)")
+    if algo.adv_estimator == "ibpo" and int(config.actor_rollout_ref.rollout.n) < 2:
+        raise SetupError(f"actor_rollout_ref.rollout.n={config.actor_rollout_ref.rollout.n} with "
+                         "algorithm.adv_estimator='ibpo': the advantage is normalised within each prompt's group "
+                         "(Eq. 23), and a group of one sample gets 0 (nothing is learned); set n >= 2")
 
 
 def budget_or_setup_error(config: DictConfig, ibpo: IBPOConfig, template: int, context: int | None,

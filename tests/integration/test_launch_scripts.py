@@ -14,7 +14,8 @@ from hydra import compose, initialize_config_dir, initialize_config_module
 from omegaconf import OmegaConf
 
 from recipe.common.main import method_from_argv, register_config_resolvers
-from recipe.common.methods import method_of, method_options, trainer_class_for
+from recipe.common.methods import method_of, method_options, recipe_top_level_keys, trainer_class_for
+from recipe.common.preflight.verl_validation import check_unknown_keys, check_verl_ranges
 
 RECIPE_DIR = Path(__file__).resolve().parents[2] / "recipe"
 SCRIPT_PATHS = {p.name: p for p in sorted(RECIPE_DIR.glob("*/run_*.sh"))}  # each method folder's launch scripts
@@ -60,6 +61,8 @@ def test_script_overrides_compose_against_verl(script, tmp_path):
             cfg = compose(config_name=config_name, overrides=args)
         OmegaConf.resolve(cfg)
         method = method_of(cfg)
+        check_unknown_keys(cfg, recipe_top_level_keys())  # every key is one verl or the recipe reads
+        check_verl_ranges(cfg)
         assert trainer_class_for(cfg).__name__ == {"ibpo": "RayIBPOTrainer",
                                                   "counterfactual": "RayCounterfactualTrainer"}[method]
         if method == "counterfactual":

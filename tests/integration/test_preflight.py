@@ -434,3 +434,47 @@ def test_an_interpolation_that_does_not_resolve_names_its_option(tiny_run, overr
     with pytest.raises(SetupError) as info:
         resolve_config(cfg)
     assert str(info.value).startswith(f"{key}: cannot resolve its interpolation: "), str(info.value)
+
+
+@pytest.mark.parametrize("override, expected", [
+    # a key verl's config does not have, added with '+': dropped without a word before (red team 3)
+    ("+trainer.total_trainng_steps=5",
+     "trainer.total_trainng_steps is not an option of verl's config (nor of this recipe); did you mean "
+     "trainer.total_training_steps?"),
+    ("+foo=1", "foo is not an option of verl's config"),
+    ("+reward.custom_reward_function.reward_kwarg.x=1",
+     "reward.custom_reward_function.reward_kwarg is not an option of verl's config"),
+    ("+data.train_file=x.parquet", "did you mean data.train_files?"),
+    # verl numbers whose wrong value trains silently
+    ("actor_rollout_ref.actor.optim.lr=-1e-6", "actor_rollout_ref.actor.optim.lr=-1e-06 is out of range: must be a "
+                                               "finite number >= 0 (a negative rate is gradient ascent)"),
+    ("actor_rollout_ref.actor.optim.lr=inf", "actor_rollout_ref.actor.optim.lr=inf is out of range"),
+    ("actor_rollout_ref.rollout.temperature=-1.0", "actor_rollout_ref.rollout.temperature=-1.0 is out of range"),
+    ("trainer.total_training_steps=0", "trainer.total_training_steps=0 is out of range: must be null"),
+    ("trainer.total_training_steps=-5", "trainer.total_training_steps=-5 is out of range"),
+    ("actor_rollout_ref.rollout.n=0", "actor_rollout_ref.rollout.n=0 is out of range: must be >= 1"),
+    ("algorithm.adv_estimator=grpo ibpo.enable=false actor_rollout_ref.rollout.n=1",
+     "actor_rollout_ref.rollout.n=1 with algorithm.adv_estimator='grpo': the advantage is normalised within"),
+    ("ibpo.enable=false actor_rollout_ref.rollout.n=1",
+     "actor_rollout_ref.rollout.n=1 with algorithm.adv_estimator='ibpo'"),
+    ("ibpo.num_references=0 actor_rollout_ref.rollout.n=1",
+     "actor_rollout_ref.rollout.n=1 with algorithm.adv_estimator='ibpo'"),
+    # verl ignores a reward function's name without its path, and scores with its own default
+    ("reward.custom_reward_function.path=null reward.custom_reward_function.name=my_fn",
+     "reward.custom_reward_function.name=my_fn is set but reward.custom_reward_function.path is empty"),
+])
+def test_a_key_or_value_verl_would_drop_or_misuse_is_refused(tiny_run, override, expected):
+    assert expected in refused(tiny_run, *override.split())
+
+
+def test_free_form_nodes_and_dataclass_fields_take_keys_verls_yaml_lacks(tiny_run):
+    # Ray's init keywords, an empty-default node, and a field of the FSDP engine's dataclass absent from the yaml
+    register_config_resolvers()
+    with initialize_config_module(config_module="recipe.ibpo.config", version_base=None):
+        cfg = compose(config_name="ibpo_trainer", overrides=overrides_for(
+            tiny_run, "++ray_kwargs.ray_init.num_gpus=0", "+actor_rollout_ref.rollout.engine_kwargs.vllm.x=1",
+            "++actor_rollout_ref.actor.fsdp_config.mixed_precision={param_dtype:fp32}"))
+    from recipe.common.methods import recipe_top_level_keys
+    from recipe.common.preflight.verl_validation import check_unknown_keys
+
+    check_unknown_keys(cfg, recipe_top_level_keys())

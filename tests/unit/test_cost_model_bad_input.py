@@ -207,3 +207,11 @@ def test_valid_ngram_configs_still_resolve():
     assert ngram_params_from_speculative_config(spec, 4096) == NgramParams(2, 5, 8, 4096)
     assert ngram_params_from_speculative_config({"method": "suffix"}) is None
     assert math.isfinite(COEFF.decode_step_s)
+
+
+def test_a_cost_model_path_that_does_not_exist_says_so(tmp_path):
+    from compute_accounting.gpu_time import resolve_coefficients
+
+    for spec in (str(tmp_path / "nowhere.json"), "runs/coefficients.json"):
+        with pytest.raises(ValueError, match=rf"cost model '{spec}': no such file"):
+            resolve_coefficients(spec, None)

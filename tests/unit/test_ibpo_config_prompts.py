@@ -41,7 +41,20 @@ from ibpo.references import select_references, select_references_in_group
         ({"reference_rule": True}, "ibpo.reference_rule=True.*registered reference rules"),
         ({"joint_grouping": "per_target"}, "ibpo.joint_grouping"),
         ({"joint_minibatch": "fixed"}, "ibpo.joint_minibatch"),
-        ({"joint_grouping": "per_correction_prompt"}, "needs ibpo.corrections_per_target >= 2"),
+        ({"joint_grouping": "per_correction_prompt", "joint_training": True}, "needs ibpo.corrections_per_target >= 2"),
+        # an option set where it has no effect: the run would silently not do it (red team 3)
+        ({"enable": False, "joint_training": True}, r"ibpo.joint_training=True has no effect with ibpo.enable=False"),
+        ({"mask_sign": "literal"}, r"ibpo.mask_sign='literal' has no effect with ibpo.variant='binary'"),
+        ({"adaptive_min_samples": 4}, r"ibpo.adaptive_min_samples=4 has no effect with ibpo.alpha_mode='fixed'"),
+        ({"lambda_max_fraction": 0.3}, r"ibpo.lambda_max_fraction=0.3 has no effect with ibpo.lambda_schedule='fixed'"),
+        ({"lambda_max_momentum": 0.5}, r"ibpo.lambda_max_momentum=0.5 has no effect with ibpo.lambda_schedule='fixed'"),
+        ({"rewrite_penalty": 0.5}, r"ibpo.rewrite_penalty=0.5 has no effect with ibpo.joint_training=False"),
+        ({"joint_grouping": "per_correction_prompt", "corrections_per_target": 2},
+         r"ibpo.joint_grouping='per_correction_prompt' has no effect with ibpo.joint_training=False"),
+        ({"num_references": 0, "reference_rule": "per_group"},
+         r"ibpo.reference_rule='per_group' has no effect with ibpo.num_references=0"),
+        ({"num_references": 0, "candidate_order": "reference_first"},
+         r"ibpo.candidate_order='reference_first' has no effect with ibpo.num_references=0"),
         # before: accepted, then np.random.default_rng([-1, step]) raised in the trainer at the first step
         ({"seed": -1}, r"ibpo.seed=-1 is out of range: must be >= 0"),
         # before: accepted; the correction prompt then showed two candidates under one heading (or none)

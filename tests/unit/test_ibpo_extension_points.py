@@ -122,9 +122,9 @@ def test_mask_sign_registry_is_what_the_config_accepts():
     assert mask_sign_names()[:3] == ("negative_only", "complement_when_positive", "literal")
     assert IBPOConfig().mask_sign == "negative_only"
     for name in mask_sign_names():
-        assert IBPOConfig(mask_sign=name).mask_sign == name
+        assert IBPOConfig(variant="mask", mask_sign=name).mask_sign == name
     with pytest.raises(IBPOConfigError, match="ibpo.mask_sign='zero_all'.*registered mask-sign policies"):
-        IBPOConfig(mask_sign="zero_all")
+        IBPOConfig(variant="mask", mask_sign="zero_all")
 
 
 def test_a_registered_mask_sign_policy_is_accepted_by_the_config_and_applies_to_shaped_rows_only():

@@ -83,3 +83,28 @@ def test_next_commands_evaluate_both_models_and_plot_every_run_in_the_directory(
         run_ckpt.split("--model")[1].split("--label")[0].split(" ", 2)[2]  # same data and sampling
     assert compare.split()[3].endswith("ibpo_binary/results.json") and compare.split()[4].endswith("warm_start/results.json")
     assert plot.index("--run gspo=") < plot.index("--run ibpo_binary=")
+
+
+def test_a_step_count_or_timeout_below_one_is_refused_before_anything_runs(tmp_path, capsys):
+    # before: --steps 0 trained one step ("step 1/0") and exited 0
+    import pytest
+
+    from recipe.ibpo.quickstart import main
+
+    for option, value in (("--steps", "0"), ("--steps", "-2"), ("--timeout", "0"), ("--timeout", "nan")):
+        with pytest.raises(SystemExit) as info:
+            main(["--out", str(tmp_path / "q"), option, value])
+        assert info.value.code == 2
+        assert f"argument {option}: must be" in capsys.readouterr().err
+    assert not (tmp_path / "q").exists()
+
+
+def test_method_given_twice_is_refused_naming_both(capsys):
+    import pytest
+
+    from recipe.common.main import method_from_argv
+
+    with pytest.raises(SystemExit) as info:
+        method_from_argv(["method=counterfactual", "method=ibpo"])
+    assert info.value.code == 2
+    assert "method= is given 2 times (counterfactual, ibpo); give one" in capsys.readouterr().err

@@ -27,7 +27,8 @@ from recipe.common.preflight.legacy_reward_keys import check_legacy_reward_keys
 from recipe.common.preflight.compute_budget import compute_budget_from, gpu_time_coefficients
 from recipe.common.preflight.model import check_context_length, check_model_path, configured_context_length, sampling_report
 from recipe.common.preflight.reward_function import check_reward_kwargs, load_reward_function, run_verifier_self_test
-from recipe.common.preflight.verl_validation import check_verl_option_types, run_verl_validation
+from recipe.common.preflight.verl_validation import (check_unknown_keys, check_verl_option_types, check_verl_ranges,
+                                                     run_verl_validation)
 
 __all__ = ["SetupError", "preflight", "resolve_config"]
 
@@ -86,12 +87,15 @@ def preflight(config: DictConfig) -> None:
     context, the method's own check (IBPO: the tokenizer against the correction prompt budget), verl's own
     validation and, for the project's own verifiers, their self-test. ``config`` must be resolved (:func:`resolve_config` first, as the launcher does).
     Raises :class:`SetupError` (or ``ValueError`` from the option dataclasses) naming the option."""
-    from recipe.common.methods import method_of, run_method_check  # the registry imports this package's checks
+    # the registry imports this package's checks
+    from recipe.common.methods import method_of, recipe_top_level_keys, run_method_check
 
     method = method_of(config)  # validates the method's option block, rejects the other method's
     budget = compute_budget_from(config)  # the compute budget's options, and validation by budget, not by step count
     check_legacy_reward_keys(config)
     check_verl_option_types(config)
+    check_unknown_keys(config, recipe_top_level_keys())
+    check_verl_ranges(config)
     train_files = data_files(config, "train_files")
     val_files = data_files(config, "val_files")
     model = config.actor_rollout_ref.model

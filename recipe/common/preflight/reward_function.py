@@ -131,6 +131,9 @@ def load_reward_function(config: DictConfig):
     block = config.reward.get("custom_reward_function") or {}
     path, name = block.get("path"), block.get("name")
     if not path:
+        if name not in (None, "", "compute_score"):  # verl ignores the name without a path: its own scorer runs
+            raise SetupError(f"{REWARD_NAME_KEY}={name} is set but {REWARD_PATH_KEY} is empty: verl would ignore "
+                             "the name and score with its built-in default_compute_score; set the path too")
         return default_compute_score
     if not name:
         raise SetupError(f"{REWARD_PATH_KEY}={path} is set but {REWARD_NAME_KEY} is empty")

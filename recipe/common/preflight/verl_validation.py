@@ -3,11 +3,13 @@ the dataclass conversions its workers do, as stock ``main_ppo`` runs them before
 
 from __future__ import annotations
 
+import difflib
 import functools
 import importlib
+import math
 import re
 import typing
-from typing import Any
+from typing import Any, Iterable
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -94,6 +96,84 @@ def check_verl_option_types(config: DictConfig, defaults: DictConfig | None = No
                                  f"(default {default!r})")
         if isinstance(mine, float) and mine != mine:  # nan passes verl's range checks (nan < 0 is False)
             raise SetupError(f"{prefix}=nan is not a number verl can train with (default {default!r})")
+
+    walk(ours, theirs, "")
+
+
+# verl's estimators that normalise within a prompt's group: a group of one sample has advantage 0, so G = 1 trains
+# on nothing (a method's own group estimator is checked by its start check)
+GROUP_ESTIMATORS = frozenset({"grpo", "grpo_passk", "grpo_vectorized", "rloo", "rloo_vectorized", "opo", "gpg",
+                              "reinforce_plus_plus_baseline", "gdpo"})
+
+# The few verl numbers a user sets whose wrong value trains silently: (dotted key, test, what is allowed).
+VERL_RANGES = (
+    ("actor_rollout_ref.actor.optim.lr", lambda v: math.isfinite(v) and v >= 0,
+     "a finite number >= 0 (a negative rate is gradient ascent)"),
+    ("critic.optim.lr", lambda v: math.isfinite(v) and v >= 0, "a finite number >= 0"),
+    ("actor_rollout_ref.rollout.temperature", lambda v: math.isfinite(v) and v >= 0, "a finite number >= 0"),
+    ("actor_rollout_ref.rollout.top_p", lambda v: 0 < v <= 1, "in (0, 1]"),
+    ("actor_rollout_ref.rollout.n", lambda v: v >= 1, ">= 1 (the responses sampled per prompt)"),
+    ("trainer.total_training_steps", lambda v: v is None or v >= 1, "null (from the epochs) or >= 1"),
+    ("trainer.total_epochs", lambda v: v >= 1, ">= 1"),
+    ("data.train_batch_size", lambda v: v >= 1, ">= 1"),
+)
+
+
+def check_verl_ranges(config: DictConfig) -> None:
+    """The options of :data:`VERL_RANGES` in range, and ``actor_rollout_ref.rollout.n >= 2`` for an estimator of
+    :data:`GROUP_ESTIMATORS`; raises naming the option. verl's own validation lets these through (a negative or
+    infinite learning rate, ``total_training_steps=0``, which verl runs as one step)."""
+    for key, allowed, description in VERL_RANGES:
+        value = OmegaConf.select(config, key, default=None)
+        if value is None and not key.endswith("total_training_steps"):
+            continue
+        if isinstance(value, bool) or (value is not None and not isinstance(value, (int, float))):
+            continue  # a wrong type is check_verl_option_types' message
+        if not allowed(value):
+            raise SetupError(f"{key}={value!r} is out of range: must be {description}")
+    estimator = OmegaConf.select(config, "algorithm.adv_estimator", default=None)
+    n = OmegaConf.select(config, "actor_rollout_ref.rollout.n", default=None)
+    if estimator in GROUP_ESTIMATORS and isinstance(n, int) and n < 2:
+        raise SetupError(f"actor_rollout_ref.rollout.n={n} with algorithm.adv_estimator={estimator!r}: the advantage "
+                         "is normalised within each prompt's group, and a group of one sample gets 0 (nothing is "
+                         "learned); set n >= 2")
+
+
+# Nodes that take any key by design: Ray's own init keywords (num_gpus, runtime_env, ...)
+FREE_FORM_NODES = frozenset({"ray_kwargs.ray_init"})
+# Options verl reads with ``.get`` that its generated yaml leaves out (their contents: reward_function's
+# check_reward_kwargs)
+READ_BUT_NOT_IN_YAML = {"reward": {"reward_kwargs"}, "reward.custom_reward_function": {"reward_kwargs"}}
+
+
+def check_unknown_keys(config: DictConfig, extra_top_level: Iterable[str] = (), defaults: DictConfig | None = None
+                       ) -> None:
+    """A key that is no option of verl's config is refused, naming it and the nearest option: Hydra's ``+`` adds
+    any key, and verl reads its plain nodes (``trainer``, ``data``, the reward function's) by name, so
+    ``+trainer.total_trainng_steps=5`` or ``+foo=1`` would be dropped without a word. A node's options are its
+    keys in verl's defaults plus, where it names a dataclass (``_target_``), that dataclass's fields; a node whose
+    default is empty (``engine_kwargs``, ``override_config``) or in :data:`FREE_FORM_NODES` takes any key; the
+    keys of :data:`READ_BUT_NOT_IN_YAML` and, at the top, ``extra_top_level`` (the method blocks and the recipe's
+    own keys) are options too."""
+    defaults = verl_default_config() if defaults is None else defaults
+    ours = OmegaConf.to_container(config, resolve=False)
+    theirs = OmegaConf.to_container(defaults, resolve=False)
+    allowed_top = set(extra_top_level)
+
+    def walk(mine: Any, default: Any, prefix: str) -> None:
+        if not (isinstance(mine, dict) and isinstance(default, dict)) or not default or prefix in FREE_FORM_NODES:
+            return
+        known = (set(default) | set(_field_hints(default)) | READ_BUT_NOT_IN_YAML.get(prefix, set())
+                 | (allowed_top if not prefix else set()))
+        for child, value in mine.items():
+            key = f"{prefix}.{child}" if prefix else str(child)
+            if child not in known:
+                near = difflib.get_close_matches(str(child), sorted(map(str, known)), n=1)
+                raise SetupError(f"{key} is not an option of verl's config (nor of this recipe)"
+                                 + (f"; did you mean {prefix + '.' if prefix else ''}{near[0]}?" if near else "")
+                                 + " A key added with '+' is otherwise dropped without a word")
+            if child in default:
+                walk(value, default[child], key)
 
     walk(ours, theirs, "")
 
