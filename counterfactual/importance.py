@@ -161,6 +161,13 @@ class CounterfactualConfig:
             raise bad("answer_weight", "> 0")
         if not 0.0 <= self.formatting_factor <= 1.0:
             raise bad("formatting_factor", "in [0, 1]")
+        if self.mode == "vanilla":  # every token weighs 1 (response_weights): any other option would do nothing
+            changed = [f"counterfactual.{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self)
+                       if f.name != "mode" and getattr(self, f.name) != f.default]
+            if changed:
+                raise CounterfactualConfigError(
+                    f"{', '.join(changed)} has no effect with counterfactual.mode='vanilla' (every token weighs 1); "
+                    "leave it at its default or pick another mode")
 
     @property
     def needs_forward_passes(self) -> bool:

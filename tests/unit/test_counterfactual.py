@@ -471,3 +471,12 @@ def test_config_from_mapping():
         CounterfactualConfig.from_mapping({"answer_markers": "####"})
     with pytest.raises(CounterfactualConfigError, match="boost"):
         cfg.replace(boost=0.1)
+
+
+def test_a_weighting_option_with_the_vanilla_mode_is_refused():
+    # vanilla weighs every token 1: a changed option would silently do nothing (red team 3)
+    with pytest.raises(CounterfactualConfigError, match=r"counterfactual.boost=3.0 has no effect with "
+                                                         r"counterfactual.mode='vanilla'"):
+        CounterfactualConfig(mode="vanilla", boost=3.0)
+    assert CounterfactualConfig(mode="vanilla").mode == "vanilla"
+    assert CounterfactualConfig(mode="random", boost=3.0).boost == 3.0  # random draws importance: weights apply
