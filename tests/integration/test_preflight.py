@@ -452,7 +452,9 @@ def test_an_interpolation_that_does_not_resolve_names_its_option(tiny_run, overr
     ("actor_rollout_ref.rollout.temperature=-1.0", "actor_rollout_ref.rollout.temperature=-1.0 is out of range"),
     ("trainer.total_training_steps=0", "trainer.total_training_steps=0 is out of range: must be null"),
     ("trainer.total_training_steps=-5", "trainer.total_training_steps=-5 is out of range"),
-    ("actor_rollout_ref.rollout.n=0", "actor_rollout_ref.rollout.n=0 is out of range: must be >= 1"),
+    ("algorithm.adv_estimator=grpo ibpo.enable=false actor_rollout_ref.rollout.n=0",
+     "actor_rollout_ref.rollout.n=0 is out of range: must be >= 1"),
+    ("actor_rollout_ref.rollout.n=0", "actor_rollout_ref.rollout.n must be >= 2"),  # IBPO's own check names it
     ("algorithm.adv_estimator=grpo ibpo.enable=false actor_rollout_ref.rollout.n=1",
      "actor_rollout_ref.rollout.n=1 with algorithm.adv_estimator='grpo': the advantage is normalised within"),
     ("ibpo.enable=false actor_rollout_ref.rollout.n=1",

@@ -83,9 +83,10 @@ def interpolated_options(node: Any, path: str = ""):
 def preflight(config: DictConfig) -> None:
     """Every check that needs no Ray worker, cheapest first: ``method`` and its option block with types,
     legacy reward keys, verl's option types, the data files, the model path, the reward function and its
-    keyword arguments, every data row (before the rest, so a bad row is always the error named), the model's
-    context, the method's own check (IBPO: the tokenizer against the correction prompt budget), verl's own
-    validation and, for the project's own verifiers, their self-test. ``config`` must be resolved (:func:`resolve_config` first, as the launcher does).
+    keyword arguments, every data row (before the rest, so a bad row is always the error named), keys verl's
+    config does not have, the model's context, the method's own check (IBPO: the tokenizer against the
+    correction prompt budget), the ranges of verl's numbers, verl's own validation and, for the project's own
+    verifiers, their self-test. ``config`` must be resolved (:func:`resolve_config` first, as the launcher does).
     Raises :class:`SetupError` (or ``ValueError`` from the option dataclasses) naming the option."""
     # the registry imports this package's checks
     from recipe.common.methods import method_of, recipe_top_level_keys, run_method_check
@@ -94,8 +95,6 @@ def preflight(config: DictConfig) -> None:
     budget = compute_budget_from(config)  # the compute budget's options, and validation by budget, not by step count
     check_legacy_reward_keys(config)
     check_verl_option_types(config)
-    check_unknown_keys(config, recipe_top_level_keys())
-    check_verl_ranges(config)
     train_files = data_files(config, "train_files")
     val_files = data_files(config, "val_files")
     model = config.actor_rollout_ref.model
@@ -109,9 +108,11 @@ def preflight(config: DictConfig) -> None:
     # Every row before the model's context and verl's validation: a bad row (file, row, field, what is allowed)
     # is reported whatever else the config still lacks, and needs nothing but the files and the reward function.
     sources = check_data_rows(config, reward_fn, train_files + [f for f in val_files if f not in train_files])
+    check_unknown_keys(config, recipe_top_level_keys())  # a key verl would drop (added with '+')
     context = configured_context_length(model)
     check_context_length(config, context)
     gpu_time_coefficients(config, budget)  # compute_budget.cost_model names a known GPU or a readable JSON
     run_method_check(config, method, context)
+    check_verl_ranges(config)  # after the method's check: it names the method-specific reason (e.g. G >= 2)
     run_verl_validation(config)  # after the method's checks: they name the method-specific reason for a setting
     run_verifier_self_test(config, sources)
