@@ -480,3 +480,7 @@ def test_free_form_nodes_and_dataclass_fields_take_keys_verls_yaml_lacks(tiny_ru
     from recipe.common.preflight.verl_validation import check_unknown_keys
 
     check_unknown_keys(cfg, recipe_top_level_keys())
+    with initialize_config_module(config_module="recipe.ibpo.config", version_base=None):
+        custom = compose(config_name="ibpo_trainer", overrides=overrides_for(
+            tiny_run, "data.custom_cls.path=my_dataset.py", "data.custom_cls.name=MyDataset", "+data.my_option=3"))
+    check_unknown_keys(custom, recipe_top_level_keys())  # a custom dataset class may read data.my_option

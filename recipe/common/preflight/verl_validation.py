@@ -152,16 +152,20 @@ def check_unknown_keys(config: DictConfig, extra_top_level: Iterable[str] = (), 
     any key, and verl reads its plain nodes (``trainer``, ``data``, the reward function's) by name, so
     ``+trainer.total_trainng_steps=5`` or ``+foo=1`` would be dropped without a word. A node's options are its
     keys in verl's defaults plus, where it names a dataclass (``_target_``), that dataclass's fields; a node whose
-    default is empty (``engine_kwargs``, ``override_config``) or in :data:`FREE_FORM_NODES` takes any key; the
+    default is empty (``engine_kwargs``, ``override_config``) or in :data:`FREE_FORM_NODES` takes any key (and
+    ``data`` when ``data.custom_cls.path`` names a dataset class of the user's, which may read its own keys); the
     keys of :data:`READ_BUT_NOT_IN_YAML` and, at the top, ``extra_top_level`` (the method blocks and the recipe's
     own keys) are options too."""
     defaults = verl_default_config() if defaults is None else defaults
     ours = OmegaConf.to_container(config, resolve=False)
     theirs = OmegaConf.to_container(defaults, resolve=False)
     allowed_top = set(extra_top_level)
+    free_form = set(FREE_FORM_NODES)
+    if OmegaConf.select(config, "data.custom_cls.path", default=None):
+        free_form.add("data")  # a custom dataset class may read keys of its own from data.*
 
     def walk(mine: Any, default: Any, prefix: str) -> None:
-        if not (isinstance(mine, dict) and isinstance(default, dict)) or not default or prefix in FREE_FORM_NODES:
+        if not (isinstance(mine, dict) and isinstance(default, dict)) or not default or prefix in free_form:
             return
         known = (set(default) | set(_field_hints(default)) | READ_BUT_NOT_IN_YAML.get(prefix, set())
                  | (allowed_top if not prefix else set()))
