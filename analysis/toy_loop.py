@@ -885,8 +885,9 @@ def checked_model(p: argparse.ArgumentParser, args: argparse.Namespace) -> str:
         p.error(f"--model {model_dir}: no config.json there (not a model directory)")
     task = warm_start_task(model_dir)
     if task is not None and task != args.task:
-        p.error(f"--task {args.task}: the warm start {model_dir} was trained on the task {task!r} "
-                f"({Path(model_dir).resolve().parent / 'assets.json'}); pass --task {task} or a warm start of {args.task}")
+        p.error(f"--task {args.task}: the warm start {model_dir} was trained on the task {task!r} (recorded in "
+                f"{Path(model_dir).resolve().parent}: tasks.json or assets.json); pass --task {task} or a warm start "
+                f"of {args.task}")
     return model_dir
 
 

@@ -113,7 +113,7 @@ VERL_RANGES = (
     ("actor_rollout_ref.rollout.temperature", lambda v: math.isfinite(v) and v >= 0, "a finite number >= 0"),
     ("actor_rollout_ref.rollout.top_p", lambda v: 0 < v <= 1, "in (0, 1]"),
     ("actor_rollout_ref.rollout.n", lambda v: v >= 1, ">= 1 (the responses sampled per prompt)"),
-    ("trainer.total_training_steps", lambda v: v is None or v >= 1, "null (from the epochs) or >= 1"),
+    ("trainer.total_training_steps", lambda v: v >= 1, "null (from the epochs) or >= 1"),
     ("trainer.total_epochs", lambda v: v >= 1, ">= 1"),
     ("data.train_batch_size", lambda v: v >= 1, ">= 1"),
 )
@@ -125,10 +125,8 @@ def check_verl_ranges(config: DictConfig) -> None:
     infinite learning rate, ``total_training_steps=0``, which verl runs as one step)."""
     for key, allowed, description in VERL_RANGES:
         value = OmegaConf.select(config, key, default=None)
-        if value is None and not key.endswith("total_training_steps"):
-            continue
-        if isinstance(value, bool) or (value is not None and not isinstance(value, (int, float))):
-            continue  # a wrong type is check_verl_option_types' message
+        if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue  # unset (null: verl's default), or a wrong type: check_verl_option_types' message
         if not allowed(value):
             raise SetupError(f"{key}={value!r} is out of range: must be {description}")
     estimator = OmegaConf.select(config, "algorithm.adv_estimator", default=None)
