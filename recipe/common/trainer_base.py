@@ -266,14 +266,6 @@ class HookedRayPPOTrainer(RayPPOTrainer):
                                     "recipe's trainer, or run without compute_budget.limit")
         return result
 
-    # ------------------------------------------------------------------ shared helpers
-    def _log_prob_batch_divisor(self) -> int:
-        """Rows a ``compute_log_prob`` call must be a multiple of: DP ranks × the per-GPU micro-batch
-        (verl's engine asserts it unless dynamic batch sizes are on)."""
-        rollout = self.config.actor_rollout_ref.rollout
-        micro = 1 if rollout.get("log_prob_use_dynamic_bsz", False) else int(rollout.log_prob_micro_batch_size_per_gpu or 1)
-        return int(self.actor_rollout_wg.world_size) * micro
-
     # ------------------------------------------------------------------ the pinned verl's fit + the hook calls
     # Do not edit by hand: docs/upgrading_verl.md (python -m recipe.common.upstream check).
     def fit(self):

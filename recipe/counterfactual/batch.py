@@ -15,11 +15,22 @@ recipe/counterfactual/counterfactual_trainer.py), after ``old_log_probs`` are in
     batch.batch["advantages"] = batch.batch["advantages"] * weights    # (bs, response_length), after compute_advantage
 
 Each drop_s = log p(a | y) - log p(a | y with s masked) [§importance] takes both log-probs from the same
-``compute_log_prob`` call: the masked-copy batch holds, per measured response, an unmasked copy of the row
-(its unmasked row) next to its masked copies. In bf16, with verl's padding removal and dynamic micro-batches, a
-row's log-probs depend slightly on the batch it is scored in; taking log p(a | y) from ``old_log_probs`` (another
-call, over the whole training batch) would add that difference to every drop, and a span without effect could read
-as a small positive or negative drop. ``old_log_probs`` is only compared with the unmasked rows, as a metric.
+forward micro-batch: the masked-copy batch holds, per measured response, an unmasked copy of the row (its unmasked
+row) next to its masked copies. In bf16, with verl's padding removal, a row's log-probs depend slightly on the
+micro-batch it is scored in (its GEMMs' shapes); taking log p(a | y) from another micro-batch, or from
+``old_log_probs`` (another call over the whole training batch), would add that difference to every drop, and a span
+without effect could read as a small positive or negative drop. ``old_log_probs`` is only compared with the
+unmasked rows, as a metric.
+
+One call is not one micro-batch: verl's actor (``engine/utils.py`` ``prepare_micro_batches``) cuts its rank's
+rows into micro-batches, with ``use_dynamic_bsz`` by ``seqlen_balancing.rearrange_micro_batches``, which reorders
+and scatters rows by token count (a response's unmasked row and its copies land apart), and otherwise into
+contiguous chunks of ``micro_batch_size_per_gpu`` rows (a response straddling a boundary is split too). So the call
+is laid out for fixed micro-batches of ``micro_batch_rows`` rows (:attr:`CounterfactualPlan.micro_batch_rows`;
+:func:`compute_masked_log_probs` tells the actor to use them, whatever the run's ``log_prob_use_dynamic_bsz``): a
+response is measured in units of its unmasked row and at most ``micro_batch_rows - 1`` masked copies, units are
+packed whole into micro-batch slots, and a slot a unit does not fill is filled with a repeat of an unmasked row
+(``FILLER``, forward work that is counted but not read).
 
 Row layout (verl's): ``input_ids = cat(prompts, responses)``, prompts left-padded, responses
 right-padded; a response's valid tokens are those with ``attention_mask == 1`` after the prompt.
@@ -101,6 +112,7 @@ def rows_with_signal(
 
 
 UNMASKED = -1  # ``CounterfactualPlan.forward_spans`` of a measured response's unmasked row
+FILLER = -2  # ``CounterfactualPlan.forward_spans`` of a row that fills a micro-batch slot (a repeated unmasked row)
 
 
 @dataclass(frozen=True)
@@ -110,14 +122,26 @@ class CounterfactualPlan:
 
     ``segmentations[i]`` is None for rows that keep uniform weight without being segmented (``vanilla``
     mode, or a group without learning signal). Copies are listed row by row, spans in order. A measured
-    response (a row with masked copies) is also scored unmasked in the same batch, so that its drops compare
-    log-probs of one forward call: the batch (``forward_rows``, ``forward_spans``) holds, per measured response in
-    plan order, its unmasked row (span ``UNMASKED``) and then its masked copies.
+    response (a row with masked copies) is also scored unmasked in the same micro-batch as its copies, so that its
+    drops compare log-probs of one forward: the batch (``forward_rows``, ``forward_spans``) holds units of an
+    unmasked row (span ``UNMASKED``) followed by masked copies of that row. Without ``micro_batch_rows`` there is
+    one unit per measured response, in plan order. With it (the rows of one micro-batch of the actor's forward),
+    a response's copies are cut into units of at most ``micro_batch_rows - 1`` copies, each with its own unmasked
+    row, and the units are packed whole into slots of ``micro_batch_rows`` rows (first fit, longest first), each
+    slot but the last filled up with ``FILLER`` rows (a repeat of the slot's first unmasked row): no unit crosses a
+    micro-batch boundary (module docstring).
     """
 
     segmentations: tuple[ResponseSegmentation | None, ...]
     copy_rows: np.ndarray  # (num_copies,) int64: source row of each masked copy
     copy_spans: np.ndarray  # (num_copies,) int64: index of the masked span in that row's segmentation
+    micro_batch_rows: int | None = None  # rows of one forward micro-batch (>= 2); None: no slot layout
+
+    def __post_init__(self) -> None:
+        m = self.micro_batch_rows
+        if m is not None and (isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 2):
+            raise ValueError(f"CounterfactualPlan.micro_batch_rows={m!r} must be an integer >= 2: an unmasked row "
+                             "and a masked copy must share a micro-batch")
 
     @property
     def num_copies(self) -> int:
@@ -135,8 +159,13 @@ class CounterfactualPlan:
 
     @property
     def num_forward_rows(self) -> int:
-        """Rows of the masked-copy batch: the masked copies and one unmasked row per measured response."""
-        return self.num_copies + self.num_measured
+        """Rows of the masked-copy batch: the masked copies, the unmasked rows (one per unit) and the fillers."""
+        return int(self.forward_rows.shape[0])
+
+    @property
+    def num_unmasked_rows(self) -> int:
+        """Unmasked rows of the masked-copy batch: one per unit (``num_measured`` without ``micro_batch_rows``)."""
+        return int((self.forward_spans == UNMASKED).sum())
 
     @property
     def forward_rows(self) -> np.ndarray:
@@ -149,13 +178,37 @@ class CounterfactualPlan:
         return self._forward_layout()[1]
 
     def _forward_layout(self) -> tuple[np.ndarray, np.ndarray]:
-        rows: list[int] = []
-        spans: list[int] = []
+        per_unit = None if self.micro_batch_rows is None else self.micro_batch_rows - 1
+        units: list[list[tuple[int, int]]] = []  # (row, span) of each unit's rows
         for row in self.measured_rows.tolist():
             own = self.copy_spans[self.copy_rows == row].tolist()
-            rows.extend([row] * (1 + len(own)))
-            spans.extend([UNMASKED, *own])
+            step = per_unit or len(own)
+            units += [[(row, UNMASKED), *((row, k) for k in own[lo:lo + step])] for lo in range(0, len(own), step)]
+        if self.micro_batch_rows is not None:
+            units = [unit for slot in pack_units(units, self.micro_batch_rows) for unit in slot]
+        rows = [row for unit in units for row, _ in unit]
+        spans = [span for unit in units for _, span in unit]
         return np.asarray(rows, dtype=np.int64), np.asarray(spans, dtype=np.int64)
+
+
+def pack_units(units: list[list[tuple[int, int]]], slot_rows: int) -> list[list[list[tuple[int, int]]]]:
+    """``units`` (each at most ``slot_rows`` rows) packed whole into slots of ``slot_rows`` rows, first fit with the
+    longest units first (stable among equals); every slot but the last is filled up with one ``FILLER`` unit of
+    repeats of its first row's source row, so that slot k covers rows [k·slot_rows, (k+1)·slot_rows) exactly."""
+    slots: list[list[list[tuple[int, int]]]] = []
+    room: list[int] = []
+    for unit in sorted(units, key=len, reverse=True):
+        k = next((i for i, free in enumerate(room) if free >= len(unit)), None)
+        if k is None:
+            slots.append([])
+            room.append(slot_rows)
+            k = len(slots) - 1
+        slots[k].append(unit)
+        room[k] -= len(unit)
+    for slot, free in zip(slots[:-1], room[:-1]):
+        if free:
+            slot.append([(slot[0][0][0], FILLER)] * free)
+    return slots
 
 
 def plan_counterfactuals(
@@ -163,10 +216,12 @@ def plan_counterfactuals(
     config: CounterfactualConfig,
     decode: DecodeFn,
     signal: np.ndarray | None = None,
+    micro_batch_rows: int | None = None,
 ) -> CounterfactualPlan:
     """Segment every row with signal and list one masked copy per span (none for random/vanilla).
 
-    ``signal`` (bool per row, e.g. from :func:`rows_with_signal`) defaults to all rows.
+    ``signal`` (bool per row, e.g. from :func:`rows_with_signal`) defaults to all rows; ``micro_batch_rows``: the
+    rows of one micro-batch of the forward that scores the copies (:class:`CounterfactualPlan`).
     """
     _require_keys(batch, ("prompts", "responses", "attention_mask"), "plan_counterfactuals")
     bs = batch.batch["responses"].shape[0]
@@ -192,13 +247,15 @@ def plan_counterfactuals(
         segmentations=tuple(segmentations),
         copy_rows=np.asarray(copy_rows, dtype=np.int64),
         copy_spans=np.asarray(copy_spans, dtype=np.int64),
+        micro_batch_rows=micro_batch_rows,
     )
 
 
 def build_masked_copies(batch: DataProto, plan: CounterfactualPlan, mask_token_id: int) -> DataProto:
     """The masked-copy batch for the actor's ``compute_log_prob``: ``plan.num_forward_rows`` rows, in the order of
-    ``plan.forward_rows``: per measured response, an unmasked copy of its row (its unmasked row, where
-    :func:`counterfactual_token_weights` reads log p(a | y)), then one row per planned (row, span).
+    ``plan.forward_rows``: per unit of a measured response, an unmasked copy of its row (its unmasked row, where
+    :func:`counterfactual_token_weights` reads log p(a | y)), then one row per planned (row, span) of the unit;
+    a ``FILLER`` row is an unmasked copy too (:class:`CounterfactualPlan`).
 
     Each masked copy is its source row with the span's response tokens replaced by ``mask_token_id`` in both
     ``responses`` and ``input_ids``; ``prompts``, ``attention_mask`` and ``response_mask`` are the source's
@@ -216,7 +273,7 @@ def build_masked_copies(batch: DataProto, plan: CounterfactualPlan, mask_token_i
     prompt_len = batch.batch["prompts"].shape[1]
     responses = copies.batch["responses"].clone()
     for j, (row, span_index) in enumerate(zip(rows.tolist(), spans.tolist(), strict=True)):
-        if span_index != UNMASKED:
+        if span_index >= 0:  # a masked copy; an unmasked row and a filler are the row as it is
             responses[j] = mask_span(responses[j], plan.segmentations[row].spans[span_index], mask_token_id)
     input_ids = copies.batch["input_ids"].clone()
     input_ids[:, prompt_len:] = responses
@@ -231,6 +288,27 @@ def build_masked_copies(batch: DataProto, plan: CounterfactualPlan, mask_token_i
     return copies
 
 
+def micro_batch_rows(rollout: Any, longest_row: int) -> int:
+    """Rows of one micro-batch of the counterfactual forward (:class:`CounterfactualPlan`), from the run's log-prob
+    batching (``actor_rollout_ref.rollout``): ``log_prob_micro_batch_size_per_gpu``, or, under
+    ``log_prob_use_dynamic_bsz``, as many rows of ``longest_row`` tokens as ``log_prob_max_token_len_per_gpu``
+    holds (verl's dynamic batching bounds a micro-batch's tokens by it; its sequence-parallel factor is not counted,
+    which errs on the small side). Fewer than 2 rows cannot score an unmasked row beside a masked copy: a
+    ValueError naming the option."""
+    if rollout.get("log_prob_use_dynamic_bsz", False):
+        budget = rollout.get("log_prob_max_token_len_per_gpu")
+        rows = int(budget) // max(int(longest_row), 1) if budget is not None else 0
+        option = (f"actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu={budget} (with log_prob_use_dynamic_bsz)"
+                  f" holds {rows} row(s) of {int(longest_row)} tokens")
+    else:
+        rows = rollout.get("log_prob_micro_batch_size_per_gpu")
+        option = f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={rows}"
+    if rows is None or rows < 2:
+        raise ValueError(f"{option}: the counterfactual method scores each response's unmasked row in the same "
+                         "micro-batch as its masked copies, so a log-prob micro-batch must hold at least 2 rows")
+    return int(rows)
+
+
 def forward_row_lengths(masked: DataProto, size_divisor: int) -> list[int]:
     """Valid tokens of every row :func:`compute_masked_log_probs` runs through the actor: the masked-copy batch's
     rows and the padding rows verl's ``pad_dataproto_to_divisor`` appends (the batch's first rows again, cycling,
@@ -240,18 +318,27 @@ def forward_row_lengths(masked: DataProto, size_divisor: int) -> list[int]:
     return lengths + [lengths[i % len(lengths)] for i in range(pad)]
 
 
-def compute_masked_log_probs(actor_rollout_wg: Any, masked: DataProto, size_divisor: int) -> torch.Tensor:
+def compute_masked_log_probs(actor_rollout_wg: Any, masked: DataProto, size_divisor: int,
+                             micro_batch_rows: int | None = None) -> torch.Tensor:
     """Response log-probs ``(len(masked), response_length)`` of the masked-copy batch (masked copies and
     unmasked rows, :func:`build_masked_copies`) from verl's actor, in one call.
 
     Mirrors ``RayPPOTrainer._compute_old_log_prob`` (no entropy, no loss): pads to ``size_divisor``
-    (the actor's data-parallel size), converts to verl's no-padding TensorDict, calls
-    ``actor_rollout_wg.compute_log_prob`` and slices the response back out.
+    (the actor's data-parallel size times ``micro_batch_rows``), converts to verl's no-padding TensorDict, calls
+    ``actor_rollout_wg.compute_log_prob`` and slices the response back out. With ``micro_batch_rows`` (the plan's),
+    the call asks the actor for fixed micro-batches of that many rows (``use_dynamic_bsz=False``,
+    ``micro_batch_size_per_gpu``: verl's ``infer_batch`` takes them from the call before its config), so each
+    micro-batch is one slot of the plan's layout and no unmasked row is scored apart from its copies.
     """
+    if micro_batch_rows is not None and size_divisor % micro_batch_rows:
+        raise ValueError(f"compute_masked_log_probs: size_divisor={size_divisor} is not a multiple of "
+                         f"micro_batch_rows={micro_batch_rows}: a rank's rows would not be whole micro-batch slots")
     padded, pad_size = pad_dataproto_to_divisor(masked, size_divisor)
     padded.meta_info["global_token_num"] = padded.batch["attention_mask"].sum(-1).tolist()
     batch_td = left_right_2_no_padding(padded.to_tensordict())
     tu.assign_non_tensor(batch_td, calculate_entropy=False, compute_loss=False)
+    if micro_batch_rows is not None:
+        tu.assign_non_tensor(batch_td, use_dynamic_bsz=False, micro_batch_size_per_gpu=int(micro_batch_rows))
     output = actor_rollout_wg.compute_log_prob(batch_td)
     log_probs = no_padding_2_padding(tu.get(output, "log_probs"), batch_td).float()
     return log_probs[: len(padded) - pad_size] if pad_size else log_probs
@@ -260,29 +347,35 @@ def compute_masked_log_probs(actor_rollout_wg: Any, masked: DataProto, size_divi
 def measured_answer_log_probs(
     plan: CounterfactualPlan, masked_log_probs: torch.Tensor
 ) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
-    """Per measured response ``row``: ``(log p(a | y), log p(a | y with s masked) for every span s)``, a scalar and
-    a ``(num_spans,)`` tensor [§importance], both read from ``masked_log_probs``, the masked-copy batch's
-    log-probs ``(plan.num_forward_rows, response_length)``: its unmasked row and its masked copies."""
+    """Per measured response ``row``: ``(log p(a | y), log p(a | y with s masked))`` for every span s, two
+    ``(num_spans,)`` tensors [§importance], both read from ``masked_log_probs``, the masked-copy batch's
+    log-probs ``(plan.num_forward_rows, response_length)``: each span's masked copy and the unmasked row of its unit
+    (the same micro-batch), so entry s of the first is log p(a | y) as scored beside copy s."""
     rows, spans = plan.forward_rows.tolist(), plan.forward_spans.tolist()
-    unmasked: dict[int, int] = {}
-    copies: dict[int, list[int]] = {}
+    unit_of: dict[int, int] = {}  # row -> its current unit's unmasked row (units are contiguous)
+    copies: dict[int, list[tuple[int, int]]] = {}  # row -> (copy's index, its unit's unmasked index)
     for j, (row, span) in enumerate(zip(rows, spans, strict=True)):
         if span == UNMASKED:
-            unmasked[row] = j
-        else:
-            copies.setdefault(row, []).append(j)
+            unit_of[row] = j
+            copies.setdefault(row, [])
+        elif span >= 0:
+            if row not in unit_of:
+                raise ValueError(f"measured_answer_log_probs: forward row {j} masks span {span} of row {row} before "
+                                 "any unmasked row of it")
+            copies[row].append((j, unit_of[row]))
     measured = {}
-    for row, j in unmasked.items():
+    for row, own in copies.items():
         seg = plan.segmentations[row]
-        listed = [spans[k] for k in copies[row]]
+        listed = [spans[k] for k, _ in own]
         if seg is None or not seg.measurable or listed != list(range(len(seg.spans))):
             has = "no segmentation" if seg is None else (
                 f"{len(seg.spans)} spans" + ("" if seg.has_answer else " and no answer"))
             raise ValueError(f"measured_answer_log_probs: the plan lists masked copies of row {row} for spans "
                              f"{listed}; the row has {has} (every span of a measurable row, in order)")
         n = seg.num_tokens
-        measured[row] = (answer_log_prob(masked_log_probs[j, :n], seg),
-                         answer_log_prob(masked_log_probs[copies[row], :n], seg))
+        copy_idx, unmasked_idx = [k for k, _ in own], [u for _, u in own]
+        measured[row] = (answer_log_prob(masked_log_probs[unmasked_idx, :n], seg),
+                         answer_log_prob(masked_log_probs[copy_idx, :n], seg))
     return measured
 
 
@@ -313,8 +406,9 @@ def counterfactual_token_weights(
     if tuple(masked_log_probs.shape) != (plan.num_forward_rows, resp_len):
         raise ValueError(
             f"counterfactual_token_weights: masked_log_probs has shape {tuple(masked_log_probs.shape)}, "
-            f"expected {(plan.num_forward_rows, resp_len)} (one row per masked copy, {plan.num_copies}, and one "
-            f"unmasked row per measured response, {plan.num_measured})"
+            f"expected {(plan.num_forward_rows, resp_len)} (one row per masked copy, {plan.num_copies}, one "
+            f"unmasked row per unit of a measured response, {plan.num_unmasked_rows}, and "
+            f"{plan.num_forward_rows - plan.num_copies - plan.num_unmasked_rows} filler(s))"
         )
     if len(plan.segmentations) != bs:
         raise ValueError(
@@ -343,8 +437,8 @@ def counterfactual_token_weights(
             unmasked, masked = measured[row]
             drops = span_drops(unmasked, masked)
             all_drops.extend(drops.tolist())
-            if full_log_probs is not None:
-                shifts.append(abs(float(unmasked - answer_log_prob(full_log_probs[row, : seg.num_tokens], seg))))
+            if full_log_probs is not None:  # the response's first unmasked row (its first unit's)
+                shifts.append(abs(float(unmasked[0] - answer_log_prob(full_log_probs[row, : seg.num_tokens], seg))))
         row_weights = response_weights(seg, config, drops, generator, response_mask[row, : seg.num_tokens])
         weights[row, : seg.num_tokens] = row_weights
         counts["weighted"] += 1
@@ -371,7 +465,7 @@ def _weight_metrics(counts: dict[str, int], plan: CounterfactualPlan, drops: lis
         "counterfactual/weighted_responses": float(counts["weighted"]),
         "counterfactual/segmented_responses": float(segmented),
         "counterfactual/masked_copies": float(plan.num_copies),
-        "counterfactual/unmasked_rows": float(plan.num_measured),
+        "counterfactual/unmasked_rows": float(plan.num_unmasked_rows),
         "counterfactual/extra_forward_rows": float(plan.num_forward_rows),
     }
     if segmented:
@@ -394,10 +488,13 @@ __all__ = [
     "sequence_values",
     "rows_with_signal",
     "UNMASKED",
+    "FILLER",
+    "pack_units",
     "CounterfactualPlan",
     "plan_counterfactuals",
     "build_masked_copies",
     "compute_masked_log_probs",
+    "micro_batch_rows",
     "forward_row_lengths",
     "measured_answer_log_probs",
     "counterfactual_token_weights",

@@ -42,18 +42,24 @@ class RayCounterfactualTrainer(HookedRayPPOTrainer):
     def apply_counterfactual_weights(self, batch: DataProto, metrics: dict, timing_raw: dict) -> None:
         """Token weights from the answer log-prob drop when a reasoning span is masked, multiplied into the
         advantages. Extra no-grad forward passes go through the actor's own ``compute_log_prob``, in one call that
-        also scores each measured response unmasked (the drops' log p(a | y)); groups whose rewards are all equal
-        (zero advantage) are skipped. Every row of that call, unmasked rows included, is counted as forward work."""
+        also scores each measured response unmasked (the drops' log p(a | y)) in the micro-batch of its copies
+        (``recipe.counterfactual.batch``: fixed micro-batches of the run's log-prob micro-batch rows, or of as many
+        rows as its dynamic token budget holds); groups whose rewards are all equal (zero advantage) are skipped.
+        Every row of that call, unmasked rows and fillers included, is counted as forward work."""
         cfg = self.counterfactual
         signal = cf.rows_with_signal(batch, key="token_level_scores")
-        plan = cf.plan_counterfactuals(batch, cfg, cf.make_decode_fn(self.tokenizer), signal)
+        micro = None
+        if cfg.needs_forward_passes:  # a micro-batch's rows: the copies' layout keeps each unit in one
+            longest = int(batch.batch["attention_mask"].sum(-1).max()) if len(batch) else 1
+            micro = cf.micro_batch_rows(self.config.actor_rollout_ref.rollout, longest)
+        plan = cf.plan_counterfactuals(batch, cfg, cf.make_decode_fn(self.tokenizer), signal, micro)
         log_probs = torch.empty(0, batch.batch["responses"].shape[1])
-        forward_rows = []  # valid tokens of each row the call runs: masked copies, unmasked rows, verl's padding
+        forward_rows = []  # valid tokens of each row the call runs: copies, unmasked rows, fillers, verl's padding
         if plan.num_copies:
-            divisor = self._log_prob_batch_divisor()
+            divisor = int(self.actor_rollout_wg.world_size) * micro  # every rank's rows: whole micro-batch slots
             with marked_timer("counterfactual_forward", timing_raw, color="purple"):
                 masked = cf.build_masked_copies(batch, plan, self.tokenizer.pad_token_id)
-                log_probs = cf.compute_masked_log_probs(self.actor_rollout_wg, masked, divisor)
+                log_probs = cf.compute_masked_log_probs(self.actor_rollout_wg, masked, divisor, micro)
             forward_rows = cf.forward_row_lengths(masked, divisor)
         weights, cf_metrics = cf.counterfactual_token_weights(batch, plan, cfg, batch.batch["old_log_probs"], log_probs)
         batch.batch["advantages"] = batch.batch["advantages"] * weights.to(batch.batch["advantages"].dtype)

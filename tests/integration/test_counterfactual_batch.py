@@ -8,6 +8,7 @@ locally built tiny tokenizer; a tiny Qwen2 model run in-process (float64) stands
 from __future__ import annotations
 
 import copy
+import re
 
 import numpy as np
 import pytest
@@ -25,6 +26,7 @@ from counterfactual.importance import (
     span_drops,
 )
 from recipe.counterfactual.batch import (
+    FILLER,
     UNMASKED,
     CounterfactualPlan,
     build_masked_copies,
@@ -323,7 +325,8 @@ def test_shape_errors_name_the_argument(batch, tokenizer):
     r_len = batch.batch["responses"].shape[1]
     with pytest.raises(ValueError, match="masked_log_probs"):
         counterfactual_token_weights(batch, plan, CounterfactualConfig(), torch.zeros(6, r_len), torch.zeros(1, r_len))
-    with pytest.raises(ValueError, match=r"masked_log_probs .* one unmasked row per measured response, 2\)"):
+    with pytest.raises(ValueError,
+                       match=r"masked_log_probs .* one unmasked row per unit of a measured response, 2, and 0 filler"):
         counterfactual_token_weights(  # the masked copies alone: the unmasked rows are missing
             batch, plan, CounterfactualConfig(), torch.zeros(6, r_len), torch.zeros(plan.num_copies, r_len)
         )
@@ -463,18 +466,19 @@ def test_drops_and_weights_match_a_one_sequence_reference_on_random_batches(seed
         assert "counterfactual/drop_mean" not in metrics
 
 
-def run_trainer_step(batch, tokenizer, model, monkeypatch, log_prob_micro_batch: int):
+def run_trainer_step(batch, tokenizer, model, monkeypatch, log_prob_micro_batch: int | None, actor=None,
+                     rollout: dict | None = None):
     """The counterfactual trainer's hook on ``batch`` with an in-process actor (1 GPU, ``log_prob_micro_batch`` rows
-    per log-prob micro-batch): (trainer, the step's StepWork records, metrics)."""
+    per log-prob micro-batch, or the ``rollout`` options given): (trainer, the step's StepWork records, metrics)."""
     from recipe.counterfactual.counterfactual_trainer import RayCounterfactualTrainer
 
     trainer = RayCounterfactualTrainer.__new__(RayCounterfactualTrainer)
     trainer.config = OmegaConf.create({"algorithm": {}, "actor_rollout_ref": {
         "actor": {"ppo_epochs": 1}, "model": {},
-        "rollout": {"log_prob_micro_batch_size_per_gpu": log_prob_micro_batch}}})
+        "rollout": rollout or {"log_prob_micro_batch_size_per_gpu": log_prob_micro_batch}}})
     trainer.counterfactual, trainer.tokenizer = CounterfactualConfig(), tokenizer
-    trainer.actor_rollout_wg = InProcessActor(model)
-    trainer.actor_rollout_wg.world_size = 1
+    trainer.actor_rollout_wg = actor or InProcessActor(model)
+    trainer.actor_rollout_wg.world_size = getattr(trainer.actor_rollout_wg, "world_size", 1)
     trainer.use_reference_policy, trainer.gpu_time_coefficients = False, None
     trainer.model_shape = ModelShape(matmul_params=1000, num_layers=3, attention_dim=8)
     works = []
@@ -490,30 +494,129 @@ def run_trainer_step(batch, tokenizer, model, monkeypatch, log_prob_micro_batch:
 
 def test_trainer_counts_the_unmasked_rows_as_forward_work(batch, tokenizer, model, monkeypatch):
     """``counterfactual/compute/step_flops`` (and the GPU-time model) price every row of the masked-copy call: the
-    masked copies and the measured responses' unmasked rows."""
-    trainer, works, metrics = run_trainer_step(batch, tokenizer, model, monkeypatch, log_prob_micro_batch=1)
+    masked copies and the measured responses' unmasked rows (one slot of 16 rows holds both responses' units)."""
+    trainer, works, metrics = run_trainer_step(batch, tokenizer, model, monkeypatch, log_prob_micro_batch=16)
 
-    plan = plan_counterfactuals(batch, CounterfactualConfig(), make_decode_fn(tokenizer), rows_with_signal(batch))
+    plan = plan_counterfactuals(batch, CounterfactualConfig(), make_decode_fn(tokenizer), rows_with_signal(batch), 16)
     lengths = batch.batch["attention_mask"].sum(-1)
     expected = lengths[torch.from_numpy(plan.forward_rows)].tolist()  # the call's rows, unmasked ones included
-    assert len(expected) == plan.num_copies + 2
-    assert trainer.actor_rollout_wg.calls == [{"rows": len(expected), "entropy": False, "temperature": TEMPERATURE}]
-    assert len(works) == 1 and list(works[0].counterfactual_forward) == expected
+    assert len(expected) == plan.num_copies + 2 and plan.num_forward_rows < 16
+    padded = expected + [expected[i % len(expected)] for i in range(16 - len(expected))]  # verl's padding to 16
+    assert trainer.actor_rollout_wg.calls == [{"rows": 16, "entropy": False, "temperature": TEMPERATURE}]
+    assert len(works) == 1 and list(works[0].counterfactual_forward) == padded
     assert metrics["counterfactual/compute/step_flops"] == step_flops(works[0], trainer.model_shape).total
     shape = trainer.model_shape
-    assert step_flops(works[0], shape).counterfactual_forward == forward_flops(expected, shape) > 0
+    assert step_flops(works[0], shape).counterfactual_forward == forward_flops(padded, shape) > 0
     assert metrics["counterfactual/extra_forward_rows"] == len(expected)
     assert metrics["counterfactual/masked_copies"] == plan.num_copies and metrics["counterfactual/unmasked_rows"] == 2
 
 
-def test_the_padding_rows_verl_adds_are_counted_as_forward_work(batch, tokenizer, model, monkeypatch):
-    """With 4 log-prob rows per GPU, verl pads the masked-copy call to a multiple of 4 by repeating its first rows:
-    those rows run through the actor too, and the step's forward work counts them (before: only the call's own)."""
-    trainer, works, _ = run_trainer_step(batch, tokenizer, model, monkeypatch, log_prob_micro_batch=4)
+def test_the_filler_and_padding_rows_are_counted_as_forward_work(batch, tokenizer, model, monkeypatch):
+    """With 6 log-prob rows per GPU, each response's unit (its unmasked row and at most 5 copies) is packed into a
+    6-row slot (fillers where a unit does not fill one), and verl pads the call to a multiple of 6 by repeating its
+    first rows: all of those rows run through the actor, and the step's forward work counts them."""
+    trainer, works, metrics = run_trainer_step(batch, tokenizer, model, monkeypatch, log_prob_micro_batch=6)
 
-    plan = plan_counterfactuals(batch, CounterfactualConfig(), make_decode_fn(tokenizer), rows_with_signal(batch))
+    plan = plan_counterfactuals(batch, CounterfactualConfig(), make_decode_fn(tokenizer), rows_with_signal(batch), 6)
     own = batch.batch["attention_mask"].sum(-1)[torch.from_numpy(plan.forward_rows)].tolist()
-    padded = own + [own[i % len(own)] for i in range((-len(own)) % 4)]
-    assert len(own) % 4 != 0, "the fixture must need padding for this test to mean anything"
-    assert trainer.actor_rollout_wg.calls[0]["rows"] == len(padded) and len(padded) % 4 == 0
+    padded = own + [own[i % len(own)] for i in range((-len(own)) % 6)]
+    assert len(own) % 6 != 0 and (plan.forward_spans == FILLER).any(), "the fixture must need fillers and padding"
+    assert trainer.actor_rollout_wg.calls[0]["rows"] == len(padded) and len(padded) % 6 == 0
     assert list(works[0].counterfactual_forward) == padded
+    assert metrics["counterfactual/extra_forward_rows"] == len(own) == plan.num_copies + 2 + 1  # one filler
+
+
+class MicroBatchedActor(InProcessActor):
+    """``actor_rollout_wg`` as verl 0.9.1 runs ``compute_log_prob``: the call's rows chunked over ``world_size``
+    ranks (the dispatch), each rank's engine defaults (``infer_batch``: only keys the call did not set) and its
+    micro-batches (``engine.utils.prepare_micro_batches``: dynamic by token budget, or fixed chunks). A row's
+    log-probs carry an offset of its micro-batch (bf16's batch-dependent numerics, exaggerated): a drop whose two
+    terms come from one micro-batch cancels it exactly; one whose terms come from two does not."""
+
+    def __init__(self, model, world_size: int, **engine_defaults):
+        super().__init__(model)
+        self.world_size, self.engine_defaults, self.micro_batches = world_size, engine_defaults, []
+
+    def compute_log_prob(self, td: TensorDict) -> TensorDict:
+        from verl.workers.engine.utils import prepare_micro_batches
+
+        n = td.batch_size[0]
+        td["row_index"] = torch.arange(n)
+        offsets = torch.zeros(n, dtype=torch.float64)
+        for rank_td in tu.chunk_tensordict(td, self.world_size):
+            for key, value in self.engine_defaults.items():
+                if key not in rank_td.keys():
+                    tu.assign_non_tensor(rank_td, **{key: value})
+            micro, _ = prepare_micro_batches(rank_td)
+            for mb in micro:
+                rows = mb["row_index"].tolist()
+                self.micro_batches.append(rows)
+                offsets[rows] = 0.25 * len(self.micro_batches)
+        out = super().compute_log_prob(td)
+        values = out["log_probs"]
+        shifted = [v + offsets[i] for i, v in enumerate(values.unbind())]
+        return tu.get_tensordict({"log_probs": torch.nested.nested_tensor_from_jagged(
+            torch.cat(shifted), offsets=values.offsets())})
+
+
+@pytest.mark.parametrize("rollout, world_size", [
+    # the run's log-prob batching is dynamic: verl's rearrange_micro_batches would scatter the rows by length
+    ({"log_prob_use_dynamic_bsz": True, "log_prob_max_token_len_per_gpu": 500}, 1),
+    ({"log_prob_use_dynamic_bsz": True, "log_prob_max_token_len_per_gpu": 300}, 2),
+    ({"log_prob_micro_batch_size_per_gpu": 3}, 2),  # fixed chunks of 3 rows: a response's rows straddle them
+])
+def test_every_drop_reads_its_unmasked_row_from_its_copys_micro_batch(batch, tokenizer, model, monkeypatch, rollout,
+                                                                        world_size):
+    """Before: the call took the run's log-prob batching; under ``log_prob_use_dynamic_bsz`` verl's
+    ``rearrange_micro_batches`` put a response's unmasked row and its copies in different micro-batches (and fixed
+    chunks cut a response's rows apart), so every drop carried the difference of two micro-batches' numerics."""
+    engine = {"use_dynamic_bsz": rollout.get("log_prob_use_dynamic_bsz", False),
+              "max_token_len_per_gpu": rollout.get("log_prob_max_token_len_per_gpu"),
+              "micro_batch_size_per_gpu": rollout.get("log_prob_micro_batch_size_per_gpu")}
+    actor = MicroBatchedActor(model, world_size, **engine)
+    _, _, metrics = run_trainer_step(batch, tokenizer, model, monkeypatch, None, actor=actor, rollout=rollout)
+    _, _, reference = run_trainer_step(batch, tokenizer, model, monkeypatch, 64)  # one micro-batch, no offsets
+    assert len(actor.micro_batches) > world_size  # the call was cut into several micro-batches
+    # float32 log-probs (verl's): the offsets cancel to rounding; a drop across two micro-batches is off by >= 0.25
+    assert metrics["counterfactual/drop_mean"] == pytest.approx(reference["counterfactual/drop_mean"], abs=1e-5)
+    assert metrics["counterfactual/distractor_share"] == reference["counterfactual/distractor_share"]
+
+
+@pytest.mark.parametrize("rollout, named", [
+    ({"log_prob_micro_batch_size_per_gpu": 1}, "log_prob_micro_batch_size_per_gpu=1: "),
+    ({"log_prob_use_dynamic_bsz": True, "log_prob_max_token_len_per_gpu": 150}, "holds 1 row(s) of "),
+])
+def test_a_micro_batch_that_cannot_hold_an_unmasked_row_and_a_copy_is_refused(batch, tokenizer, model, monkeypatch,
+                                                                                rollout, named):
+    with pytest.raises(ValueError, match=re.escape(named)):
+        run_trainer_step(batch, tokenizer, model, monkeypatch, None, rollout=rollout)
+
+
+@pytest.mark.parametrize("slot, sizes", [(4, [11, 1, 3]), (2, [5, 5]), (11, [11, 11, 2, 9]), (3, [1, 1, 1, 1])])
+def test_the_layout_keeps_every_unit_in_one_slot(slot, sizes):
+    """Units of at most ``slot - 1`` copies after their unmasked row; slot k is rows [k·slot, (k+1)·slot)."""
+    segs = tuple(ResponseSegmentation(num_tokens=100, reasoning_end=90, has_answer=True,
+                                      spans=tuple(Span(2 * i, 2 * i + 1, "sentence") for i in range(n)),
+                                      is_formatting=(False,) * 100)
+                 for n in sizes)
+    rows = np.repeat(np.arange(len(sizes)), sizes)
+    spans = np.concatenate([np.arange(n) for n in sizes])
+    plan = CounterfactualPlan(segs, rows, spans, micro_batch_rows=slot)
+    f_rows, f_spans = plan.forward_rows, plan.forward_spans
+    units = 0
+    for lo in range(0, len(f_rows), slot):
+        unmasked = None
+        for row, span in zip(f_rows[lo:lo + slot].tolist(), f_spans[lo:lo + slot].tolist()):
+            if span == UNMASKED:
+                unmasked, units = row, units + 1
+            elif span >= 0:
+                assert unmasked == row  # a copy follows its own row's unmasked row, in the same slot
+    assert units == sum(-(-n // (slot - 1)) for n in sizes) == plan.num_unmasked_rows
+    assert sorted(zip(rows.tolist(), spans.tolist())) == sorted(
+        (r, k) for r, k in zip(f_rows.tolist(), f_spans.tolist()) if k >= 0)  # every copy once
+    lp = torch.zeros(len(f_rows), 100)
+    lp[:, 95] = torch.from_numpy(np.where(f_spans == UNMASKED, 0.0, -1.0 - f_spans))  # drop_s = 1 + s
+    for row, (unmasked_lp, masked_lp) in measured_answer_log_probs(plan, lp).items():
+        assert span_drops(unmasked_lp, masked_lp).tolist() == [1.0 + k for k in range(sizes[row])]
+    with pytest.raises(ValueError, match="micro_batch_rows=1 must be an integer >= 2"):
+        CounterfactualPlan(segs, rows, spans, micro_batch_rows=1)

@@ -4,6 +4,7 @@ before Ray starts, in seconds, with one line naming the option."""
 from __future__ import annotations
 
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -484,3 +485,29 @@ def test_free_form_nodes_and_dataclass_fields_take_keys_verls_yaml_lacks(tiny_ru
         custom = compose(config_name="ibpo_trainer", overrides=overrides_for(
             tiny_run, "data.custom_cls.path=my_dataset.py", "data.custom_cls.name=MyDataset", "+data.my_option=3"))
     check_unknown_keys(custom, recipe_top_level_keys())  # a custom dataset class may read data.my_option
+
+
+@pytest.mark.parametrize("overrides, named", [
+    (["actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1"],
+     "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1: the counterfactual method scores"),
+    (["actor_rollout_ref.actor.use_dynamic_bsz=true", "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=true",
+      "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=4096",
+      "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=${data.max_response_length}"],
+     "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu="),
+])
+def test_a_counterfactual_log_prob_micro_batch_of_one_row_is_refused(tiny_run, overrides, named):
+    """Before: accepted; a response's unmasked row and its masked copies were then scored in different
+    micro-batches (one row each, or as verl's dynamic batching scattered them), not beside each other."""
+    from recipe.common.methods import run_method_check
+
+    register_config_resolvers()
+    with initialize_config_module(config_module="recipe.counterfactual.config", version_base=None):
+        cfg = compose(config_name="counterfactual_trainer", overrides=overrides_for(tiny_run, *overrides))
+    OmegaConf.resolve(cfg)
+    with pytest.raises(SetupError, match=re.escape(named)):
+        run_method_check(cfg, "counterfactual", 4096)
+    with initialize_config_module(config_module="recipe.counterfactual.config", version_base=None):
+        cfg = compose(config_name="counterfactual_trainer", overrides=overrides_for(tiny_run, *overrides,
+                                                                                      "counterfactual.mode=random"))
+    OmegaConf.resolve(cfg)
+    run_method_check(cfg, "counterfactual", 4096)  # a mode without masked copies needs no such micro-batch
