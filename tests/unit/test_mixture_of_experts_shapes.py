@@ -96,3 +96,22 @@ def test_bad_mixture_of_experts_configs_are_refused_by_name(tmp_path):
     config.save_pretrained(tmp_path)
     with pytest.raises(SetupError, match="no weight is named like transformers' routed experts"):
         model_flop_shape(str(tmp_path))
+
+
+def test_a_mixture_of_experts_with_a_measured_dense_models_active_parameters_is_another_shape(tmp_path):
+    """A Qwen3-MoE config built to compute with Qwen3-1.7B's parameters per token (8 of 64 experts of 766: within
+    0.05%, same layers, heads and KV) reads 8x the MLP weights per decode pass: the H200 measurement at Qwen3-1.7B
+    must not price it (``same_shape`` compares weight bytes, not only the active parameters and KV bytes)."""
+    from transformers import Qwen3MoeConfig
+
+    from compute_accounting.gpu_time import MODEL_SHAPES, resolve_coefficients, same_shape
+
+    Qwen3MoeConfig(vocab_size=151936, hidden_size=2048, intermediate_size=6144, moe_intermediate_size=766,
+                   num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8, head_dim=128, num_experts=64,
+                   num_experts_per_tok=8, tie_word_embeddings=True).save_pretrained(tmp_path)
+    shape, dense = model_serving_shape(str(tmp_path)), MODEL_SHAPES["Qwen3-1.7B"]
+    assert abs(shape.matmul_params / dense.matmul_params - 1) < 0.001
+    assert shape.kv_bytes_per_token == dense.kv_bytes_per_token and shape.weight_bytes > 3 * dense.weight_bytes
+    assert not same_shape("Qwen3-1.7B", shape)
+    with pytest.raises(ValueError, match="no measured coefficients for H200 at "):
+        resolve_coefficients("measured:H200", shape)
