@@ -75,14 +75,24 @@ def infer_split(path: str | Path) -> str:
 def prepare_gsm8k(
     input_path: str | Path, split: str | None = None, template: str = "boxed", skip_invalid: bool = False
 ) -> tuple[list[dict], PrepSummary]:
-    """Read one GSM8K split (``None``: inferred from the file name) and build the verl rows."""
+    """Read one GSM8K split (``None``: inferred from the file name) and build the verl rows. A question read again
+    with the same final answer is skipped (counted); with another final answer it is refused naming both rows."""
     summary = PrepSummary(DATA_SOURCE)
     split = split or infer_split(input_path)
     out_split = split
+    seen: dict[str, tuple[str, str]] = {}  # question -> (its final answer, where it was first read)
 
-    def convert(raw: RawRow) -> dict:
+    def convert(raw: RawRow) -> dict | None:
         question = require_str(raw, "question").strip()
         answer = gsm8k_final_answer(raw)
+        if question in seen:
+            first_answer, first_ref = seen[question]
+            if answer != first_answer:  # which answer is right is unknowable; either would train a wrong reward
+                raise PrepError(raw.ref, "answer", f"final answer {answer!r:.60} differs from {first_answer!r:.60} "
+                                f"of the same question first read at {first_ref}")
+            summary.skip("duplicate question")  # a second copy would weigh the problem twice
+            return None
+        seen[question] = (answer, str(raw.ref))  # after both checks: an invalid copy claims nothing
         return make_math_row(
             data_source=DATA_SOURCE,
             problem=question,

@@ -24,6 +24,8 @@ from data_prep.common import (
     CODE_EXTRA_INFO,
     MATH_EXTRA_INFO,
     PrepError,
+    RawRow,
+    RowRef,
     integer_text,
     read_verl_parquet,
     run_cli,
@@ -620,6 +622,36 @@ def test_a_gsm8k_answer_with_two_final_markers_is_refused(tmp_path):
                           "test-00000-of-00001.parquet") / "test-00000-of-00001.parquet"
     with pytest.raises(PrepError, match=r"row 2, field 'answer': 2 '####' final-answer markers, expected one"):
         gsm8k.prepare_gsm8k(path)
+
+
+def test_a_gsm8k_question_with_another_answer_is_refused_and_a_copy_skipped(tmp_path):
+    # before: both copies were written, the same question with two golds (one of them rewards a wrong answer)
+    raw = pq.read_table(RAW / "openai/gsm8k/main/train-00000-of-00001.parquet").to_pylist()
+    other = {**raw[0], "question": "  " + raw[0]["question"] + "\n", "answer": raw[0]["answer"] + "1"}
+    gold = gsm8k.gsm8k_final_answer(RawRow(RowRef("x", 1), raw[0]))
+    path = _write_parquet(tmp_path / "gsm", [raw[0], raw[1], raw[0], other], "test-0.parquet") / "test-0.parquet"
+    with pytest.raises(PrepError, match=rf"row 4, field 'answer': final answer '{gold}1' differs from '{gold}' of "
+                                        r"the same question first read at .*test-0\.parquet, row 1$"):
+        gsm8k.prepare_gsm8k(path)
+    rows, summary = gsm8k.prepare_gsm8k(path, skip_invalid=True)  # the copy counted, the conflict skipped
+    assert [r["extra_info"]["problem_id"] for r in rows] == ["gsm8k-test-00000", "gsm8k-test-00001"]
+    assert summary.skipped["duplicate question"] == 1 and sum(summary.skipped.values()) == 2
+
+
+def test_a_livecodebench_copy_with_other_tests_is_refused_naming_both_rows(tmp_path):
+    # before: the second copy of a question_id was skipped unread, so which tests were kept depended on file order
+    rows = [json.loads(line) for line in (MALFORMED / "lcb/bad_platform.jsonl").read_text().splitlines()]
+    valid = next(r for r in rows if r["platform"] == "atcoder")
+    tests = json.loads(valid["public_test_cases"])
+    other = {**valid, "public_test_cases": json.dumps([{**tests[0], "output": tests[0]["output"] + "1"}, *tests[1:]])}
+    path = tmp_path / "copies.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in (valid, valid, other)))
+    with pytest.raises(PrepError, match=r"copies\.jsonl, row 3, field 'public_test_cases': differs from the copy of "
+                                        r"question_id 'abc904_b' first read at .*copies\.jsonl, row 1 \(differing "
+                                        r"fields: \['public_test_cases'\]\)$"):
+        livecodebench.prepare_livecodebench([path], tmp_path / "lcb.parquet")
+    summary = livecodebench.prepare_livecodebench([path], tmp_path / "lcb.parquet", skip_invalid=True)
+    assert summary.rows_written == 1 and summary.skipped["duplicate question_id (first seen in copies.jsonl)"] == 1
 
 
 def test_the_same_problem_text_under_two_ids_is_refused(tmp_path):
