@@ -399,6 +399,15 @@ def parse_day(text: str, flag: str) -> datetime:
         raise PrepError(flag, None, f"expected YYYY-MM-DD, got {text!r}") from exc
 
 
+def eval_window(split: str, start: str, end: str) -> WindowSplit:
+    """The rows ``split`` keeps for the ``--start``/``--end`` options; a malformed date or an end not after the
+    start raises :class:`PrepError` naming the option (``data_prep.all`` calls it before building any set)."""
+    window = WindowSplit(split, parse_day(start, "--start"), parse_day(end, "--end"))
+    if window.end <= window.start:
+        raise PrepError("--end", None, f"end {end} is not after start {start}")
+    return window
+
+
 def eval_problem_ids(parquet_path: str | Path) -> set[str]:
     """``problem_id`` of every row of a prepared LCB parquet (``--check-disjoint``); a file that is missing, not
     a parquet file or not a prepared one (no ``extra_info.problem_id``) is a :class:`PrepError` naming it."""
@@ -433,9 +442,7 @@ def prepare_livecodebench(
     """Prepare one LCB split from raw files and write it to ``output``; returns the run summary."""
     if split not in DATA_SOURCES:
         raise ValueError(f"split must be one of {list(DATA_SOURCES)}, got {split!r}")
-    window = WindowSplit(split, parse_day(start, "--start"), parse_day(end, "--end"))
-    if window.end <= window.start:
-        raise PrepError("--end", None, f"end {end} is not after start {start}")
+    window = eval_window(split, start, end)
     drop_errata = (errata or ("drop" if split == "train" else "keep")) == "drop"
     files = find_lcb_files(inputs, config)
     # read before the (minutes-long) preparation: a missing or wrong file stops the run before it writes anything

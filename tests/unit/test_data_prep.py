@@ -654,6 +654,19 @@ def test_a_livecodebench_copy_with_other_tests_is_refused_naming_both_rows(tmp_p
     assert summary.rows_written == 1 and summary.skipped["duplicate question_id (first seen in copies.jsonl)"] == 1
 
 
+def test_a_bad_lcb_window_option_stops_data_prep_all_before_any_file(tmp_path, monkeypatch, capsys):
+    # before: aime25.parquet and hmmt_feb_2025.parquet were written (or the hub fetched) before --start was read
+    import data_prep.all as prep_all
+
+    with pytest.raises(PrepError, match=r"^--end: end 2025-02-01 is not after start 2025-06-01$"):
+        build_all(RAW, tmp_path / "out", allow_partial=True, start="2025-06-01", end="2025-02-01")
+    assert not (tmp_path / "out").exists()
+    monkeypatch.setattr(prep_all, "fetch_all", lambda *a, **k: pytest.fail("fetched before the options were read"))
+    assert prep_all.main(["--out-dir", str(tmp_path / "out"), "--start", "2025-13-01"]) == 2
+    assert capsys.readouterr().err == "error: --start: expected YYYY-MM-DD, got '2025-13-01'\n"
+    assert not (tmp_path / "out").exists()
+
+
 def test_the_same_problem_text_under_two_ids_is_refused(tmp_path):
     aime = [{"id": 0, "problem": "Find x.", "answer": "70"}, {"id": 1, "problem": "Find x.", "answer": "588"}]
     path = tmp_path / "aime.jsonl"
