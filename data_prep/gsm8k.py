@@ -32,16 +32,22 @@ from data_prep.templates import MATH_TEMPLATES
 
 DATA_SOURCE = "openai/gsm8k"
 NUMBER = re.compile(r"-?\d+(\.\d+)?")
+THOUSANDS = re.compile(r"-?\d{1,3}(,\d{3})+(\.\d+)?")  # 1,000 and 12,345.5: the commas verl's prep removes
 
 
 def gsm8k_final_answer(raw: RawRow) -> str:
-    """The number after the one ``####`` of the ``answer`` field, commas removed."""
+    """The number after the one ``####`` of the ``answer`` field, thousands commas removed (``1,000``); commas
+    anywhere else (``7,2``) are refused naming the row."""
     text = require_str(raw, "answer")
     if "####" not in text:
         raise PrepError(raw.ref, "answer", "no '#### <number>' final answer")
     if text.count("####") > 1:  # which one is final is a guess: GSM8K's solutions end with exactly one
         raise PrepError(raw.ref, "answer", f"{text.count('####')} '####' final-answer markers, expected one")
-    final = text.rsplit("####", 1)[1].strip().replace(",", "")
+    written = text.rsplit("####", 1)[1].strip()
+    if "," in written and not THOUSANDS.fullmatch(written):  # "7,2" is no thousands grouping: 72? 7.2? 7 and 2?
+        raise PrepError(raw.ref, "answer", f"final answer after '####' has commas that are not thousands "
+                        f"separators: {written!r}")
+    final = written.replace(",", "")
     if not NUMBER.fullmatch(final):
         raise PrepError(raw.ref, "answer", f"final answer after '####' is not a number: {final!r}")
     return final

@@ -624,6 +624,19 @@ def test_a_gsm8k_answer_with_two_final_markers_is_refused(tmp_path):
         gsm8k.prepare_gsm8k(path)
 
 
+@pytest.mark.parametrize("written, expected", [("1,000", "1000"), ("-12,345.5", "-12345.5"), ("7,2", None),
+                                               ("1,00", None), ("1000,000", None), (",72", None)])
+def test_gsm8k_commas_are_removed_only_as_thousands_separators(written, expected):
+    # before: every comma was deleted, so a malformed "7,2" became the gold 72
+    raw = RawRow(RowRef("train.jsonl", 3), {"question": "q", "answer": f"work\n#### {written}"})
+    if expected is not None:
+        assert gsm8k.gsm8k_final_answer(raw) == expected
+        return
+    with pytest.raises(PrepError, match=rf"^train\.jsonl, row 3, field 'answer': final answer after '####' has "
+                                        rf"commas that are not thousands separators: '{written}'$"):
+        gsm8k.gsm8k_final_answer(raw)
+
+
 def test_a_gsm8k_question_with_another_answer_is_refused_and_a_copy_skipped(tmp_path):
     # before: both copies were written, the same question with two golds (one of them rewards a wrong answer)
     raw = pq.read_table(RAW / "openai/gsm8k/main/train-00000-of-00001.parquet").to_pylist()
