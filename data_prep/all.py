@@ -61,6 +61,7 @@ def build_all(
     raw, out = Path(raw_dir), Path(out_dir)
     if not raw.is_dir():
         raise FileNotFoundError(f"{raw}: raw data folder not found")
+    livecodebench.eval_window("eval", start, end)  # a bad --start/--end stops the run before any file is written
     summaries: list[PrepSummary] = []
     missing: list[str] = []
 
@@ -116,6 +117,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-invalid", action="store_true", help="skip and count malformed rows")
     parser.add_argument("--allow-partial", action="store_true", help="accept AIME/HMMT with fewer than 30 rows")
     args = parser.parse_args(argv)
+    try:  # before fetching anything
+        livecodebench.eval_window("eval", args.start, args.end)
+    except PrepError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     failures: list[str] = []
     raw_dir = args.raw_dir
     if raw_dir is None:

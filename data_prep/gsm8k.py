@@ -32,16 +32,22 @@ from data_prep.templates import MATH_TEMPLATES
 
 DATA_SOURCE = "openai/gsm8k"
 NUMBER = re.compile(r"-?\d+(\.\d+)?")
+THOUSANDS = re.compile(r"-?\d{1,3}(,\d{3})+(\.\d+)?")  # 1,000 and 12,345.5: the commas verl's prep removes
 
 
 def gsm8k_final_answer(raw: RawRow) -> str:
-    """The number after the one ``####`` of the ``answer`` field, commas removed."""
+    """The number after the one ``####`` of the ``answer`` field, thousands commas removed (``1,000``); commas
+    anywhere else (``7,2``) are refused naming the row."""
     text = require_str(raw, "answer")
     if "####" not in text:
         raise PrepError(raw.ref, "answer", "no '#### <number>' final answer")
     if text.count("####") > 1:  # which one is final is a guess: GSM8K's solutions end with exactly one
         raise PrepError(raw.ref, "answer", f"{text.count('####')} '####' final-answer markers, expected one")
-    final = text.rsplit("####", 1)[1].strip().replace(",", "")
+    written = text.rsplit("####", 1)[1].strip()
+    if "," in written and not THOUSANDS.fullmatch(written):  # "7,2" is no thousands grouping: 72? 7.2? 7 and 2?
+        raise PrepError(raw.ref, "answer", f"final answer after '####' has commas that are not thousands "
+                        f"separators: {written!r}")
+    final = written.replace(",", "")
     if not NUMBER.fullmatch(final):
         raise PrepError(raw.ref, "answer", f"final answer after '####' is not a number: {final!r}")
     return final
@@ -75,14 +81,24 @@ def infer_split(path: str | Path) -> str:
 def prepare_gsm8k(
     input_path: str | Path, split: str | None = None, template: str = "boxed", skip_invalid: bool = False
 ) -> tuple[list[dict], PrepSummary]:
-    """Read one GSM8K split (``None``: inferred from the file name) and build the verl rows."""
+    """Read one GSM8K split (``None``: inferred from the file name) and build the verl rows. A question read again
+    with the same final answer is skipped (counted); with another final answer it is refused naming both rows."""
     summary = PrepSummary(DATA_SOURCE)
     split = split or infer_split(input_path)
     out_split = split
+    seen: dict[str, tuple[str, str]] = {}  # question -> (its final answer, where it was first read)
 
-    def convert(raw: RawRow) -> dict:
+    def convert(raw: RawRow) -> dict | None:
         question = require_str(raw, "question").strip()
         answer = gsm8k_final_answer(raw)
+        if question in seen:
+            first_answer, first_ref = seen[question]
+            if answer != first_answer:  # which answer is right is unknowable; either would train a wrong reward
+                raise PrepError(raw.ref, "answer", f"final answer {answer!r:.60} differs from {first_answer!r:.60} "
+                                f"of the same question first read at {first_ref}")
+            summary.skip("duplicate question")  # a second copy would weigh the problem twice
+            return None
+        seen[question] = (answer, str(raw.ref))  # after both checks: an invalid copy claims nothing
         return make_math_row(
             data_source=DATA_SOURCE,
             problem=question,

@@ -9,7 +9,8 @@ Input: ``livecodebench/code_generation_lite`` downloaded from the Hugging Face h
 ``--input`` takes files or folders (several allowed). In a folder, every ``test*.jsonl`` is read in order
 test.jsonl -> test6.jsonl; without jsonl files, one parquet config is read (``--config``, default the first
 present of release_v6, release_latest, v5_v6, v6). Rows are de-duplicated by ``question_id`` (first
-occurrence wins) *before* the date split, so a problem lands in exactly one of the two sets.
+occurrence wins) *before* the date split, so a problem lands in exactly one of the two sets; a later copy whose
+statement, tests, metadata, starter code or date differ from the first's is refused naming both rows.
 
   eval  (default): start <= contest_date < end        (default [2025-02-01, 2025-06-01): Feb..May 2025)
   train          : contest_date < start               (everything dated before the eval window)
@@ -31,6 +32,7 @@ from __future__ import annotations
 import argparse
 import base64
 import binascii
+import hashlib
 import io
 import json
 import pickle
@@ -310,12 +312,25 @@ class LcbRunState:
     """Counters gathered while streaming (for the summary and the disjointness check)."""
 
     seen: dict[str, str] = field(default_factory=dict)
+    # question_id -> (field -> digest of its raw value, where it was first read): a later copy must agree
+    first_copy: dict[str, tuple[dict[str, str], str]] = field(default_factory=dict)
     eval_window_ids: set[str] = field(default_factory=set)
     written_ids: list[str] = field(default_factory=list)
     dates: list[datetime] = field(default_factory=list)
     platforms: Counter = field(default_factory=Counter)
     difficulties: Counter = field(default_factory=Counter)
     test_types: Counter = field(default_factory=Counter)
+
+
+# What a second copy of a question_id must repeat: the statement, the tests (its answer) and what decides them.
+COPY_FIELDS = ("question_content", "public_test_cases", "private_test_cases", "metadata", "starter_code",
+               "contest_date")
+
+
+def copy_digests(raw: RawRow) -> dict[str, str]:
+    """A digest of each raw :data:`COPY_FIELDS` value (private tests run to megabytes: only digests are kept)."""
+    return {name: hashlib.sha256(repr(raw.data.get(name)).encode("utf-8", "surrogatepass")).hexdigest()
+            for name in COPY_FIELDS}
 
 
 def iter_lcb_rows(
@@ -333,14 +348,21 @@ def iter_lcb_rows(
 
     def convert(raw: RawRow) -> dict | None:
         question_id = require_str(raw, "question_id").strip()
+        digests = copy_digests(raw)
         if question_id in state.seen:
+            first, first_ref = state.first_copy[question_id]
+            differing = [name for name in COPY_FIELDS if digests[name] != first[name]]
+            if differing:  # which copy's tests are right is unknowable: first-wins would pick one silently
+                raise PrepError(raw.ref, differing[0], f"differs from the copy of question_id {question_id!r} "
+                                f"first read at {first_ref} (differing fields: {differing})")
             summary.skip(f"duplicate question_id (first seen in {Path(state.seen[question_id]).name})")
             return None
         state.seen[question_id] = raw.ref.file
+        state.first_copy[question_id] = (digests, str(raw.ref))
         try:
             return convert_new(raw, question_id)
         except PrepError:  # an invalid copy does not claim its id: a later valid one is kept (--skip-invalid)
-            del state.seen[question_id]
+            del state.seen[question_id], state.first_copy[question_id]
             raise
 
     def convert_new(raw: RawRow, question_id: str) -> dict | None:
@@ -377,6 +399,15 @@ def parse_day(text: str, flag: str) -> datetime:
         raise PrepError(flag, None, f"expected YYYY-MM-DD, got {text!r}") from exc
 
 
+def eval_window(split: str, start: str, end: str) -> WindowSplit:
+    """The rows ``split`` keeps for the ``--start``/``--end`` options; a malformed date or an end not after the
+    start raises :class:`PrepError` naming the option (``data_prep.all`` calls it before building any set)."""
+    window = WindowSplit(split, parse_day(start, "--start"), parse_day(end, "--end"))
+    if window.end <= window.start:
+        raise PrepError("--end", None, f"end {end} is not after start {start}")
+    return window
+
+
 def eval_problem_ids(parquet_path: str | Path) -> set[str]:
     """``problem_id`` of every row of a prepared LCB parquet (``--check-disjoint``); a file that is missing, not
     a parquet file or not a prepared one (no ``extra_info.problem_id``) is a :class:`PrepError` naming it."""
@@ -411,9 +442,7 @@ def prepare_livecodebench(
     """Prepare one LCB split from raw files and write it to ``output``; returns the run summary."""
     if split not in DATA_SOURCES:
         raise ValueError(f"split must be one of {list(DATA_SOURCES)}, got {split!r}")
-    window = WindowSplit(split, parse_day(start, "--start"), parse_day(end, "--end"))
-    if window.end <= window.start:
-        raise PrepError("--end", None, f"end {end} is not after start {start}")
+    window = eval_window(split, start, end)
     drop_errata = (errata or ("drop" if split == "train" else "keep")) == "drop"
     files = find_lcb_files(inputs, config)
     # read before the (minutes-long) preparation: a missing or wrong file stops the run before it writes anything

@@ -235,6 +235,30 @@ _NUMBER_WORD_RE = re.compile(
     r"fifteen|sixteen|seventeen|eighteen|nineteen|twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety|hundred|"
     r"thousand|million|billion|trillion|dozen|half|twice|double|triple)(?![A-Za-z])")
 
+# Words that change the value they follow ("70 thousand", "2 pi", "3 squared", "5 factorial"). "percent", "per"
+# and "by" are not among them here: ``70\%`` ≡ 70 is a documented leniency, ``per`` joins compound units and
+# "\boxed{70} by symmetry" explains.
+_VALUE_WORDS = frozenset({"hundred", "hundreds", "thousand", "thousands", "million", "millions", "billion",
+                          "billions", "trillion", "dozen", "dozens", "squared", "cubed", "half", "halves", "third",
+                          "thirds", "quarter", "quarters", "tenth", "tenths", "hundredths", "thousandths", "pi",
+                          "sqrt", "root", "roots", "log", "ln", "sin", "cos", "tan", "factorial", "infinity", "inf",
+                          "power", "divided", "mod", "modulo", "remainder", "halved", "doubled", "tripled"})
+# Magnitude suffixes and vagueness written after a number ("70k", "70 bn", "70 lakh", "70ish", "70-ish"): read
+# as a unit they would make 70000 or "about 70" score as 70.
+_MAGNITUDE_RE = re.compile(r"(?<![A-Za-z])(?:k|M|B|bn|mn|mln|bln|lakhs?|crores?)(?![A-Za-z])"
+                           r"|(?<![A-Za-z])-?ish(?![A-Za-z])")
+
+
+def value_changing_text(text: str) -> bool:
+    """Whether ``text`` written beside an answer (a ``\\text{}`` group in it, or the first word after its box)
+    changes the value it stands by: a value word (:data:`_VALUE_WORDS`), a magnitude suffix or ``-ish``
+    (:data:`_MAGNITUDE_RE`), a ``?`` or a ``+`` (``70\\text{+}``: 70 or more), or a bracket that opens or
+    closes outside it (``70 \\text{ (} 71 \\text{)}``: the bracket encloses a second value)."""
+    words = {w.lower() for w in re.findall(r"[A-Za-z]+", text)}
+    brackets = sum(text.count(c) for c in "([") - sum(text.count(c) for c in ")]")
+    return bool(words & _VALUE_WORDS or _MAGNITUDE_RE.search(text) or re.search(r"[?+]", text) or brackets
+                or re.match(r"[^(\[]*[)\]]", text))
+
 
 def line_after_box_hedged(text: str, end: int) -> bool:
     """RULE "hedge after the box": whether the rest of the box's line (from ``end``) holds a second value or a
@@ -257,7 +281,9 @@ def line_after_box_hedged(text: str, end: int) -> bool:
         return False
     tail = _TAIL_UNIT_EXPONENT_RE.sub(" ", tail)
     plain = _LATEX_COMMAND_NAME_RE.sub(" ", tail)
+    first_word = re.match(r"[^A-Za-z]*?(-?[A-Za-z]+)", plain)  # "\boxed{70} squared", "\boxed{70}\text{k}"
     return bool(re.search(r"[0-9?]", plain) or _NUMBER_WORD_RE.search(plain) or _TAIL_HEDGE_RE.search(plain)
+                or (first_word and value_changing_text(first_word.group(1)))
                 or _relation_tokens(tail) - {"\\to", "\\Rightarrow", "\\implies"})
 
 
@@ -550,6 +576,9 @@ def answer_problem(answer: str, gold: str) -> str | None:
         if beside_math and not _LIST_TEXT_RE.fullmatch(words) and _TAIL_HEDGE_RE.search(words) \
                 and not _TAIL_HEDGE_RE.search(gold_texts):
             return "hedge inside \\text{} next to other math"
+        # "70 \text{ squared}", "70\text{k}", "70 \text{ (} 71 \text{)}": math-verify drops the text, not its sense
+        if beside_math and value_changing_text(words) and not value_changing_text(gold_texts):
+            return "value-changing word inside \\text{} next to other math"
     if answer.count("\\boxed") + answer.count("\\fbox"):
         inner = answer.replace("\\boxed", "").replace("\\fbox", "")
         return answer_problem(inner, gold)
@@ -654,7 +683,8 @@ def _unit_is_hedge(unit: str) -> bool:
     words = [w.lower() for w in re.findall(r"[A-Za-z]+", re.sub(r"\\[A-Za-z]+", " ", text))]
     words = [w for i, w in enumerate(words) if not (w == "per" and 0 < i < len(words) - 1)]
     return bool(set(words) & _HEDGE_WORDS) or _HEDGE_RE.search(" ".join(words)) is not None \
-        or _TAIL_HEDGE_RE.search(text) is not None or _NUMBER_WORD_RE.search(text) is not None
+        or _TAIL_HEDGE_RE.search(text) is not None or _NUMBER_WORD_RE.search(text) is not None \
+        or _MAGNITUDE_RE.search(text) is not None or re.search(r"[?+]", text) is not None
 # a row break ``\\`` (matrices, arrays, cases) is matched first so that its second backslash is never read as
 # the start of a LaTeX space ``\ `` (``1 & 2 \\ 3 & 4`` kept, not ``1 & 2 \  3 & 4``)
 _LATEX_SPACE_RE = re.compile(r"\\\\|\\[,;:! ]|~|\\q?quad(?![A-Za-z])")
@@ -668,12 +698,7 @@ _PM_RE = re.compile(r"^(?P<a>[^=,;]*?)\s*\\(?:pm|mp)\s*(?P<b>[^=,;]+)$")
 _HEDGE_WORDS = frozenset({"or", "and", "not", "approximately", "about", "around", "roughly", "nearly", "maybe",
                           "perhaps", "possibly", "probably", "either", "plus", "minus", "times", "over", "than",
                           "less", "more", "at", "least", "most", "to", "if", "unless", "except", "wrong", "no",
-                          # words that change the value: "70 thousand", "2 pi", "3 squared", "5 factorial"
-                          "hundred", "hundreds", "thousand", "thousands", "million", "millions", "billion",
-                          "billions", "trillion", "dozen", "dozens", "squared", "cubed", "half", "halves", "third",
-                          "thirds", "quarter", "quarters", "tenth", "tenths", "hundredths", "thousandths", "pi",
-                          "sqrt", "root", "roots", "log", "ln", "sin", "cos", "tan", "factorial", "infinity",
-                          "inf", "power", "percent", "per", "divided", "by", "mod", "modulo", "remainder"})
+                          "percent", "per", "by"}) | _VALUE_WORDS  # and the words that change the value
 
 
 def _unicode_math(s: str) -> str:

@@ -130,13 +130,36 @@ def test_the_project_verifiers_self_test_runs_and_its_failure_is_named(tiny_run,
     assert calls and calls[0][0] == ["ibpo/synthetic_arith"] and calls[0][1] is reward_fns.compute_score
 
 
-def test_a_user_reward_function_skips_the_project_self_test(tiny_run, tmp_path, monkeypatch):
+# A user's function that reads the final answer ("Answer: 42"; the self-test's other phrasings score 0 alike).
+REAL_USER_REWARD = ("def score(data_source, solution_str, ground_truth, extra_info=None, **kw):\n"
+                    "    return float(solution_str.strip().endswith(' ' + str(ground_truth)))\n")
+
+
+def test_a_user_reward_function_is_self_tested_relative_to_its_scale(tiny_run, tmp_path, monkeypatch):
     import reward_fns
 
-    monkeypatch.setattr(reward_fns, "self_test", lambda *a, **k: pytest.fail("self_test ran for a user function"))
+    calls = []
+    real_self_test = reward_fns.self_test
+    monkeypatch.setattr(reward_fns, "self_test", lambda *a, **k: calls.append(k) or real_self_test(*a, **k))
     own = tmp_path / "own_reward.py"
-    own.write_text("def score(data_source, solution_str, ground_truth, extra_info=None, **kw):\n    return 0.0\n")
+    own.write_text(REAL_USER_REWARD)
     preflight(composed(tiny_run, f"reward.custom_reward_function.path={own}", "reward.custom_reward_function.name=score"))
+    assert calls == [{"relative": True}]
+
+
+@pytest.mark.parametrize("constant", ["0.0", "1.0", "{'score': -1.0}"])
+def test_a_user_reward_function_that_ignores_the_response_is_refused(tiny_run, tmp_path, constant):
+    # before: the self-test ran only for pkg://reward_fns, so a constant reward passed the pre-flight
+    own = tmp_path / "constant_reward.py"
+    own.write_text(f"def score(data_source, solution_str, ground_truth, extra_info=None, **kw):\n    return {constant}\n")
+    message = refused(tiny_run, f"reward.custom_reward_function.path={own}", "reward.custom_reward_function.name=score")
+    value = float(constant.strip("{}").split(":")[-1])
+    assert message.startswith(
+        f"reward.custom_reward_function.path={own} reward.custom_reward_function.name=score: verifier self-test "
+        "failed: reward self-test failed; the verifier cannot tell a right answer from a wrong one, so training would "
+        "receive wrong rewards: | - data_source='ibpo/synthetic_arith', tells right from wrong: no right answer "
+        f"scored more than its wrong one (scores seen: [{value}]); the function ignores the response or the ground "
+        "truth | backend: "), message
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -260,7 +283,7 @@ def test_a_user_reward_function_must_take_verls_keywords(tiny_run, tmp_path):
 
 def test_kwargs_of_a_user_function_taking_star_kwargs_cannot_be_checked_and_say_so(tiny_run, tmp_path):
     own = tmp_path / "loose_reward.py"
-    own.write_text("def score(data_source, solution_str, ground_truth, extra_info=None, **kw):\n    return 0.0\n")
+    own.write_text(REAL_USER_REWARD)
     register_config_resolvers()
     with initialize_config_module(config_module="recipe.ibpo.config", version_base=None):
         cfg = compose(config_name="ibpo_trainer", overrides=overrides_for(

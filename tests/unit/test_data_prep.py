@@ -24,6 +24,8 @@ from data_prep.common import (
     CODE_EXTRA_INFO,
     MATH_EXTRA_INFO,
     PrepError,
+    RawRow,
+    RowRef,
     integer_text,
     read_verl_parquet,
     run_cli,
@@ -620,6 +622,62 @@ def test_a_gsm8k_answer_with_two_final_markers_is_refused(tmp_path):
                           "test-00000-of-00001.parquet") / "test-00000-of-00001.parquet"
     with pytest.raises(PrepError, match=r"row 2, field 'answer': 2 '####' final-answer markers, expected one"):
         gsm8k.prepare_gsm8k(path)
+
+
+@pytest.mark.parametrize("written, expected", [("1,000", "1000"), ("-12,345.5", "-12345.5"), ("7,2", None),
+                                               ("1,00", None), ("1000,000", None), (",72", None)])
+def test_gsm8k_commas_are_removed_only_as_thousands_separators(written, expected):
+    # before: every comma was deleted, so a malformed "7,2" became the gold 72
+    raw = RawRow(RowRef("train.jsonl", 3), {"question": "q", "answer": f"work\n#### {written}"})
+    if expected is not None:
+        assert gsm8k.gsm8k_final_answer(raw) == expected
+        return
+    with pytest.raises(PrepError, match=rf"^train\.jsonl, row 3, field 'answer': final answer after '####' has "
+                                        rf"commas that are not thousands separators: '{written}'$"):
+        gsm8k.gsm8k_final_answer(raw)
+
+
+def test_a_gsm8k_question_with_another_answer_is_refused_and_a_copy_skipped(tmp_path):
+    # before: both copies were written, the same question with two golds (one of them rewards a wrong answer)
+    raw = pq.read_table(RAW / "openai/gsm8k/main/train-00000-of-00001.parquet").to_pylist()
+    other = {**raw[0], "question": "  " + raw[0]["question"] + "\n", "answer": raw[0]["answer"] + "1"}
+    gold = gsm8k.gsm8k_final_answer(RawRow(RowRef("x", 1), raw[0]))
+    path = _write_parquet(tmp_path / "gsm", [raw[0], raw[1], raw[0], other], "test-0.parquet") / "test-0.parquet"
+    with pytest.raises(PrepError, match=rf"row 4, field 'answer': final answer '{gold}1' differs from '{gold}' of "
+                                        r"the same question first read at .*test-0\.parquet, row 1$"):
+        gsm8k.prepare_gsm8k(path)
+    rows, summary = gsm8k.prepare_gsm8k(path, skip_invalid=True)  # the copy counted, the conflict skipped
+    assert [r["extra_info"]["problem_id"] for r in rows] == ["gsm8k-test-00000", "gsm8k-test-00001"]
+    assert summary.skipped["duplicate question"] == 1 and sum(summary.skipped.values()) == 2
+
+
+def test_a_livecodebench_copy_with_other_tests_is_refused_naming_both_rows(tmp_path):
+    # before: the second copy of a question_id was skipped unread, so which tests were kept depended on file order
+    rows = [json.loads(line) for line in (MALFORMED / "lcb/bad_platform.jsonl").read_text().splitlines()]
+    valid = next(r for r in rows if r["platform"] == "atcoder")
+    tests = json.loads(valid["public_test_cases"])
+    other = {**valid, "public_test_cases": json.dumps([{**tests[0], "output": tests[0]["output"] + "1"}, *tests[1:]])}
+    path = tmp_path / "copies.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in (valid, valid, other)))
+    with pytest.raises(PrepError, match=r"copies\.jsonl, row 3, field 'public_test_cases': differs from the copy of "
+                                        r"question_id 'abc904_b' first read at .*copies\.jsonl, row 1 \(differing "
+                                        r"fields: \['public_test_cases'\]\)$"):
+        livecodebench.prepare_livecodebench([path], tmp_path / "lcb.parquet")
+    summary = livecodebench.prepare_livecodebench([path], tmp_path / "lcb.parquet", skip_invalid=True)
+    assert summary.rows_written == 1 and summary.skipped["duplicate question_id (first seen in copies.jsonl)"] == 1
+
+
+def test_a_bad_lcb_window_option_stops_data_prep_all_before_any_file(tmp_path, monkeypatch, capsys):
+    # before: aime25.parquet and hmmt_feb_2025.parquet were written (or the hub fetched) before --start was read
+    import data_prep.all as prep_all
+
+    with pytest.raises(PrepError, match=r"^--end: end 2025-02-01 is not after start 2025-06-01$"):
+        build_all(RAW, tmp_path / "out", allow_partial=True, start="2025-06-01", end="2025-02-01")
+    assert not (tmp_path / "out").exists()
+    monkeypatch.setattr(prep_all, "fetch_all", lambda *a, **k: pytest.fail("fetched before the options were read"))
+    assert prep_all.main(["--out-dir", str(tmp_path / "out"), "--start", "2025-13-01"]) == 2
+    assert capsys.readouterr().err == "error: --start: expected YYYY-MM-DD, got '2025-13-01'\n"
+    assert not (tmp_path / "out").exists()
 
 
 def test_the_same_problem_text_under_two_ids_is_refused(tmp_path):

@@ -375,3 +375,43 @@ def test_self_test_uses_the_configured_reward_function():
         self_test(["mystery_source"])
     results = self_test(["mystery_source"], raise_on_failure=False)
     assert not results[0].ok
+
+
+def _constant(value):
+    def reward(data_source, solution_str, ground_truth, extra_info=None):
+        return value
+    return reward
+
+
+def _ignores_the_gold(data_source, solution_str, ground_truth, extra_info=None):
+    return float("42" in solution_str)
+
+
+def _plus_minus_one(data_source, solution_str, ground_truth, extra_info=None):  # verl's math_dapo scale
+    return 1.0 if solution_str.strip().rstrip(".}").endswith(ground_truth) else -1.0
+
+
+@pytest.mark.parametrize("reward_fn", [_constant(1.0), _constant({"score": 0.0}), _ignores_the_gold])
+def test_relative_self_test_refuses_a_function_that_cannot_tell_right_from_wrong(reward_fn):
+    # before: only the project's own function was self-tested; a constant user function passed the pre-flight
+    with pytest.raises(reward_fns.VerifierSelfTestError) as info:
+        self_test(["aime25"], reward_fn=reward_fn, relative=True)
+    message = str(info.value)
+    assert message.startswith("reward self-test failed; the verifier cannot tell a right answer from a wrong one")
+    if reward_fn is _ignores_the_gold:
+        assert ("- data_source='aime25', math boxed, gold 41: right vs wrong: the wrong answer scored more: 1.0 for "
+                "'So the answer is \\\\boxed{42}.', 0.0 for the right 'So the answer is \\\\boxed{41}.'") in message
+    else:
+        score = 1.0 if reward_fn("aime25", "", "42") == 1.0 else 0.0
+        assert (f"- data_source='aime25', tells right from wrong: no right answer scored more than its wrong one "
+                f"(scores seen: [{score}]); the function ignores the response or the ground truth") in message
+
+
+def test_relative_self_test_passes_real_verifiers_of_any_scale():
+    from verl.utils.reward_score import default_compute_score
+
+    for fn, sources in ((compute_score, ["aime25", "openai/gsm8k", "livecodebench_v6"]),
+                        (default_compute_score, ["aime25", "math_dapo", "openai/gsm8k"]),
+                        (_plus_minus_one, ["hmmt_feb_2025"])):
+        results = self_test(sources, reward_fn=fn, relative=True)
+        assert results and all(r.ok for r in results), [r for r in results if not r.ok]

@@ -85,8 +85,8 @@ def preflight(config: DictConfig) -> None:
     legacy reward keys, verl's option types, the data files, the model path, the reward function and its
     keyword arguments, every data row (before the rest, so a bad row is always the error named), keys verl's
     config does not have, the model's context, the method's own check (IBPO: the tokenizer against the
-    correction prompt budget), the ranges of verl's numbers, verl's own validation and, for the project's own
-    verifiers, their self-test. ``config`` must be resolved (:func:`resolve_config` first, as the launcher does).
+    correction prompt budget), the ranges of verl's numbers, verl's own validation and the reward function's
+    self-test (right answers paid more than wrong ones). ``config`` must be resolved (:func:`resolve_config` first, as the launcher does).
     Raises :class:`SetupError` (or ``ValueError`` from the option dataclasses) naming the option."""
     # the registry imports this package's checks
     from recipe.common.methods import method_of, recipe_top_level_keys, run_method_check
@@ -115,4 +115,4 @@ def preflight(config: DictConfig) -> None:
     run_method_check(config, method, context)
     check_verl_ranges(config)  # after the method's check: it names the method-specific reason (e.g. G >= 2)
     run_verl_validation(config)  # after the method's checks: they name the method-specific reason for a setting
-    run_verifier_self_test(config, sources)
+    run_verifier_self_test(config, sources, reward_fn)

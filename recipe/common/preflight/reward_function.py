@@ -1,5 +1,6 @@
 """The reward function verl's reward loop will call: loaded as verl loads it, its keyword arguments against
-its signature, one row scored as verl calls it, and the project's own verifiers' self-test."""
+its signature, one row scored as verl calls it, and the self-test (known-right and
+known-wrong answers: exact for the project's own verifiers, relative for any other function)."""
 
 from __future__ import annotations
 
@@ -149,19 +150,40 @@ def load_reward_function(config: DictConfig):
     return fn
 
 
-def run_verifier_self_test(config: DictConfig, data_sources: list[str]) -> None:
-    """When the configured reward is the project's own (``pkg://reward_fns`` ``compute_score``), score its
-    built-in known-right and known-wrong samples for every data source of the run's files through it
-    (``reward_fns.self_test``): a verifier that cannot run (sandbox, broken install) fails here instead of
-    scoring every response 0."""
-    from reward_fns import VerifierSelfTestError, compute_score, self_test
+def run_verifier_self_test(config: DictConfig, data_sources: list[str], reward_fn=None) -> None:
+    """Score built-in known-right and known-wrong samples for every data source of the run's files through the
+    configured reward function (``reward_fns.self_test``). The project's own (``pkg://reward_fns``
+    ``compute_score``) must score them exactly 1 and 0: a verifier that cannot run (sandbox, broken install) fails
+    here instead of scoring every response 0. Any other (``reward_fn``, as :func:`load_reward_function` returns
+    it) must pay each right answer at least its wrong one's score and some strictly more (``relative=True``): one
+    that ignores the response or the gold (always 1, always 0) is refused naming its path and name. Data sources
+    the project has no samples for are not tested; a line says which."""
+    from reward_fns import KNOWN_DATA_SOURCES, VerifierSelfTestError, compute_score, self_test
 
+    block = config.reward.get("custom_reward_function") or {}
+    label, fn, kwargs, relative = "pkg://reward_fns", compute_score, project_reward_kwargs(config), False
+    sources = data_sources
     if not uses_project_reward(config):
-        return
+        if reward_fn is None:
+            return
+        label = (f"{block.get('path')} {REWARD_NAME_KEY}={block.get('name')}" if block.get("path")
+                 else "(unset, so verl's default_compute_score)")
+        sources = [s for s in data_sources if s in KNOWN_DATA_SOURCES]
+        untested = [s for s in data_sources if s not in KNOWN_DATA_SOURCES]
+        if untested:
+            print(f"[recipe] reward self-test: no built-in samples for data sources {untested}; "
+                  f"{REWARD_PATH_KEY}={label} is not checked to tell a right answer from a wrong one there",
+                  flush=True)
+
+        def as_verl_calls(data_source, solution_str, ground_truth, extra_info):  # keywords, awaited if async
+            return _call_reward(reward_fn, data_source=data_source, solution_str=solution_str,
+                                ground_truth=ground_truth, extra_info=extra_info)
+
+        fn, kwargs, relative = as_verl_calls, {}, True  # verl has bound reward_kwargs to reward_fn already
     try:
-        self_test(data_sources, compute_score, project_reward_kwargs(config))
+        self_test(sources, fn, kwargs, relative=relative)
     except VerifierSelfTestError as exc:
-        raise SetupError(f"{REWARD_PATH_KEY}=pkg://reward_fns: verifier self-test failed: "
+        raise SetupError(f"{REWARD_PATH_KEY}={label}: verifier self-test failed: "
                              + " | ".join(str(exc).splitlines())) from exc
 
 
