@@ -38,7 +38,7 @@ KNOWN_DATA_SOURCES: dict[str, str] = {
 EVAL_DATA_SOURCES = frozenset({"aime25", "hmmt_feb_2025", "livecodebench_v6"})
 RESULT_KEYS = ("score", "acc", "pred", "verdict")
 VERDICTS = ("correct", "wrong_answer", "no_answer", "timeout", "global_timeout", "runtime_error",
-            "compile_error", "memory_limit", "output_limit", "worker_died", "error")
+            "compile_error", "memory_limit", "output_limit", "killed", "worker_died", "error")
 
 __all__ = ["compute_score", "KNOWN_DATA_SOURCES", "EVAL_DATA_SOURCES", "RESULT_KEYS", "VERDICTS",
            "compute_math_score", "compute_code_score", "encode_tests", "decode_tests", "TestsDecodeError",

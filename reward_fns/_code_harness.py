@@ -709,15 +709,23 @@ def reap_orphans():
             return
 
 
+def wait_nohang(pid):
+    """``os.wait4(pid, WNOHANG)``: ``(pid, exit)`` once it has exited, ``exit`` being ``(wait status, CPU seconds
+    of the process and its reaped children)`` (:func:`describe_exit` needs both); ``(0, None)`` while it runs."""
+    done, status, usage = os.wait4(pid, os.WNOHANG)
+    return done, ((status, usage.ru_utime + usage.ru_stime) if done else None)
+
+
 def reap(pid, deadline):
-    """waitpid with a deadline; returns the wait status, or None if still running or already reaped."""
+    """waitpid with a deadline; returns the exit (see :func:`wait_nohang`), or None if still running or already
+    reaped."""
     while True:
         try:
-            done, status = os.waitpid(pid, os.WNOHANG)
+            done, ended = wait_nohang(pid)
         except ChildProcessError:  # reaped before (a solution process that died between two calls)
             return None
         if done:
-            return status
+            return ended
         if time.monotonic() >= deadline:
             return None
         time.sleep(0.0005)
@@ -758,14 +766,25 @@ def fork_program(body):
     return pid
 
 
-def describe_exit(status):
-    """Map a child's wait status to (status, detail)."""
+def describe_exit(ended, cpu_limit_s):
+    """Map a child's exit ``(wait status, CPU seconds)`` (:func:`wait_nohang`) to (status, detail).
+    ``cpu_limit_s``: the soft RLIMIT_CPU the child ran under (:func:`child_limits`).
+
+    SIGKILL names its cause only where it is known: RLIMIT_CPU's hard limit sends it to a process that survived
+    the soft limit's SIGXCPU (its CPU time is then past the soft limit: ``timeout``). A kernel OOM kill inside the
+    sample's memory cgroup is told apart by the parent (the cgroup's OOM counter: ``memory_limit``). Anything
+    else is ``killed``: the program's own ``os.kill(os.getpid(), 9)`` / ``killpg``, a kill from outside the
+    sandbox, or (without a memory cgroup) the kernel's OOM killer: which one cannot be known here."""
+    status, cpu_s = ended
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         if sig == signal.SIGXCPU:
             return "timeout", "CPU time limit (SIGXCPU)"
         if sig == signal.SIGKILL:
-            return "memory_limit", "killed by SIGKILL (memory)"
+            if cpu_s >= cpu_limit_s:
+                return "timeout", f"CPU time limit (SIGKILL at RLIMIT_CPU's hard limit, {cpu_s:.2f} s of CPU)"
+            return "killed", (f"killed by SIGKILL (cause unknown; {cpu_s:.2f} s of CPU, under the "
+                              f"{cpu_limit_s:g} s limit)")
         return "runtime_error", f"killed by signal {signal.Signals(sig).name}"
     code = os.WEXITSTATUS(status)
     if code == EXIT_OK:
@@ -828,9 +847,10 @@ def drain_nonblocking(fd, limit):
     return bytes(data)
 
 
-def collect(pid, out_r, err_r, clock, out_cap, monitor, last, job_delay_s=0.0):
+def collect(pid, out_r, err_r, clock, out_cap, monitor, last, cpu_limit_s, job_delay_s=0.0):
     """Read a stdin-mode child's stdout (up to ``out_cap`` bytes) and stderr tail until it exits or times out;
-    once it has exited, what is still in the pipes is read to the end (a grandchild may keep them open)."""
+    once it has exited, what is still in the pipes is read to the end (a grandchild may keep them open).
+    ``cpu_limit_s``: the child's soft RLIMIT_CPU (:func:`describe_exit`)."""
     out, err = bytearray(), bytearray()
     open_fds = {out_r, err_r}
     status, verdict = None, None
@@ -864,9 +884,9 @@ def collect(pid, out_r, err_r, clock, out_cap, monitor, last, job_delay_s=0.0):
         if not ready:
             if job_delay_s:  # test hook: widen the window between the select timeout and the exit check
                 time.sleep(job_delay_s)
-            done, st = os.waitpid(pid, os.WNOHANG)
+            done, ended = wait_nohang(pid)
             if done:  # exited; a grandchild may still hold the pipes open, so do not wait for EOF, but read
-                status = st  # everything already in the pipes (written just before the exit) to the end
+                status = ended  # everything already in the pipes (written just before the exit) to the end
                 for fd in sorted(open_fds):
                     chunk = drain_nonblocking(fd, out_cap + 1 - len(out) if fd == out_r else 1 << 20)
                     verdict = take(fd, chunk) or verdict
@@ -882,19 +902,20 @@ def collect(pid, out_r, err_r, clock, out_cap, monitor, last, job_delay_s=0.0):
     if status is None:
         reap(pid, time.monotonic() + 5)
     if verdict is None:
-        verdict = describe_exit(status)
+        verdict = describe_exit(status, cpu_limit_s)
     return verdict, bytes(out), bytes(err)
 
 
 def wait_exit(pid, clock, monitor):
-    """Wait for ``pid`` to exit (its pipes are closed) under the test's clock and the monitor: (status, verdict)."""
+    """Wait for ``pid`` to exit (its pipes are closed) under the test's clock and the monitor: (exit, verdict),
+    the exit as :func:`wait_nohang` gives it."""
     while True:
         try:
-            done, status = os.waitpid(pid, os.WNOHANG)
+            done, ended = wait_nohang(pid)
         except ChildProcessError:
-            return 0, ("runtime_error", "the program's process vanished")
+            return (0, 0.0), ("runtime_error", "the program's process vanished")
         if done:
-            return status, None
+            return ended, None
         try:
             monitor.maybe_check()
         except Violation as exc:
@@ -923,6 +944,7 @@ def run_stdin_tests(job, code_obj, monitor):
         os.close(err_w)
         (status, detail), out, err = collect(pid, out_r, err_r, TestClock(pid, job["timeout_s"], start),
                                              job["max_output_bytes"], monitor, index == len(job["inputs"]) - 1,
+                                             job["cpu_seconds_per_test"],
                                              float(job.get("test_exit_check_delay_s") or 0.0))
         os.close(out_r)
         os.close(err_r)
@@ -1114,7 +1136,7 @@ def run_functional_calls(job, monitor):
     if not hello.get("ready"):
         status = hello.get("status", "runtime_error")
         if not line:
-            status, detail = describe_exit(reap(pid, time.monotonic() + 1) or 0)
+            status, detail = describe_exit(reap(pid, time.monotonic() + 1) or (0, 0.0), job["cpu_seconds_total"])
             hello["detail"] = detail
         return stop({"event": "test", "i": 0, "status": status if status != "ok" else "runtime_error",
                      "detail": hello.get("detail", "")})
@@ -1134,8 +1156,9 @@ def run_functional_calls(job, monitor):
             return stop({"event": "test", "i": index, "status": "timeout", "detail": "wall-clock limit per test",
                          "seconds": seconds})
         if line == "":
-            status = reap(pid, time.monotonic() + 1)
-            verdict, detail = describe_exit(status) if status is not None else ("runtime_error", "no reply")
+            ended = reap(pid, time.monotonic() + 1)
+            verdict, detail = describe_exit(ended, job["cpu_seconds_total"]) if ended is not None \
+                else ("runtime_error", "no reply")
             return stop({"event": "test", "i": index, "status": verdict if verdict != "ok" else "runtime_error",
                          "detail": detail or "the solution process exited", "seconds": seconds})
         if line.startswith(OK_REPLY_PREFIX) and line.endswith("}"):

@@ -580,7 +580,7 @@ def _drive(sandbox, job: dict, tests: PreparedTests, deadline: float, start: flo
         passed += 1
 
 
-_HARNESS_VERDICTS = {"timeout", "runtime_error", "compile_error", "memory_limit", "output_limit"}
+_HARNESS_VERDICTS = {"timeout", "runtime_error", "compile_error", "memory_limit", "output_limit", "killed"}
 
 
 def _stderr_of(proc) -> str:
@@ -602,7 +602,9 @@ def compute_code_score(solution_str: str, ground_truth: str, *, timeout_s: float
 
     Verdicts: ``correct``, ``wrong_answer``, ``no_answer`` (no fenced code block / unclosed ``<think>``),
     ``compile_error``, ``runtime_error``, ``timeout`` (a test over ``timeout_s``), ``global_timeout``,
-    ``memory_limit``, ``output_limit``. Raises :class:`BadCodeGroundTruth` for undecodable tests.
+    ``memory_limit``, ``output_limit``, ``killed`` (a program process died of SIGKILL that no limit explains: its
+    own kill, one from outside, or an OOM kill where no memory cgroup counts it). Raises
+    :class:`BadCodeGroundTruth` for undecodable tests.
     """
     if not isinstance(solution_str, str):
         raise TypeError(f"solution_str must be str, got {type(solution_str).__name__}")
