@@ -130,10 +130,6 @@ def prepare_tests(ground_truth: str) -> PreparedTests:
     except TestsDecodeError as exc:
         raise BadCodeGroundTruth(str(exc)) from exc
     fn_name = tests["fn_name"]
-    for field in ("inputs", "outputs"):
-        for i, value in enumerate(tests[field]):
-            if not isinstance(value, str):
-                raise BadCodeGroundTruth(f"tests field '{field}'[{i}] must be a string, got {type(value).__name__}")
     if fn_name is None:
         return PreparedTests(None, tuple(tests["inputs"]), tuple(tests["outputs"]))
     expected = []

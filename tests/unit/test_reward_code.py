@@ -1,12 +1,15 @@
 """Code verifier: LiveCodeBench semantics (extraction, comparison, verdicts), written from lcb_runner's rules."""
 
+import base64
 import json
+import zlib
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
-from reward_fns import RESULT_KEYS, UnknownDataSource, compute_score, encode_tests
+from reward_fns import RESULT_KEYS, UnknownDataSource, check_ground_truth, compute_score, encode_tests
+from reward_fns import code_tests  # its TestsDecodeError, imported by name, would be collected as a test class
 from reward_fns.code_verifier import (BadCodeGroundTruth, CodeLimits, functional_matches, lcb_stdout_matches,
                                       prepare_tests, run_code_tests)
 from reward_fns.extract import extract_code_lcb
@@ -80,6 +83,29 @@ def test_a_function_name_no_solution_can_define_is_a_bad_ground_truth(fn_name):
     truth = json.dumps({"inputs": ["1"], "outputs": ["1"], "fn_name": fn_name})  # encode_tests refuses it too
     with pytest.raises(BadCodeGroundTruth, match="'fn_name' must be a Python identifier or null"):
         prepare_tests(truth)
+
+
+@pytest.mark.parametrize("extra", ["fn-name", "func_name", "input", "output", "fnName"])
+def test_a_code_ground_truth_with_an_unknown_field_is_refused_naming_it(extra):
+    # before: accepted and the field ignored ('fn-name' turned a functional problem into a stdin one, so every
+    # response scored 0); LiveCodeBench's input_output has exactly inputs, outputs, fn_name
+    tests = {"inputs": ["[1]"], "outputs": ["1"], extra: "f"}
+    packed = base64.b64encode(zlib.compress(json.dumps(tests).encode())).decode()
+    for truth in (json.dumps(tests), packed):
+        with pytest.raises(BadCodeGroundTruth, match=rf"unknown field\(s\) '{extra}'; the fields are "
+                                                     rf"\['inputs', 'outputs', 'fn_name'\]"):
+            prepare_tests(truth)
+    with pytest.raises(code_tests.TestsDecodeError, match=f"unknown field\\(s\\) '{extra}'"):
+        encode_tests(tests)  # the writer refuses what the reader would
+    with pytest.raises(BadCodeGroundTruth, match=r"data_source='livecodebench_v6' \(index=3\), field "
+                                                 r"reward_model.ground_truth: tests object has unknown field"):
+        check_ground_truth("livecodebench_v6", json.dumps(tests), {"index": 3})
+
+
+def test_the_writer_refuses_test_values_the_reader_refuses():
+    # before: encode_tests wrote a ground truth every later decode refused
+    with pytest.raises(code_tests.TestsDecodeError, match=r"tests field 'outputs'\[1\] must be a string, got int"):
+        encode_tests({"inputs": ["1", "2"], "outputs": ["1", 2], "fn_name": None})
 
 
 # ------------------------------------------------------------------------------------------- verdict classes
