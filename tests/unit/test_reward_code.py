@@ -118,6 +118,9 @@ def test_the_writer_refuses_test_values_the_reader_refuses():
      "correct"),
     ("a, b = map(int, input().split())\nprint(a + b)\nexit()\nprint('unreachable')", "correct"),
     ("import sys\na, b = map(int, input().split())\nprint(a + b)\nsys.exit(1)", "correct"),  # SystemExit swallowed
+    # LCB's call_method: `except SystemExit: pass` for any code, then grades what was printed (testing_util.py)
+    ("import sys\na, b = map(int, input().split())\nprint(a + b)\nsys.exit(-7)", "correct"),
+    ("import sys\na, b = map(int, input().split())\nprint(a + b)\nsys.exit('bad')", "correct"),
     ("a, b = map(int, input().split())\nprint(a + b)\nquit()", "runtime_error"),  # LCB sets builtins.quit = None
     ("a, b = map(int, input().split())\nprint(a - b)", "wrong_answer"),
     ("print(3)", "wrong_answer"),  # passes the first test only; stops at the first failure
