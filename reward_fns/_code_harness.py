@@ -60,6 +60,9 @@ MAX_DECODED_REPLY = 1 << 16  # other replies (errors) are small; longer ones are
 MAX_WIRE_DEPTH = 150  # JSON nesting of a returned value; the trusted parent decodes with bounded recursion
 STDERR_TAIL = 2000
 EXIT_OK, EXIT_EXCEPTION, EXIT_MEMORY, EXIT_SETUP = 0, 1, 3, 4
+# The harness's own code writes this as the last bytes on a stdin program's stderr when the program raised
+# MemoryError, then exits with EXIT_MEMORY: an exit status alone is the program's to choose (``os._exit(3)``).
+MEMORY_ERROR_MARK = b"\x00ibpo-harness: MemoryError\n"
 
 
 def emit(obj):
@@ -665,10 +668,16 @@ def lcb_globals():
     return namespace
 
 
-def finish_child(code):
+def finish_child(code, last_stderr=b""):
+    """Flush the program's streams, write ``last_stderr`` on fd 2 after everything the program wrote, and exit."""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
+        except BaseException:
+            pass
+    if last_stderr:
+        try:
+            os.write(2, last_stderr)
         except BaseException:
             pass
     os._exit(code)
@@ -766,22 +775,32 @@ def fork_program(body):
     return pid
 
 
-def describe_exit(ended, cpu_limit_s):
-    """Map a child's exit ``(wait status, CPU seconds)`` (:func:`wait_nohang`) to (status, detail).
-    ``cpu_limit_s``: the soft RLIMIT_CPU the child ran under (:func:`child_limits`).
+# rusage's CPU time of a process the kernel signalled at its RLIMIT_CPU can read a tick or so under the limit
+# (measured: 0.9957 s at a 1 s limit); past the soft limit the program is over its time per test anyway
+CPU_ACCOUNTING_SLACK_S = 0.05
 
-    SIGKILL names its cause only where it is known: RLIMIT_CPU's hard limit sends it to a process that survived
-    the soft limit's SIGXCPU (its CPU time is then past the soft limit: ``timeout``). A kernel OOM kill inside the
+
+def describe_exit(ended, cpu_limit_s, memory_error_reported=False):
+    """Map a child's exit ``(wait status, CPU seconds)`` (:func:`wait_nohang`) to (status, detail).
+    ``cpu_limit_s``: the soft RLIMIT_CPU the child ran under (:func:`child_limits`); ``memory_error_reported``:
+    its stderr ends with :data:`MEMORY_ERROR_MARK`.
+
+    A verdict names a limit only when the exit proves it, never from what the program can send or choose alone
+    (``os.kill(os.getpid(), signal.SIGXCPU)``, ``os._exit(3)``): SIGXCPU is ``timeout`` only past the soft limit,
+    exit status EXIT_MEMORY is ``memory_limit`` only with the harness's mark. SIGKILL names its cause only where
+    it is known: RLIMIT_CPU's hard limit sends it to a process that survived the soft limit's SIGXCPU (its CPU
+    time is then past the soft limit: ``timeout``). A kernel OOM kill inside the
     sample's memory cgroup is told apart by the parent (the cgroup's OOM counter: ``memory_limit``). Anything
     else is ``killed``: the program's own ``os.kill(os.getpid(), 9)`` / ``killpg``, a kill from outside the
     sandbox, or (without a memory cgroup) the kernel's OOM killer: which one cannot be known here."""
     status, cpu_s = ended
+    over_cpu = cpu_s >= cpu_limit_s - CPU_ACCOUNTING_SLACK_S
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
-        if sig == signal.SIGXCPU:
+        if sig == signal.SIGXCPU and over_cpu:
             return "timeout", "CPU time limit (SIGXCPU)"
         if sig == signal.SIGKILL:
-            if cpu_s >= cpu_limit_s:
+            if over_cpu:
                 return "timeout", f"CPU time limit (SIGKILL at RLIMIT_CPU's hard limit, {cpu_s:.2f} s of CPU)"
             return "killed", (f"killed by SIGKILL (cause unknown; {cpu_s:.2f} s of CPU, under the "
                               f"{cpu_limit_s:g} s limit)")
@@ -789,7 +808,7 @@ def describe_exit(ended, cpu_limit_s):
     code = os.WEXITSTATUS(status)
     if code == EXIT_OK:
         return "ok", ""
-    if code == EXIT_MEMORY:
+    if code == EXIT_MEMORY and memory_error_reported:
         return "memory_limit", "MemoryError"
     return "runtime_error", f"exit status {code}"
 
@@ -820,7 +839,7 @@ def run_stdin_child(job, code_obj, input_text, out_w, err_w, ready_w):
     except SystemExit:  # LiveCodeBench swallows SystemExit: exit() is a normal end of the program
         finish_child(EXIT_OK)
     except MemoryError:
-        finish_child(EXIT_MEMORY)
+        finish_child(EXIT_MEMORY, MEMORY_ERROR_MARK)
     except BaseException as exc:
         try:
             sys.stderr.write(f"{type(exc).__name__}: {exc}"[:STDERR_TAIL])
@@ -902,7 +921,7 @@ def collect(pid, out_r, err_r, clock, out_cap, monitor, last, cpu_limit_s, job_d
     if status is None:
         reap(pid, time.monotonic() + 5)
     if verdict is None:
-        verdict = describe_exit(status, cpu_limit_s)
+        verdict = describe_exit(status, cpu_limit_s, err.endswith(MEMORY_ERROR_MARK))
     return verdict, bytes(out), bytes(err)
 
 
