@@ -641,13 +641,26 @@ class LcbStdin(io.TextIOWrapper):
         return self.read().split("\n")
 
 
+def std_stream(fd, name, mode, wrapper=io.TextIOWrapper, **options):
+    """A text stream on ``fd`` built as CPython's ``create_stdio`` builds sys.stdin/stdout/stderr on POSIX: UTF-8,
+    ``newline="\\n"`` (input is split at ``\\n`` only: a ``\\r`` stays, as for ``python3 prog.py < input`` and in
+    LCB's ``StringIO``), and the ``name`` (``<stdin>``) and ``mode`` (``r``/``w``) a script finds there (the common
+    fast-IO template reads ``sys.stdout.mode``)."""
+    raw = io.FileIO(fd, mode, closefd=False)
+    raw.name = name
+    buffered = io.BufferedReader(raw) if mode == "r" else io.BufferedWriter(raw)
+    stream = wrapper(buffered, encoding="utf-8", newline="\n", **options)
+    stream.mode = mode
+    return stream
+
+
 def fresh_std_streams(lcb_readlines=False):
-    """Text stdin/stdout/stderr on fds 0/1/2 of this (child) process, UTF-8 like a judge's interpreter."""
-    stdin_type = LcbStdin if lcb_readlines else io.TextIOWrapper
-    sys.stdin = stdin_type(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8")
-    sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8")
-    sys.stderr = io.TextIOWrapper(io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8",
-                                  write_through=True)
+    """Text stdin/stdout/stderr on fds 0/1/2 of this (child) process, like a judge's interpreter's
+    (:func:`std_stream`); ``sys.__stdin__`` and the others are the same objects, as at an interpreter's start, so
+    what a program writes through ``sys.__stdout__`` is flushed at its end too."""
+    sys.stdin = sys.__stdin__ = std_stream(0, "<stdin>", "r", LcbStdin if lcb_readlines else io.TextIOWrapper)
+    sys.stdout = sys.__stdout__ = std_stream(1, "<stdout>", "w")
+    sys.stderr = sys.__stderr__ = std_stream(2, "<stderr>", "w", errors="backslashreplace", write_through=True)
 
 
 def program_module(name):
@@ -670,7 +683,7 @@ def lcb_globals():
 
 def finish_child(code, last_stderr=b""):
     """Flush the program's streams, write ``last_stderr`` on fd 2 after everything the program wrote, and exit."""
-    for stream in (sys.stdout, sys.stderr):
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
         try:
             stream.flush()
         except BaseException:

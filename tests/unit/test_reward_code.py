@@ -122,6 +122,9 @@ def test_the_writer_refuses_test_values_the_reader_refuses():
     ("import sys\na, b = map(int, input().split())\nprint(a + b)\nsys.exit(-7)", "correct"),
     ("import sys\na, b = map(int, input().split())\nprint(a + b)\nsys.exit('bad')", "correct"),
     ("a, b = map(int, input().split())\nprint(a + b)\nquit()", "runtime_error"),  # LCB sets builtins.quit = None
+    # stdout is fd 1, as on a judge (README "stdout is real too"; LCB: -4, WA, WA)
+    ("import sys\na, b = map(int, input().split())\nsys.stdout.buffer.write(b'%d\\n' % (a + b))", "correct"),
+    ("import os\na, b = map(int, input().split())\nos.write(1, b'%d\\n' % (a + b))", "correct"),
     ("a, b = map(int, input().split())\nprint(a - b)", "wrong_answer"),
     ("print(3)", "wrong_answer"),  # passes the first test only; stops at the first failure
     ("a, b = map(int, input().split()\nprint(a + b)", "compile_error"),
@@ -134,6 +137,45 @@ def test_stdin_verdicts(code, verdict):
     assert tuple(result) == RESULT_KEYS
     assert result["verdict"] == verdict, result
     assert result["score"] == (1.0 if verdict == "correct" else 0.0)
+
+
+# The widespread fast-IO template (PyRival's FastIO), cut to what it reads of the streams: fileno() and mode.
+FAST_IO = """import os, sys
+from io import BytesIO, IOBase
+class FastIO(IOBase):
+    def __init__(self, file):
+        self._fd = file.fileno()
+        self.buffer = BytesIO()
+        self.writable = "x" in file.mode or "r" not in file.mode
+        self.write = self.buffer.write if self.writable else None
+    def readline(self):
+        return os.read(self._fd, 1 << 16).split(b"\\n")[0]
+    def flush(self):
+        if self.writable:
+            os.write(self._fd, self.buffer.getvalue())
+class IOWrapper(IOBase):
+    def __init__(self, file):
+        self.buffer = FastIO(file)
+        self.flush = self.buffer.flush
+        self.write = lambda s: self.buffer.write(s.encode("ascii"))
+        self.readline = lambda: self.buffer.readline().decode("ascii")
+sys.stdin, sys.stdout = IOWrapper(sys.stdin), IOWrapper(sys.stdout)
+a, b = map(int, sys.stdin.readline().split())
+print(a + b)"""
+
+
+@pytest.mark.parametrize("code, inputs, output", [
+    (FAST_IO, "1 2\n", "3"),  # before: AttributeError, the streams had no 'mode'
+    # input is split at \n only (python3 prog.py < input; LCB's StringIO): before, \r\n and \r were read as \n
+    ("import sys\nprint(len(input()), len(sys.stdin.read()))", "ab\r\ncd\rx\n", "3 5"),
+    ("import sys\nprint(sys.stdin.name, sys.stdout.name, sys.stdin.mode, sys.stdout.mode)", "",
+     "<stdin> <stdout> r w"),
+    ("import sys\nprint(7, file=sys.__stdout__)", "", "7"),  # before: lost, sys.__stdout__ was never flushed
+])
+def test_std_streams_are_a_script_interpreters(code, inputs, output):
+    truth = stdin_truth([(inputs, output)])
+    result = compute_score("livecodebench_v6", fenced(code), truth, code_timeout_s=2.0, code_memory_mb=1024)
+    assert result["verdict"] == "correct", result
 
 
 def test_float_formatting_follows_decimal_rule():
