@@ -139,11 +139,26 @@ def prepare_tests(ground_truth: str) -> PreparedTests:
         except ValueError as exc:
             raise BadCodeGroundTruth(f"functional test {i}: 'inputs'[{i}] is not one JSON value per line: {exc}")
         try:
-            expected.append(json.loads(raw_out, parse_int=_parse_json_int))
+            expected.append(json.loads(raw_out, parse_int=_parse_json_int, parse_constant=_expected_constant))
+        except _UnmatchableNaN:
+            raise BadCodeGroundTruth(f"functional test {i}: 'outputs'[{i}] holds NaN, which no return value "
+                                     f"equals (nan != nan): every response would score 0") from None
         except ValueError as exc:
             raise BadCodeGroundTruth(f"functional test {i}: 'outputs'[{i}] is not JSON: {exc}")
     caps = tuple(reply_cap(len(raw.encode("utf-8"))) for raw in tests["outputs"])
     return PreparedTests(fn_name, tuple(tests["inputs"]), tuple(expected), caps)
+
+
+class _UnmatchableNaN(Exception):
+    """An expected functional output holds NaN (raised by :func:`_expected_constant`)."""
+
+
+def _expected_constant(name: str) -> float:
+    """``Infinity`` / ``-Infinity`` in an expected output are floats a program can return; ``NaN`` is refused:
+    ``prediction == expected`` is False for every prediction (LCB scores every response of the problem 0)."""
+    if name == "NaN":
+        raise _UnmatchableNaN
+    return float(name)
 
 
 def _parse_json_int(text: str) -> int:

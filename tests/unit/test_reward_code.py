@@ -2,6 +2,7 @@
 
 import base64
 import json
+import math
 import zlib
 from decimal import Decimal
 from pathlib import Path
@@ -100,6 +101,15 @@ def test_a_code_ground_truth_with_an_unknown_field_is_refused_naming_it(extra):
     with pytest.raises(BadCodeGroundTruth, match=r"data_source='livecodebench_v6' \(index=3\), field "
                                                  r"reward_model.ground_truth: tests object has unknown field"):
         check_ground_truth("livecodebench_v6", json.dumps(tests), {"index": 3})
+
+
+@pytest.mark.parametrize("output", ["NaN", "[1.5, NaN]", "{\"a\": [NaN]}"])
+def test_a_functional_expected_output_holding_nan_is_refused(output):
+    # before: accepted, and every response scored wrong_answer (nan != nan, in LCB too): a silent 0
+    with pytest.raises(BadCodeGroundTruth, match=r"functional test 0: 'outputs'\[0\] holds NaN, which no return "
+                                                 r"value equals"):
+        prepare_tests(functional_truth("f", [("1", output)]))
+    assert prepare_tests(functional_truth("f", [("1", "[Infinity, -Infinity]")])).expected == ([math.inf, -math.inf],)
 
 
 def test_the_writer_refuses_test_values_the_reader_refuses():
