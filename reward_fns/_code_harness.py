@@ -12,6 +12,7 @@ It must not import anything from the repository: the repository may be invisible
    process's main thread, and streams one JSON line per test to stdout. The parent compares.
 """
 
+import base64
 import builtins
 import ctypes
 import io
@@ -985,7 +986,8 @@ def run_stdin_tests(job, code_obj, monitor):
             detail = err.decode("utf-8", "replace").strip().splitlines()[-1:] or [detail]
             detail = detail[0]
         emit({"event": "test", "i": index, "status": status, "detail": detail[:500],
-              "stdout": out.decode("utf-8", "replace") if status == "ok" else "",
+              # base64: 4/3 of the bytes whatever they are (as JSON text, control characters take 6 bytes each)
+              "stdout_b64": base64.b64encode(out).decode("ascii") if status == "ok" else "",
               "seconds": round(time.monotonic() - start, 4)})
         if status != "ok":
             return

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import base64
 import functools
 import json
 import logging
@@ -534,7 +535,8 @@ def _drive(sandbox, job: dict, tests: PreparedTests, deadline: float, start: flo
         proc.stdin.close()
     except (BrokenPipeError, OSError) as exc:
         raise SandboxError(f"could not start the code sandbox: {exc}; stderr: {_stderr_of(proc)}") from exc
-    reader = _LineReader(proc, max_line_bytes=job["max_output_bytes"] * 4 + MIB)
+    # a test's stdout travels as base64 (4/3 of its bytes, see stdout_text); everything else is small
+    reader = _LineReader(proc, max_line_bytes=job["max_output_bytes"] * 4 // 3 + MIB)
     try:
         hello = reader.next(deadline)
     except TimeoutError:
@@ -583,12 +585,19 @@ def _drive(sandbox, job: dict, tests: PreparedTests, deadline: float, start: flo
             return result(status if status in _HARNESS_VERDICTS else "runtime_error", passed,
                           str(message.get("detail", "")))
         if tests.mode == "stdin":
-            ok = lcb_stdout_matches(str(message.get("stdout", "")), tests.expected[index])
+            ok = lcb_stdout_matches(stdout_text(message), tests.expected[index])
         else:
             ok = functional_matches(message.get("value"), tests.expected[index])
         if not ok:
             return result("wrong_answer", passed, f"test {index}")
         passed += 1
+
+
+def stdout_text(message: dict) -> str:
+    """A stdin test's stdout from the harness's message: base64 of the bytes the program wrote (so that output
+    under the cap is never too long as a message, whatever its bytes: as JSON text a control character takes 6
+    bytes), decoded as UTF-8 with invalid bytes replaced."""
+    return base64.b64decode(str(message.get("stdout_b64", "")), validate=True).decode("utf-8", "replace")
 
 
 _HARNESS_VERDICTS = {"timeout", "runtime_error", "compile_error", "memory_limit", "output_limit", "killed"}
