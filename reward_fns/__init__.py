@@ -38,7 +38,7 @@ KNOWN_DATA_SOURCES: dict[str, str] = {
 EVAL_DATA_SOURCES = frozenset({"aime25", "hmmt_feb_2025", "livecodebench_v6"})
 RESULT_KEYS = ("score", "acc", "pred", "verdict")
 VERDICTS = ("correct", "wrong_answer", "no_answer", "timeout", "global_timeout", "runtime_error",
-            "compile_error", "memory_limit", "output_limit", "worker_died", "error")
+            "compile_error", "memory_limit", "output_limit", "killed", "worker_died", "error")
 
 __all__ = ["compute_score", "KNOWN_DATA_SOURCES", "EVAL_DATA_SOURCES", "RESULT_KEYS", "VERDICTS",
            "compute_math_score", "compute_code_score", "encode_tests", "decode_tests", "TestsDecodeError",
@@ -57,11 +57,11 @@ def check_ground_truth(data_source: str, ground_truth: object, extra_info: dict 
     For a data pre-flight and ``data_prep``, one call per row. Raises :class:`UnknownDataSource`, or
     :class:`BadGroundTruth` (math: not a non-empty string, unbalanced braces such as ``\\frac{1}{`` or ``{70``,
     prose such as ``some words``; see :func:`reward_fns.extract.gold_problem`) or :class:`BadCodeGroundTruth`
-    (code: not decodable to ``{inputs, outputs, fn_name}``, functional arguments/outputs not JSON), with a
-    message naming the row (``extra_info``) and the field. Cost: math about 10-30 µs per row (string scans, no
-    math-verify); code one decode per distinct ground truth (cached). ``thorough=True`` also scores
-    ``\\boxed{gold}`` through the math worker and requires ``correct`` (math-verify must parse the gold and accept
-    it stated plainly; a few ms per distinct gold, cached in the worker)."""
+    (code: not decodable to ``{inputs, outputs, fn_name}``, another field beside them, functional
+    arguments/outputs not JSON), with a message naming the row (``extra_info``) and the field. Cost: math about
+    10-30 µs per row (string scans, no math-verify); code one decode per distinct ground truth (cached).
+    ``thorough=True`` also scores ``\\boxed{gold}`` through the math worker and requires ``correct`` (math-verify
+    must parse the gold and accept it stated plainly; a few ms per distinct gold, cached in the worker)."""
     kind = KNOWN_DATA_SOURCES.get(data_source)
     if kind is None:
         raise UnknownDataSource(f"unknown data_source {data_source!r}; reward_fns knows "

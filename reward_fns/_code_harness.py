@@ -12,6 +12,7 @@ It must not import anything from the repository: the repository may be invisible
    process's main thread, and streams one JSON line per test to stdout. The parent compares.
 """
 
+import base64
 import builtins
 import ctypes
 import io
@@ -60,6 +61,9 @@ MAX_DECODED_REPLY = 1 << 16  # other replies (errors) are small; longer ones are
 MAX_WIRE_DEPTH = 150  # JSON nesting of a returned value; the trusted parent decodes with bounded recursion
 STDERR_TAIL = 2000
 EXIT_OK, EXIT_EXCEPTION, EXIT_MEMORY, EXIT_SETUP = 0, 1, 3, 4
+# The harness's own code writes this as the last bytes on a stdin program's stderr when the program raised
+# MemoryError, then exits with EXIT_MEMORY: an exit status alone is the program's to choose (``os._exit(3)``).
+MEMORY_ERROR_MARK = b"\x00ibpo-harness: MemoryError\n"
 
 
 def emit(obj):
@@ -638,13 +642,26 @@ class LcbStdin(io.TextIOWrapper):
         return self.read().split("\n")
 
 
+def std_stream(fd, name, mode, wrapper=io.TextIOWrapper, **options):
+    """A text stream on ``fd`` built as CPython's ``create_stdio`` builds sys.stdin/stdout/stderr on POSIX: UTF-8,
+    ``newline="\\n"`` (input is split at ``\\n`` only: a ``\\r`` stays, as for ``python3 prog.py < input`` and in
+    LCB's ``StringIO``), and the ``name`` (``<stdin>``) and ``mode`` (``r``/``w``) a script finds there (the common
+    fast-IO template reads ``sys.stdout.mode``)."""
+    raw = io.FileIO(fd, mode, closefd=False)
+    raw.name = name
+    buffered = io.BufferedReader(raw) if mode == "r" else io.BufferedWriter(raw)
+    stream = wrapper(buffered, encoding="utf-8", newline="\n", **options)
+    stream.mode = mode
+    return stream
+
+
 def fresh_std_streams(lcb_readlines=False):
-    """Text stdin/stdout/stderr on fds 0/1/2 of this (child) process, UTF-8 like a judge's interpreter."""
-    stdin_type = LcbStdin if lcb_readlines else io.TextIOWrapper
-    sys.stdin = stdin_type(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8")
-    sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8")
-    sys.stderr = io.TextIOWrapper(io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8",
-                                  write_through=True)
+    """Text stdin/stdout/stderr on fds 0/1/2 of this (child) process, like a judge's interpreter's
+    (:func:`std_stream`); ``sys.__stdin__`` and the others are the same objects, as at an interpreter's start, so
+    what a program writes through ``sys.__stdout__`` is flushed at its end too."""
+    sys.stdin = sys.__stdin__ = std_stream(0, "<stdin>", "r", LcbStdin if lcb_readlines else io.TextIOWrapper)
+    sys.stdout = sys.__stdout__ = std_stream(1, "<stdout>", "w")
+    sys.stderr = sys.__stderr__ = std_stream(2, "<stderr>", "w", errors="backslashreplace", write_through=True)
 
 
 def program_module(name):
@@ -665,10 +682,16 @@ def lcb_globals():
     return namespace
 
 
-def finish_child(code):
-    for stream in (sys.stdout, sys.stderr):
+def finish_child(code, last_stderr=b""):
+    """Flush the program's streams, write ``last_stderr`` on fd 2 after everything the program wrote, and exit."""
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
         try:
             stream.flush()
+        except BaseException:
+            pass
+    if last_stderr:
+        try:
+            os.write(2, last_stderr)
         except BaseException:
             pass
     os._exit(code)
@@ -709,15 +732,23 @@ def reap_orphans():
             return
 
 
+def wait_nohang(pid):
+    """``os.wait4(pid, WNOHANG)``: ``(pid, exit)`` once it has exited, ``exit`` being ``(wait status, CPU seconds
+    of the process and its reaped children)`` (:func:`describe_exit` needs both); ``(0, None)`` while it runs."""
+    done, status, usage = os.wait4(pid, os.WNOHANG)
+    return done, ((status, usage.ru_utime + usage.ru_stime) if done else None)
+
+
 def reap(pid, deadline):
-    """waitpid with a deadline; returns the wait status, or None if still running or already reaped."""
+    """waitpid with a deadline; returns the exit (see :func:`wait_nohang`), or None if still running or already
+    reaped."""
     while True:
         try:
-            done, status = os.waitpid(pid, os.WNOHANG)
+            done, ended = wait_nohang(pid)
         except ChildProcessError:  # reaped before (a solution process that died between two calls)
             return None
         if done:
-            return status
+            return ended
         if time.monotonic() >= deadline:
             return None
         time.sleep(0.0005)
@@ -758,19 +789,40 @@ def fork_program(body):
     return pid
 
 
-def describe_exit(status):
-    """Map a child's wait status to (status, detail)."""
+# rusage's CPU time of a process the kernel signalled at its RLIMIT_CPU can read a tick or so under the limit
+# (measured: 0.9957 s at a 1 s limit); past the soft limit the program is over its time per test anyway
+CPU_ACCOUNTING_SLACK_S = 0.05
+
+
+def describe_exit(ended, cpu_limit_s, memory_error_reported=False):
+    """Map a child's exit ``(wait status, CPU seconds)`` (:func:`wait_nohang`) to (status, detail).
+    ``cpu_limit_s``: the soft RLIMIT_CPU the child ran under (:func:`child_limits`); ``memory_error_reported``:
+    its stderr ends with :data:`MEMORY_ERROR_MARK`.
+
+    A verdict names a limit only when the exit proves it, never from what the program can send or choose alone
+    (``os.kill(os.getpid(), signal.SIGXCPU)``, ``os._exit(3)``): SIGXCPU is ``timeout`` only past the soft limit,
+    exit status EXIT_MEMORY is ``memory_limit`` only with the harness's mark. SIGKILL names its cause only where
+    it is known: RLIMIT_CPU's hard limit sends it to a process that survived the soft limit's SIGXCPU (its CPU
+    time is then past the soft limit: ``timeout``). A kernel OOM kill inside the
+    sample's memory cgroup is told apart by the parent (the cgroup's OOM counter: ``memory_limit``). Anything
+    else is ``killed``: the program's own ``os.kill(os.getpid(), 9)`` / ``killpg``, a kill from outside the
+    sandbox, or (without a memory cgroup) the kernel's OOM killer: which one cannot be known here."""
+    status, cpu_s = ended
+    over_cpu = cpu_s >= cpu_limit_s - CPU_ACCOUNTING_SLACK_S
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
-        if sig == signal.SIGXCPU:
+        if sig == signal.SIGXCPU and over_cpu:
             return "timeout", "CPU time limit (SIGXCPU)"
         if sig == signal.SIGKILL:
-            return "memory_limit", "killed by SIGKILL (memory)"
+            if over_cpu:
+                return "timeout", f"CPU time limit (SIGKILL at RLIMIT_CPU's hard limit, {cpu_s:.2f} s of CPU)"
+            return "killed", (f"killed by SIGKILL (cause unknown; {cpu_s:.2f} s of CPU, under the "
+                              f"{cpu_limit_s:g} s limit)")
         return "runtime_error", f"killed by signal {signal.Signals(sig).name}"
     code = os.WEXITSTATUS(status)
     if code == EXIT_OK:
         return "ok", ""
-    if code == EXIT_MEMORY:
+    if code == EXIT_MEMORY and memory_error_reported:
         return "memory_limit", "MemoryError"
     return "runtime_error", f"exit status {code}"
 
@@ -801,7 +853,7 @@ def run_stdin_child(job, code_obj, input_text, out_w, err_w, ready_w):
     except SystemExit:  # LiveCodeBench swallows SystemExit: exit() is a normal end of the program
         finish_child(EXIT_OK)
     except MemoryError:
-        finish_child(EXIT_MEMORY)
+        finish_child(EXIT_MEMORY, MEMORY_ERROR_MARK)
     except BaseException as exc:
         try:
             sys.stderr.write(f"{type(exc).__name__}: {exc}"[:STDERR_TAIL])
@@ -828,9 +880,10 @@ def drain_nonblocking(fd, limit):
     return bytes(data)
 
 
-def collect(pid, out_r, err_r, clock, out_cap, monitor, last, job_delay_s=0.0):
+def collect(pid, out_r, err_r, clock, out_cap, monitor, last, cpu_limit_s, job_delay_s=0.0):
     """Read a stdin-mode child's stdout (up to ``out_cap`` bytes) and stderr tail until it exits or times out;
-    once it has exited, what is still in the pipes is read to the end (a grandchild may keep them open)."""
+    once it has exited, what is still in the pipes is read to the end (a grandchild may keep them open).
+    ``cpu_limit_s``: the child's soft RLIMIT_CPU (:func:`describe_exit`)."""
     out, err = bytearray(), bytearray()
     open_fds = {out_r, err_r}
     status, verdict = None, None
@@ -864,9 +917,9 @@ def collect(pid, out_r, err_r, clock, out_cap, monitor, last, job_delay_s=0.0):
         if not ready:
             if job_delay_s:  # test hook: widen the window between the select timeout and the exit check
                 time.sleep(job_delay_s)
-            done, st = os.waitpid(pid, os.WNOHANG)
+            done, ended = wait_nohang(pid)
             if done:  # exited; a grandchild may still hold the pipes open, so do not wait for EOF, but read
-                status = st  # everything already in the pipes (written just before the exit) to the end
+                status = ended  # everything already in the pipes (written just before the exit) to the end
                 for fd in sorted(open_fds):
                     chunk = drain_nonblocking(fd, out_cap + 1 - len(out) if fd == out_r else 1 << 20)
                     verdict = take(fd, chunk) or verdict
@@ -882,19 +935,20 @@ def collect(pid, out_r, err_r, clock, out_cap, monitor, last, job_delay_s=0.0):
     if status is None:
         reap(pid, time.monotonic() + 5)
     if verdict is None:
-        verdict = describe_exit(status)
+        verdict = describe_exit(status, cpu_limit_s, err.endswith(MEMORY_ERROR_MARK))
     return verdict, bytes(out), bytes(err)
 
 
 def wait_exit(pid, clock, monitor):
-    """Wait for ``pid`` to exit (its pipes are closed) under the test's clock and the monitor: (status, verdict)."""
+    """Wait for ``pid`` to exit (its pipes are closed) under the test's clock and the monitor: (exit, verdict),
+    the exit as :func:`wait_nohang` gives it."""
     while True:
         try:
-            done, status = os.waitpid(pid, os.WNOHANG)
+            done, ended = wait_nohang(pid)
         except ChildProcessError:
-            return 0, ("runtime_error", "the program's process vanished")
+            return (0, 0.0), ("runtime_error", "the program's process vanished")
         if done:
-            return status, None
+            return ended, None
         try:
             monitor.maybe_check()
         except Violation as exc:
@@ -923,6 +977,7 @@ def run_stdin_tests(job, code_obj, monitor):
         os.close(err_w)
         (status, detail), out, err = collect(pid, out_r, err_r, TestClock(pid, job["timeout_s"], start),
                                              job["max_output_bytes"], monitor, index == len(job["inputs"]) - 1,
+                                             job["cpu_seconds_per_test"],
                                              float(job.get("test_exit_check_delay_s") or 0.0))
         os.close(out_r)
         os.close(err_r)
@@ -931,7 +986,8 @@ def run_stdin_tests(job, code_obj, monitor):
             detail = err.decode("utf-8", "replace").strip().splitlines()[-1:] or [detail]
             detail = detail[0]
         emit({"event": "test", "i": index, "status": status, "detail": detail[:500],
-              "stdout": out.decode("utf-8", "replace") if status == "ok" else "",
+              # base64: 4/3 of the bytes whatever they are (as JSON text, control characters take 6 bytes each)
+              "stdout_b64": base64.b64encode(out).decode("ascii") if status == "ok" else "",
               "seconds": round(time.monotonic() - start, 4)})
         if status != "ok":
             return
@@ -1114,7 +1170,7 @@ def run_functional_calls(job, monitor):
     if not hello.get("ready"):
         status = hello.get("status", "runtime_error")
         if not line:
-            status, detail = describe_exit(reap(pid, time.monotonic() + 1) or 0)
+            status, detail = describe_exit(reap(pid, time.monotonic() + 1) or (0, 0.0), job["cpu_seconds_total"])
             hello["detail"] = detail
         return stop({"event": "test", "i": 0, "status": status if status != "ok" else "runtime_error",
                      "detail": hello.get("detail", "")})
@@ -1134,8 +1190,9 @@ def run_functional_calls(job, monitor):
             return stop({"event": "test", "i": index, "status": "timeout", "detail": "wall-clock limit per test",
                          "seconds": seconds})
         if line == "":
-            status = reap(pid, time.monotonic() + 1)
-            verdict, detail = describe_exit(status) if status is not None else ("runtime_error", "no reply")
+            ended = reap(pid, time.monotonic() + 1)
+            verdict, detail = describe_exit(ended, job["cpu_seconds_total"]) if ended is not None \
+                else ("runtime_error", "no reply")
             return stop({"event": "test", "i": index, "status": verdict if verdict != "ok" else "runtime_error",
                          "detail": detail or "the solution process exited", "seconds": seconds})
         if line.startswith(OK_REPLY_PREFIX) and line.endswith("}"):

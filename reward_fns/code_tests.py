@@ -20,16 +20,31 @@ class TestsDecodeError(ValueError):
     """Raised when a code ground truth cannot be decoded into a valid test specification."""
 
 
+# LiveCodeBench's ``get_evaluation_sample()["input_output"]`` has exactly these keys; ``fn_name`` may be left out
+# (null: a stdin problem) in hand-written plain JSON.
+TEST_FIELDS = ("inputs", "outputs", "fn_name")
+
+
 def validate_tests(obj: Any) -> dict:
     """Check the ``{inputs, outputs, fn_name}`` shape; returns a normalised copy or raises ``TestsDecodeError``."""
     if not isinstance(obj, dict):
         raise TestsDecodeError(f"tests must be a JSON object, got {type(obj).__name__}")
+    unknown = [key for key in obj if key not in TEST_FIELDS]
+    if unknown:
+        # a misspelt 'fn_name' ('fn-name', 'func_name') would turn a functional problem into a stdin one: every
+        # response then scores 0
+        raise TestsDecodeError(f"tests object has unknown field(s) {', '.join(repr(k) for k in unknown)}; "
+                               f"the fields are {list(TEST_FIELDS)} ('fn_name' optional)")
     missing = [k for k in ("inputs", "outputs") if k not in obj]
     if missing:
         raise TestsDecodeError(f"tests object lacks field(s) {missing}; has {sorted(obj)}")
     inputs, outputs = obj["inputs"], obj["outputs"]
     if not isinstance(inputs, list) or not isinstance(outputs, list):
         raise TestsDecodeError("tests fields 'inputs' and 'outputs' must be lists")
+    for field, values in (("inputs", inputs), ("outputs", outputs)):
+        for i, value in enumerate(values):
+            if not isinstance(value, str):
+                raise TestsDecodeError(f"tests field '{field}'[{i}] must be a string, got {type(value).__name__}")
     if len(inputs) != len(outputs):
         raise TestsDecodeError(f"tests have {len(inputs)} inputs but {len(outputs)} outputs")
     if not inputs:

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import base64
 import functools
 import json
 import logging
@@ -130,10 +131,6 @@ def prepare_tests(ground_truth: str) -> PreparedTests:
     except TestsDecodeError as exc:
         raise BadCodeGroundTruth(str(exc)) from exc
     fn_name = tests["fn_name"]
-    for field in ("inputs", "outputs"):
-        for i, value in enumerate(tests[field]):
-            if not isinstance(value, str):
-                raise BadCodeGroundTruth(f"tests field '{field}'[{i}] must be a string, got {type(value).__name__}")
     if fn_name is None:
         return PreparedTests(None, tuple(tests["inputs"]), tuple(tests["outputs"]))
     expected = []
@@ -143,11 +140,26 @@ def prepare_tests(ground_truth: str) -> PreparedTests:
         except ValueError as exc:
             raise BadCodeGroundTruth(f"functional test {i}: 'inputs'[{i}] is not one JSON value per line: {exc}")
         try:
-            expected.append(json.loads(raw_out, parse_int=_parse_json_int))
+            expected.append(json.loads(raw_out, parse_int=_parse_json_int, parse_constant=_expected_constant))
+        except _UnmatchableNaN:
+            raise BadCodeGroundTruth(f"functional test {i}: 'outputs'[{i}] holds NaN, which no return value "
+                                     f"equals (nan != nan): every response would score 0") from None
         except ValueError as exc:
             raise BadCodeGroundTruth(f"functional test {i}: 'outputs'[{i}] is not JSON: {exc}")
     caps = tuple(reply_cap(len(raw.encode("utf-8"))) for raw in tests["outputs"])
     return PreparedTests(fn_name, tuple(tests["inputs"]), tuple(expected), caps)
+
+
+class _UnmatchableNaN(Exception):
+    """An expected functional output holds NaN (raised by :func:`_expected_constant`)."""
+
+
+def _expected_constant(name: str) -> float:
+    """``Infinity`` / ``-Infinity`` in an expected output are floats a program can return; ``NaN`` is refused:
+    ``prediction == expected`` is False for every prediction (LCB scores every response of the problem 0)."""
+    if name == "NaN":
+        raise _UnmatchableNaN
+    return float(name)
 
 
 def _parse_json_int(text: str) -> int:
@@ -523,7 +535,8 @@ def _drive(sandbox, job: dict, tests: PreparedTests, deadline: float, start: flo
         proc.stdin.close()
     except (BrokenPipeError, OSError) as exc:
         raise SandboxError(f"could not start the code sandbox: {exc}; stderr: {_stderr_of(proc)}") from exc
-    reader = _LineReader(proc, max_line_bytes=job["max_output_bytes"] * 4 + MIB)
+    # a test's stdout travels as base64 (4/3 of its bytes, see stdout_text); everything else is small
+    reader = _LineReader(proc, max_line_bytes=job["max_output_bytes"] * 4 // 3 + MIB)
     try:
         hello = reader.next(deadline)
     except TimeoutError:
@@ -572,7 +585,7 @@ def _drive(sandbox, job: dict, tests: PreparedTests, deadline: float, start: flo
             return result(status if status in _HARNESS_VERDICTS else "runtime_error", passed,
                           str(message.get("detail", "")))
         if tests.mode == "stdin":
-            ok = lcb_stdout_matches(str(message.get("stdout", "")), tests.expected[index])
+            ok = lcb_stdout_matches(stdout_text(message), tests.expected[index])
         else:
             ok = functional_matches(message.get("value"), tests.expected[index])
         if not ok:
@@ -580,7 +593,14 @@ def _drive(sandbox, job: dict, tests: PreparedTests, deadline: float, start: flo
         passed += 1
 
 
-_HARNESS_VERDICTS = {"timeout", "runtime_error", "compile_error", "memory_limit", "output_limit"}
+def stdout_text(message: dict) -> str:
+    """A stdin test's stdout from the harness's message: base64 of the bytes the program wrote (so that output
+    under the cap is never too long as a message, whatever its bytes: as JSON text a control character takes 6
+    bytes), decoded as UTF-8 with invalid bytes replaced."""
+    return base64.b64decode(str(message.get("stdout_b64", "")), validate=True).decode("utf-8", "replace")
+
+
+_HARNESS_VERDICTS = {"timeout", "runtime_error", "compile_error", "memory_limit", "output_limit", "killed"}
 
 
 def _stderr_of(proc) -> str:
@@ -602,7 +622,9 @@ def compute_code_score(solution_str: str, ground_truth: str, *, timeout_s: float
 
     Verdicts: ``correct``, ``wrong_answer``, ``no_answer`` (no fenced code block / unclosed ``<think>``),
     ``compile_error``, ``runtime_error``, ``timeout`` (a test over ``timeout_s``), ``global_timeout``,
-    ``memory_limit``, ``output_limit``. Raises :class:`BadCodeGroundTruth` for undecodable tests.
+    ``memory_limit``, ``output_limit``, ``killed`` (a program process died of SIGKILL that no limit explains: its
+    own kill, one from outside, or an OOM kill where no memory cgroup counts it). Raises
+    :class:`BadCodeGroundTruth` for undecodable tests.
     """
     if not isinstance(solution_str, str):
         raise TypeError(f"solution_str must be str, got {type(solution_str).__name__}")

@@ -1,12 +1,16 @@
 """Code verifier: LiveCodeBench semantics (extraction, comparison, verdicts), written from lcb_runner's rules."""
 
+import base64
 import json
+import math
+import zlib
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
-from reward_fns import RESULT_KEYS, UnknownDataSource, compute_score, encode_tests
+from reward_fns import RESULT_KEYS, UnknownDataSource, check_ground_truth, compute_score, encode_tests
+from reward_fns import code_tests  # its TestsDecodeError, imported by name, would be collected as a test class
 from reward_fns.code_verifier import (BadCodeGroundTruth, CodeLimits, functional_matches, lcb_stdout_matches,
                                       prepare_tests, run_code_tests)
 from reward_fns.extract import extract_code_lcb
@@ -82,6 +86,38 @@ def test_a_function_name_no_solution_can_define_is_a_bad_ground_truth(fn_name):
         prepare_tests(truth)
 
 
+@pytest.mark.parametrize("extra", ["fn-name", "func_name", "input", "output", "fnName"])
+def test_a_code_ground_truth_with_an_unknown_field_is_refused_naming_it(extra):
+    # before: accepted and the field ignored ('fn-name' turned a functional problem into a stdin one, so every
+    # response scored 0); LiveCodeBench's input_output has exactly inputs, outputs, fn_name
+    tests = {"inputs": ["[1]"], "outputs": ["1"], extra: "f"}
+    packed = base64.b64encode(zlib.compress(json.dumps(tests).encode())).decode()
+    for truth in (json.dumps(tests), packed):
+        with pytest.raises(BadCodeGroundTruth, match=rf"unknown field\(s\) '{extra}'; the fields are "
+                                                     rf"\['inputs', 'outputs', 'fn_name'\]"):
+            prepare_tests(truth)
+    with pytest.raises(code_tests.TestsDecodeError, match=f"unknown field\\(s\\) '{extra}'"):
+        encode_tests(tests)  # the writer refuses what the reader would
+    with pytest.raises(BadCodeGroundTruth, match=r"data_source='livecodebench_v6' \(index=3\), field "
+                                                 r"reward_model.ground_truth: tests object has unknown field"):
+        check_ground_truth("livecodebench_v6", json.dumps(tests), {"index": 3})
+
+
+@pytest.mark.parametrize("output", ["NaN", "[1.5, NaN]", "{\"a\": [NaN]}"])
+def test_a_functional_expected_output_holding_nan_is_refused(output):
+    # before: accepted, and every response scored wrong_answer (nan != nan, in LCB too): a silent 0
+    with pytest.raises(BadCodeGroundTruth, match=r"functional test 0: 'outputs'\[0\] holds NaN, which no return "
+                                                 r"value equals"):
+        prepare_tests(functional_truth("f", [("1", output)]))
+    assert prepare_tests(functional_truth("f", [("1", "[Infinity, -Infinity]")])).expected == ([math.inf, -math.inf],)
+
+
+def test_the_writer_refuses_test_values_the_reader_refuses():
+    # before: encode_tests wrote a ground truth every later decode refused
+    with pytest.raises(code_tests.TestsDecodeError, match=r"tests field 'outputs'\[1\] must be a string, got int"):
+        encode_tests({"inputs": ["1", "2"], "outputs": ["1", 2], "fn_name": None})
+
+
 # ------------------------------------------------------------------------------------------- verdict classes
 @pytest.mark.parametrize("code, verdict", [
     ("a, b = map(int, input().split())\nprint(a + b)", "correct"),
@@ -92,7 +128,13 @@ def test_a_function_name_no_solution_can_define_is_a_bad_ground_truth(fn_name):
      "correct"),
     ("a, b = map(int, input().split())\nprint(a + b)\nexit()\nprint('unreachable')", "correct"),
     ("import sys\na, b = map(int, input().split())\nprint(a + b)\nsys.exit(1)", "correct"),  # SystemExit swallowed
+    # LCB's call_method: `except SystemExit: pass` for any code, then grades what was printed (testing_util.py)
+    ("import sys\na, b = map(int, input().split())\nprint(a + b)\nsys.exit(-7)", "correct"),
+    ("import sys\na, b = map(int, input().split())\nprint(a + b)\nsys.exit('bad')", "correct"),
     ("a, b = map(int, input().split())\nprint(a + b)\nquit()", "runtime_error"),  # LCB sets builtins.quit = None
+    # stdout is fd 1, as on a judge (README "stdout is real too"; LCB: -4, WA, WA)
+    ("import sys\na, b = map(int, input().split())\nsys.stdout.buffer.write(b'%d\\n' % (a + b))", "correct"),
+    ("import os\na, b = map(int, input().split())\nos.write(1, b'%d\\n' % (a + b))", "correct"),
     ("a, b = map(int, input().split())\nprint(a - b)", "wrong_answer"),
     ("print(3)", "wrong_answer"),  # passes the first test only; stops at the first failure
     ("a, b = map(int, input().split()\nprint(a + b)", "compile_error"),
@@ -105,6 +147,45 @@ def test_stdin_verdicts(code, verdict):
     assert tuple(result) == RESULT_KEYS
     assert result["verdict"] == verdict, result
     assert result["score"] == (1.0 if verdict == "correct" else 0.0)
+
+
+# The widespread fast-IO template (PyRival's FastIO), cut to what it reads of the streams: fileno() and mode.
+FAST_IO = """import os, sys
+from io import BytesIO, IOBase
+class FastIO(IOBase):
+    def __init__(self, file):
+        self._fd = file.fileno()
+        self.buffer = BytesIO()
+        self.writable = "x" in file.mode or "r" not in file.mode
+        self.write = self.buffer.write if self.writable else None
+    def readline(self):
+        return os.read(self._fd, 1 << 16).split(b"\\n")[0]
+    def flush(self):
+        if self.writable:
+            os.write(self._fd, self.buffer.getvalue())
+class IOWrapper(IOBase):
+    def __init__(self, file):
+        self.buffer = FastIO(file)
+        self.flush = self.buffer.flush
+        self.write = lambda s: self.buffer.write(s.encode("ascii"))
+        self.readline = lambda: self.buffer.readline().decode("ascii")
+sys.stdin, sys.stdout = IOWrapper(sys.stdin), IOWrapper(sys.stdout)
+a, b = map(int, sys.stdin.readline().split())
+print(a + b)"""
+
+
+@pytest.mark.parametrize("code, inputs, output", [
+    (FAST_IO, "1 2\n", "3"),  # before: AttributeError, the streams had no 'mode'
+    # input is split at \n only (python3 prog.py < input; LCB's StringIO): before, \r\n and \r were read as \n
+    ("import sys\nprint(len(input()), len(sys.stdin.read()))", "ab\r\ncd\rx\n", "3 5"),
+    ("import sys\nprint(sys.stdin.name, sys.stdout.name, sys.stdin.mode, sys.stdout.mode)", "",
+     "<stdin> <stdout> r w"),
+    ("import sys\nprint(7, file=sys.__stdout__)", "", "7"),  # before: lost, sys.__stdout__ was never flushed
+])
+def test_std_streams_are_a_script_interpreters(code, inputs, output):
+    truth = stdin_truth([(inputs, output)])
+    result = compute_score("livecodebench_v6", fenced(code), truth, code_timeout_s=2.0, code_memory_mb=1024)
+    assert result["verdict"] == "correct", result
 
 
 def test_float_formatting_follows_decimal_rule():

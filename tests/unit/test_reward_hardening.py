@@ -194,6 +194,53 @@ def test_the_memory_cgroup_is_a_kernel_bound_on_all_processes_together():
         small.remove()
 
 
+# A SIGKILL names its cause only where it is known (RLIMIT_CPU's hard limit: timeout; an OOM kill counted by the
+# sample's memory cgroup: memory_limit); otherwise it is "killed", never a memory limit no one reached.
+SELF_KILLS = [
+    ("stdin", "import os\nprint(42, flush=True)\nos.kill(os.getpid(), 9)", "killed",
+     "killed by SIGKILL (cause unknown;"),
+    ("stdin", "import os, signal\nos.killpg(0, signal.SIGKILL)", "killed", "killed by SIGKILL (cause unknown;"),
+    ("functional", "import os\ndef f(x):\n    os.kill(os.getpid(), 9)", "killed",
+     "killed by SIGKILL (cause unknown;"),
+    ("functional", "import os\nos.kill(os.getpid(), 9)\ndef f(x):\n    return 42", "killed",
+     "killed by SIGKILL (cause unknown;"),
+    # what the program can send or choose alone never names a limit (before: timeout, memory_limit)
+    ("stdin", "import os, signal\nprint(42, flush=True)\nos.kill(os.getpid(), signal.SIGXCPU)", "runtime_error",
+     "killed by signal SIGXCPU"),
+    ("stdin", "import os, sys\nprint(42)\nsys.stdout.flush()\nos._exit(3)", "runtime_error", "exit status 3"),
+    ("functional", "import os\ndef f(x):\n    os._exit(3)", "runtime_error", "exit status 3"),
+]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("mode, code, verdict, detail", SELF_KILLS)
+def test_a_signal_or_exit_status_the_program_chose_never_names_a_limit(backend, mode, code, verdict, detail):
+    # before: a SIGKILL was memory_limit ("killed by SIGKILL (memory)"), a self-sent SIGXCPU timeout and
+    # os._exit(3) memory_limit ("MemoryError"), though no limit was reached
+    result = run(backend, code, ["1"], ["42"], fn_name="f" if mode == "functional" else None)
+    assert (result.verdict, result.detail[:len(detail)]) == (verdict, detail), result
+    assert "killed" in reward_fns.VERDICTS
+
+
+@pytest.mark.parametrize("ignore_sigxcpu, signal_number", [(False, 24), (True, 9)])
+def test_a_signal_at_a_cpu_rlimit_is_a_timeout(ignore_sigxcpu, signal_number):
+    from reward_fns import _code_harness as harness
+
+    # the harness's shape (child_limits): soft limit s, hard s + 1: SIGXCPU at s, and SIGKILL at s + 1 to a
+    # program that ignores SIGXCPU
+    spin = (f"import resource, signal\nif {ignore_sigxcpu}:\n    signal.signal(signal.SIGXCPU, signal.SIG_IGN)\n"
+            "resource.setrlimit(resource.RLIMIT_CPU, (1, 2))\nwhile True:\n    pass")
+    proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", spin])
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = -signal_number  # reaped here; Popen must not wait for it again
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal_number
+    ended = (status, usage.ru_utime + usage.ru_stime)
+    assert harness.describe_exit(ended, 1)[0] == "timeout"
+    expected = ("killed", f"killed by SIGKILL (cause unknown; {ended[1]:.2f} s of CPU, under the 7 s limit)") \
+        if signal_number == 9 else ("runtime_error", "killed by signal SIGXCPU")
+    assert harness.describe_exit(ended, 7) == expected
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_sequential_allocations_under_the_limit_pass(backend):
     code = ("import os\nfor _ in range(3):\n    pid = os.fork()\n    if pid == 0:\n"

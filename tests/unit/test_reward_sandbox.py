@@ -101,6 +101,18 @@ def test_output_flood(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("char", ["\\x01", "\\\\", "\\u00e9", "x"])
+def test_output_under_the_cap_is_compared_whatever_its_bytes(backend, char):
+    # before: 1 MiB of control characters (6 bytes each as JSON text) made the harness's message too long:
+    # output_limit, though the output was within its 1 MiB cap
+    truth = encode_tests({"inputs": [""], "outputs": ["1"], "fn_name": None})
+    code = f"import sys\nsys.stdout.buffer.write('{char}'.encode() * ((1 << 20) // len('{char}'.encode())))"
+    assert run_code_tests(code, prepare_tests(truth), LIMITS, detect_isolation(backend)).verdict == "wrong_answer"
+    over = code.replace("(1 << 20)", "((1 << 20) + 2)")
+    assert run_code_tests(over, prepare_tests(truth), LIMITS, detect_isolation(backend)).verdict == "output_limit"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_escaped_children_are_killed(backend):
     code = ("import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(60)\n"
             "    os._exit(0)\nprint('bye')")
