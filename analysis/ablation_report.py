@@ -19,7 +19,7 @@ import numpy as np
 
 from analysis.ablation_stats import stratified_difference
 from analysis.equal_compute_report import load_results
-from analysis.evaluation_stats import paired_difference, t_interval
+from analysis.evaluation_stats import interval_text, paired_difference, t_interval
 from analysis.run_protocol import (  # eval_split and SPLIT_NAMES re-exported: callers import them from here
     SPLIT_NAMES,
     check_arm_names,
@@ -84,10 +84,11 @@ def warm_start_rows(meta: dict, results: dict[str, dict[int, dict]], baseline: s
 
 
 def format_interval(x: dict, fmt: str = "{:+.3f}") -> str:
-    if not math.isfinite(x.get("low", float("nan"))):
-        return fmt.format(x["mean"] if "mean" in x else x["diff"])
+    """A t interval (``mean`` or ``diff``, ``low``, ``high`` and ``seeds``: a ``SeedInterval``, a
+    ``PairedDifference`` or a ``stratified_difference`` as a dict) as ``centre [low, high]``, or the centre and why
+    there is no interval (``analysis.evaluation_stats.interval_text``: one seed, or no spread)."""
     centre = x["mean"] if "mean" in x else x["diff"]
-    return f"{fmt.format(centre)} [{fmt.format(x['low'])}, {fmt.format(x['high'])}]"
+    return interval_text(centre, x["low"], x["high"], int(x["seeds"]), fmt)
 
 
 def _num(x: float, fmt: str = "{:.2f}") -> str:
@@ -174,8 +175,8 @@ def write_report(out: Path, warm_starts: list[str], baseline: str, argv: list[st
             continue
         strata = [next(r for r in rows if r["arm"] == arm) for rows in per_ws.values() if any(r["arm"] == arm for r in rows)]
         pooled = stratified_difference([(r["diff"]["diff"], r["sd_diff"], r["seeds"]) for r in strata])
-        # a warm start whose paired differences are all equal (SD 0) has no t test: not a win at p = 0
-        wins = sum(1 for r in strata if r["diff"]["diff"] > 0 and r["sd_diff"] > 0 and r["diff"]["p_value"] < 0.05)
+        # a warm start whose paired differences are all equal (SD 0) has no t test (p NaN): never a win
+        wins = sum(1 for r in strata if r["diff"]["diff"] > 0 and r["diff"]["p_value"] < 0.05)
         below = sum(1 for r in strata if r["change"]["mean"] < 0)
         lines.append(f"| {arm} | {pooled['strata']} | {format_interval(pooled)} | {_num(pooled['p_value'], '{:.3f}')} | "
                      f"{wins}/{len(strata)} | {below}/{len(strata)} |")

@@ -89,7 +89,8 @@ def per_arm_rows(out: Path, lrs: list[float], warm_starts: list[str], arms: list
             if pooled["strata"] < len(per_ws):  # a warm start with one seed has no SD: no interval over all of them
                 pooled = {"diff": mean, "low": math.nan, "high": math.nan}
             rows.append({"arm": arm, "lr": lr, "mean": mean,
-                         "pooled": {"mean": pooled["diff"], "low": pooled["low"], "high": pooled["high"]},
+                         "pooled": {"mean": pooled["diff"], "low": pooled["low"], "high": pooled["high"],
+                                    "seeds": sum(n for _, _, n in per_ws.values())},
                          "per_warm_start": {ws: {"mean": m, "seeds": n} for ws, (m, _, n) in per_ws.items()},
                          "per_seed": per_seed})
     return rows

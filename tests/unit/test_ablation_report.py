@@ -156,3 +156,14 @@ def test_a_warm_start_with_equal_differences_is_not_counted_a_significant_win(tm
     text = write_report(tmp_path, ["flat", "real"], "G", [])
     pooled = next(line for line in text.splitlines() if line.startswith("| A | 2 |"))
     assert pooled.split("|")[5].strip() == "1/2"
+
+
+def test_a_pooled_difference_without_spread_has_no_p_and_prints_no_interval():
+    # before: p = 0.0 (a "significant" pooled win) and "+0.050 [+0.050, +0.050]"
+    from analysis.ablation_report import format_interval
+
+    pooled = stratified_difference([(0.05, 0.0, 3), (0.05, 0.0, 4)])
+    assert math.isnan(pooled["p_value"]) and pooled["seeds"] == 7
+    assert format_interval(pooled) == "+0.050 (zero spread over 7 seeds: no interval)"
+    assert format_interval({"mean": 0.5, "low": math.nan, "high": math.nan, "seeds": 1}, "{:.3f}") == \
+        "0.500 (n = 1: no interval)"

@@ -206,4 +206,4 @@ def test_a_warm_start_with_one_seed_leaves_the_pooled_column_the_mean_that_choos
     assert [r["pooled"]["mean"] for r in rows] == pytest.approx([0.705, 0.630])
     assert lr_per_arm.chosen_lrs(rows) == {"G": 1e-4}
     table = lr_per_arm.format_table(rows, ["a", "b"])
-    assert "| 0.705 | yes |" in table and "nan" not in table
+    assert "| 0.705 (no interval) | yes |" in table and "nan" not in table
