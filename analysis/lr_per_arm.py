@@ -17,8 +17,8 @@ how clear each choice was. Writes ``OUT/selection.md``, ``OUT/selection.json`` (
 Checks before choosing (:func:`load_rates`, ``analysis.run_protocol``): a warm-start name or model given twice; every
 folder evaluated on the validation split; the folders differ in their learning rate and warm start only (every other
 run-defining option the same); each ``ws_NAME`` folder's runs started from its ``NAME=MODEL_DIR`` and different names
-hold different warm starts; every arm has runs at every rate. A first arm that is not a baseline arm needs
-``--budget-arm`` after ``--`` (``analysis.toy_loop.budget_arm_name``).
+hold different warm starts; every arm has runs at every rate. The budget is in GSPO G=n steps unless
+``-- --budget-arm ARM`` names another arm (``analysis.toy_loop.budget_arm_name``).
 """
 
 from __future__ import annotations
@@ -142,9 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--warm-start", action="append", required=True, metavar="NAME=MODEL_DIR")
     p.add_argument("--arms", nargs="+", required=True,
-                   help="arms of analysis.toy_loop.default_arms(); the first is the baseline whose step sets the "
-                        "budget (analysis.ablation), so list the baseline first; a first arm that is not a baseline "
-                        "arm (plain GSPO) needs `-- --budget-arm ARM`")
+                   help="arms of analysis.toy_loop.default_arms(); the first is the ablation report's baseline; the "
+                        "budget is in GSPO G=n steps unless `-- --budget-arm ARM` names another arm")
     p.add_argument("--lrs", type=float, nargs="+", required=True, help="the first listed wins a tie")
     p.add_argument("--seeds", nargs="+", default=["100-103"])
     p.add_argument("--task", default="addition")
