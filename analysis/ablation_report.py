@@ -26,6 +26,7 @@ from analysis.run_protocol import (  # eval_split and SPLIT_NAMES re-exported: c
     check_comparable,
     check_distinct,
     check_models,
+    check_seeds,
     eval_split,
 )
 from ibpo.mechanism import alarm_steps
@@ -96,11 +97,13 @@ def _num(x: float, fmt: str = "{:.2f}") -> str:
 
 
 def load_checked(out: Path, warm_starts: list[str], baseline: str, models: dict[str, str] | None = None,
-                 arms: list[str] | None = None) -> dict[str, tuple[dict, dict]]:
+                 arms: list[str] | None = None, seeds: set[int] | None = None) -> dict[str, tuple[dict, dict]]:
     """``{warm start: (meta, results)}`` of the warm starts with a ``ws_<name>/meta.json`` under ``out``, after the
     checks every pooled table needs (``analysis.run_protocol``): no name given twice; the folders agree on every
     run-defining option and the split (they differ in their warm start only), hold different warm starts, and each
-    started from its ``models[name]``; the baseline and ``arms`` have runs. Nothing is written."""
+    started from its ``models[name]``; the baseline, ``arms`` and ``seeds`` have runs. The results are cut to the
+    baseline and ``arms`` (when given) and to ``seeds`` (when given): the report is over what its command names,
+    not every run in the folder. Nothing is written."""
     check_distinct("--warm-start", warm_starts)
     loaded = {name: load_results(out / f"ws_{name}") for name in warm_starts
               if (out / f"ws_{name}" / "meta.json").exists()}
@@ -116,16 +119,22 @@ def load_checked(out: Path, warm_starts: list[str], baseline: str, models: dict[
     if models:
         check_models(((out / f"ws_{name}", meta, models[name]) for name, (meta, _) in loaded.items()))
     check_arm_names(loaded, baseline, arms, baseline_option="the baseline (the first of --arms)")
-    return loaded
+    check_seeds(loaded, seeds)
+    keep = None if arms is None else {baseline, *arms}
+    return {name: (meta, {a: {s: r for s, r in runs.items() if seeds is None or s in seeds}
+                          for a, runs in results.items() if keep is None or a in keep})
+            for name, (meta, results) in loaded.items()}
 
 
 def write_report(out: Path, warm_starts: list[str], baseline: str, argv: list[str],
-                 models: dict[str, str] | None = None, arms: list[str] | None = None) -> str:
-    """``report.md`` and ``runs.csv`` under ``out`` from the runs on disk; returns the markdown. The folders are
-    checked first (:func:`load_checked`; a ``ValueError`` or ``SystemExit`` leaves both files as they were)."""
+                 models: dict[str, str] | None = None, arms: list[str] | None = None,
+                 seeds: set[int] | None = None) -> str:
+    """``report.md`` and ``runs.csv`` under ``out`` from the runs on disk of the baseline and ``arms`` (every arm
+    when ``None``) and of ``seeds`` (every seed when ``None``); returns the markdown. The folders are checked first
+    (:func:`load_checked`; a ``ValueError`` or ``SystemExit`` leaves both files as they were)."""
     per_ws: dict[str, list[dict]] = {}
     csv_rows = []
-    loaded = load_checked(out, warm_starts, baseline, models, arms)
+    loaded = load_checked(out, warm_starts, baseline, models, arms, seeds)
     metas = {name: meta for name, (meta, _) in loaded.items()}
     for name, (meta, results) in loaded.items():
         per_ws[name] = warm_start_rows(meta, results, baseline)
