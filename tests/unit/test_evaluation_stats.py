@@ -302,7 +302,8 @@ def test_seeds_for_power_is_the_scan_from_two_on_random_inputs():
     answers = []
     for _ in range(150):
         sd, effect = float(rng.uniform(0, 1)), float(rng.uniform(0.05, 1.0))
-        power, alpha, max_seeds = float(rng.uniform(0.01, 0.99)), float(rng.uniform(0.001, 0.5)), int(rng.integers(2, 120))
+        power, alpha = float(rng.uniform(0.01, 0.99)), float(rng.uniform(0.001, 0.5))
+        max_seeds = int(rng.integers(2, 120))
         expected = _seeds_for_power_by_scan(sd, effect, power, alpha, max_seeds)
         assert seeds_for_power(sd, effect, power, alpha, max_seeds) == expected, (sd, effect, power, alpha, max_seeds)
         answers.append(expected)

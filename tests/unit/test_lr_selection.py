@@ -233,7 +233,8 @@ def test_selection_csv_names_the_task_the_runs_recorded(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("extra, named", [(["--seeds", "100"], "--seeds: not used with --report-only"),
                                           (["--chunk", "1"], "--chunk: not used with --report-only"),
-                                          (["--", "--budget-steps", "48"], "after --: ['--budget-steps', '48'] not used")])
+                                          (["--", "--budget-steps", "48"],
+                                           "after --: ['--budget-steps', '48'] not used")])
 def test_per_arm_report_only_refuses_options_that_only_shape_new_runs(tmp_path, capsys, extra, named):
     from analysis import lr_per_arm
 
