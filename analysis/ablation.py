@@ -14,8 +14,11 @@ its sha256 and greedy test accuracy). Statistics: within a warm start, the paire
 mean of the per-warm-start mean differences, its variance the sum of their squared standard errors over W²,
 Welch-Satterthwaite degrees of freedom rounded down), so a warm start with noisier seeds does not borrow precision from another.
 
-Checks (before any run, and before the report is written): a warm-start name or model given twice, a first arm that
-is not a baseline arm without ``--budget-arm`` (``analysis.toy_loop.budget_arm_name``); the report
+The budget is ``--budget-steps`` steps of ``--budget-arm`` (default GSPO G=n whatever ``--arms`` lists:
+``analysis.toy_loop.budget_arm_name``). The report covers the arms of ``--arms`` (the first is the baseline) and,
+when ``--seeds`` is given, those seeds only; with ``--report-only`` the options that only shape new runs are refused.
+
+Checks (before any run, and before the report is written): a warm-start name or model given twice; the report
 (``analysis.ablation_report.write_report``) refuses warm-start folders of different run-defining options or splits,
 a folder whose runs did not start from its ``NAME=MODEL_DIR``, one warm start under two names, and a baseline or arm
 with no runs there (``analysis.run_protocol``).
@@ -28,6 +31,14 @@ import sys
 from pathlib import Path
 
 from analysis.ablation_stats import parse_seeds, parse_warm_starts
+from option_types.cli import refuse_unused
+
+# options that only shape new runs: with --report-only they would be accepted and do nothing
+RUN_ONLY = {"budget_arm": "--budget-arm", "chunk": "--chunk", "jobs": "--jobs", "budget_steps": "--budget-steps",
+            "lr": "--lr", "test_size": "--test-size", "task": "--task", "max_steps": "--max-steps",
+            "eval_split": "--eval-split", "budget_unit": "--budget-unit",
+            "correction_cost_share": "--correction-cost-share", "cost_model": "--cost-model",
+            "warmup_unit": "--warmup-unit", "milestones": "--milestones", "deadline": "--deadline"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,9 +50,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--arms", nargs="+", required=True, help="arms of analysis.toy_loop.default_arms(); first = baseline")
     p.add_argument("--budget-arm", default=None,
                    help="the arm whose cost per step sets the budget and warm-up, run or not (analysis.toy_loop "
-                        "--budget-arm; default the first of --arms when it is a baseline arm, plain GSPO; otherwise "
-                        "required)")
-    p.add_argument("--seeds", nargs="+", default=["0-29"])
+                        "--budget-arm; default 'GSPO G=n', whatever --arms lists)")
+    p.add_argument("--seeds", nargs="+", default=None,
+                   help="seeds to run (default 0-29); given, the report is over these seeds only (default: every seed "
+                        "of the listed arms on disk)")
     p.add_argument("--chunk", type=int, default=5, help="seeds per warm start before moving to the next one")
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--budget-steps", type=float, default=12.0)
@@ -67,19 +79,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--milestones", type=float, nargs="+", default=[1.0],
                    help="fractions of the budget at which every run is evaluated (learning curves: 0.25 0.5 0.75 1)")
     p.add_argument("--deadline", type=float, default=None, help="unix time after which no new seed chunk starts")
-    p.add_argument("--report-only", action="store_true")
+    p.add_argument("--report-only", action="store_true",
+                   help="the report from the runs on disk, over --arms (and --seeds when given); the options that "
+                        "only shape new runs are refused with it (the folders' meta.json record what their runs used)")
     args = p.parse_args(argv)
+    if args.report_only:
+        refuse_unused(p, argv, RUN_ONLY, "--report-only", "it shapes new runs; each ws_NAME/meta.json records what "
+                      "its runs used")
     warm = parse_warm_starts(args.warm_start)
     arms = toy_loop.default_arms()
     unknown = [a for a in args.arms + ([args.budget_arm] if args.budget_arm is not None else []) if a not in arms]
     if unknown:
         p.error(f"--arms/--budget-arm: unknown {unknown}; the arms are {list(arms)}")
-    if not args.report_only:
-        try:  # toy_loop checks it too; here it stops before the first warm start's runs
-            toy_loop.budget_arm_name(args.arms, args.budget_arm)
-        except ValueError as exc:
-            p.error(str(exc))
-    seeds = parse_seeds(args.seeds)
+    seeds = parse_seeds(args.seeds or ["0-29"])
     if args.chunk < 1:
         p.error(f"--chunk must be >= 1, got {args.chunk}")
     if not args.report_only:
@@ -103,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         print(write_report(Path(args.out), list(warm), args.arms[0], argv if argv is not None else sys.argv[1:],
-                           models=warm, arms=args.arms[1:]))
+                           models=warm, arms=args.arms[1:], seeds=set(seeds) if args.seeds else None))
     except ValueError as exc:
         p.error(str(exc))
     return 0

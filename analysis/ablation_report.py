@@ -19,13 +19,14 @@ import numpy as np
 
 from analysis.ablation_stats import stratified_difference
 from analysis.equal_compute_report import load_results
-from analysis.evaluation_stats import paired_difference, t_interval
+from analysis.evaluation_stats import interval_text, paired_difference, t_interval
 from analysis.run_protocol import (  # eval_split and SPLIT_NAMES re-exported: callers import them from here
     SPLIT_NAMES,
     check_arm_names,
     check_comparable,
     check_distinct,
     check_models,
+    check_seeds,
     eval_split,
 )
 from ibpo.mechanism import alarm_steps
@@ -84,10 +85,11 @@ def warm_start_rows(meta: dict, results: dict[str, dict[int, dict]], baseline: s
 
 
 def format_interval(x: dict, fmt: str = "{:+.3f}") -> str:
-    if not math.isfinite(x.get("low", float("nan"))):
-        return fmt.format(x["mean"] if "mean" in x else x["diff"])
+    """A t interval (``mean`` or ``diff``, ``low``, ``high`` and ``seeds``: a ``SeedInterval``, a
+    ``PairedDifference`` or a ``stratified_difference`` as a dict) as ``centre [low, high]``, or the centre and why
+    there is no interval (``analysis.evaluation_stats.interval_text``: one seed, or no spread)."""
     centre = x["mean"] if "mean" in x else x["diff"]
-    return f"{fmt.format(centre)} [{fmt.format(x['low'])}, {fmt.format(x['high'])}]"
+    return interval_text(centre, x["low"], x["high"], int(x["seeds"]), fmt)
 
 
 def _num(x: float, fmt: str = "{:.2f}") -> str:
@@ -95,11 +97,13 @@ def _num(x: float, fmt: str = "{:.2f}") -> str:
 
 
 def load_checked(out: Path, warm_starts: list[str], baseline: str, models: dict[str, str] | None = None,
-                 arms: list[str] | None = None) -> dict[str, tuple[dict, dict]]:
+                 arms: list[str] | None = None, seeds: set[int] | None = None) -> dict[str, tuple[dict, dict]]:
     """``{warm start: (meta, results)}`` of the warm starts with a ``ws_<name>/meta.json`` under ``out``, after the
     checks every pooled table needs (``analysis.run_protocol``): no name given twice; the folders agree on every
     run-defining option and the split (they differ in their warm start only), hold different warm starts, and each
-    started from its ``models[name]``; the baseline and ``arms`` have runs. Nothing is written."""
+    started from its ``models[name]``; the baseline, ``arms`` and ``seeds`` have runs. The results are cut to the
+    baseline and ``arms`` (when given) and to ``seeds`` (when given): the report is over what its command names,
+    not every run in the folder. Nothing is written."""
     check_distinct("--warm-start", warm_starts)
     loaded = {name: load_results(out / f"ws_{name}") for name in warm_starts
               if (out / f"ws_{name}" / "meta.json").exists()}
@@ -115,16 +119,22 @@ def load_checked(out: Path, warm_starts: list[str], baseline: str, models: dict[
     if models:
         check_models(((out / f"ws_{name}", meta, models[name]) for name, (meta, _) in loaded.items()))
     check_arm_names(loaded, baseline, arms, baseline_option="the baseline (the first of --arms)")
-    return loaded
+    check_seeds(loaded, seeds)
+    keep = None if arms is None else {baseline, *arms}
+    return {name: (meta, {a: {s: r for s, r in runs.items() if seeds is None or s in seeds}
+                          for a, runs in results.items() if keep is None or a in keep})
+            for name, (meta, results) in loaded.items()}
 
 
 def write_report(out: Path, warm_starts: list[str], baseline: str, argv: list[str],
-                 models: dict[str, str] | None = None, arms: list[str] | None = None) -> str:
-    """``report.md`` and ``runs.csv`` under ``out`` from the runs on disk; returns the markdown. The folders are
-    checked first (:func:`load_checked`; a ``ValueError`` or ``SystemExit`` leaves both files as they were)."""
+                 models: dict[str, str] | None = None, arms: list[str] | None = None,
+                 seeds: set[int] | None = None) -> str:
+    """``report.md`` and ``runs.csv`` under ``out`` from the runs on disk of the baseline and ``arms`` (every arm
+    when ``None``) and of ``seeds`` (every seed when ``None``); returns the markdown. The folders are checked first
+    (:func:`load_checked`; a ``ValueError`` or ``SystemExit`` leaves both files as they were)."""
     per_ws: dict[str, list[dict]] = {}
     csv_rows = []
-    loaded = load_checked(out, warm_starts, baseline, models, arms)
+    loaded = load_checked(out, warm_starts, baseline, models, arms, seeds)
     metas = {name: meta for name, (meta, _) in loaded.items()}
     for name, (meta, results) in loaded.items():
         per_ws[name] = warm_start_rows(meta, results, baseline)
@@ -174,8 +184,8 @@ def write_report(out: Path, warm_starts: list[str], baseline: str, argv: list[st
             continue
         strata = [next(r for r in rows if r["arm"] == arm) for rows in per_ws.values() if any(r["arm"] == arm for r in rows)]
         pooled = stratified_difference([(r["diff"]["diff"], r["sd_diff"], r["seeds"]) for r in strata])
-        # a warm start whose paired differences are all equal (SD 0) has no t test: not a win at p = 0
-        wins = sum(1 for r in strata if r["diff"]["diff"] > 0 and r["sd_diff"] > 0 and r["diff"]["p_value"] < 0.05)
+        # a warm start whose paired differences are all equal (SD 0) has no t test (p NaN): never a win
+        wins = sum(1 for r in strata if r["diff"]["diff"] > 0 and r["diff"]["p_value"] < 0.05)
         below = sum(1 for r in strata if r["change"]["mean"] < 0)
         lines.append(f"| {arm} | {pooled['strata']} | {format_interval(pooled)} | {_num(pooled['p_value'], '{:.3f}')} | "
                      f"{wins}/{len(strata)} | {below}/{len(strata)} |")

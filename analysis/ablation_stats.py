@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.evaluation_stats import student_t_cdf, student_t_quantile
+from analysis.evaluation_stats import student_t_quantile, t_test_p_value
 
 
 def parse_seeds(spec: list[str]) -> list[int]:
@@ -56,12 +56,15 @@ def stratified_difference(per_stratum: list[tuple[float, float, int]], alpha: fl
     """Pooled paired difference over strata given (mean difference, SD of the differences, seeds) per stratum.
 
     Estimate: the unweighted mean of the stratum means (each warm start counts once); variance Σ s_w²/n_w / W²;
-    degrees of freedom by Welch-Satterthwaite; two-sided t test and (1 − alpha) interval."""
+    degrees of freedom by Welch-Satterthwaite; two-sided t test and (1 − alpha) interval. ``seeds``: the seeds of
+    the strata used (strata with fewer than two seeds, or no SD, are left out). Every stratum with SD 0: the
+    interval has width 0 and p is undefined (NaN, ``analysis.evaluation_stats.t_test_p_value``)."""
     strata = [(d, sd, n) for d, sd, n in per_stratum if n >= 2 and math.isfinite(sd)]
     if not strata:
         return {"diff": float("nan"), "low": float("nan"), "high": float("nan"), "p_value": float("nan"),
-                "df": float("nan"), "strata": 0}
+                "df": float("nan"), "strata": 0, "seeds": 0}
     w = len(strata)
+    seeds = int(sum(n for _, _, n in strata))
     diff = float(np.mean([d for d, _, _ in strata]))
     var_terms = [sd * sd / n / (w * w) for _, sd, n in strata]
     var = float(sum(var_terms))
@@ -69,9 +72,9 @@ def stratified_difference(per_stratum: list[tuple[float, float, int]], alpha: fl
     # Welch-Satterthwaite, rounded down (conservative; evaluation_stats' t distribution takes integer df)
     df = max(1, math.floor(var * var / denominator)) if denominator > 0 else sum(n - 1 for _, _, n in strata)
     se = math.sqrt(var)
+    p = t_test_p_value(diff, se, df)
     if se == 0:
-        return {"diff": diff, "low": diff, "high": diff, "p_value": 0.0 if diff else 1.0, "df": df, "strata": w}
+        return {"diff": diff, "low": diff, "high": diff, "p_value": p, "df": df, "strata": w, "seeds": seeds}
     crit = student_t_quantile(1 - alpha / 2, df)
-    p = 2 * (1 - student_t_cdf(abs(diff) / se, df))
-    return {"diff": diff, "low": diff - crit * se, "high": diff + crit * se, "p_value": float(p), "df": df,
-            "strata": w}
+    return {"diff": diff, "low": diff - crit * se, "high": diff + crit * se, "p_value": p, "df": df,
+            "strata": w, "seeds": seeds}

@@ -47,7 +47,7 @@ import numpy as np
 from analysis.ablation_stats import parse_seeds, stratified_difference
 from analysis.curves_report import accuracy_at, holm
 from analysis.equal_compute_report import load_results
-from analysis.evaluation_stats import paired_difference
+from analysis.evaluation_stats import interval_text, paired_difference
 from analysis.run_protocol import check_arm_names, check_comparable, check_distinct, check_seeds
 
 
@@ -185,7 +185,7 @@ def per_share_rule(points_by_share: dict[float, dict[str, list[SharePoint]]], wa
                 deltas = [p.delta for p in points if p.warm_start == w]
                 if len(deltas) >= 2:
                     per_ws[(arm, w)] = paired_difference(deltas, [0.0] * len(deltas))
-        adjusted = holm({f"{a}|{w}": d.p_value for (a, w), d in per_ws.items() if d.sd_diff > 0})
+        adjusted = holm({f"{a}|{w}": d.p_value for (a, w), d in per_ws.items()})  # an undefined p left out
         out[share] = {}
         for arm in by_arm:
             strata = [(d.diff, d.sd_diff, d.seeds) for (a, _), d in per_ws.items() if a == arm]
@@ -252,7 +252,8 @@ def _at(fraction: float) -> str:
     return "the full budget" if fraction == 1.0 else f"{fraction:g} of the budget"
 
 def _interval(d: dict) -> str:
-    return f"{d['diff']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]"
+    """A stratified difference (``stratified_difference``) as ``Δ [low, high]``, or Δ and why there is none."""
+    return interval_text(d["diff"], d["low"], d["high"], d["seeds"], "{:+.3f}")
 
 
 def format_report(result: dict, shares: list[float]) -> str:

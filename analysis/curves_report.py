@@ -30,7 +30,13 @@ import numpy as np
 
 from analysis.ablation_stats import parse_seeds
 from analysis.equal_compute_report import load_results
-from analysis.evaluation_stats import paired_difference, student_t_cdf, student_t_quantile
+from analysis.evaluation_stats import (
+    equal_but_for_rounding,
+    interval_text,
+    paired_difference,
+    student_t_quantile,
+    t_test_p_value,
+)
 from analysis.run_protocol import (  # check_arm_names re-exported: analysis.breakeven imported it from here
     SPLIT_NAMES,
     check_arm_names,
@@ -46,8 +52,10 @@ CURVES_CSV = "curves_runs.csv"
 
 
 def holm(p_values: dict[str, float]) -> dict[str, float]:
-    """Holm's step-down adjusted p-values: sorted ascending, p_(i) · (m − i + 1), made monotone, capped at 1."""
-    items = sorted(p_values.items(), key=lambda kv: kv[1])
+    """Holm's step-down adjusted p-values: sorted ascending, p_(i) · (m − i + 1), made monotone, capped at 1. An
+    undefined p (NaN: a t test over equal differences, ``analysis.evaluation_stats.t_test_p_value``) is no test:
+    it is left out of the family and of the result (m counts the defined ones)."""
+    items = sorted(((k, p) for k, p in p_values.items() if math.isfinite(p)), key=lambda kv: kv[1])
     m, running, out = len(items), 0.0, {}
     for i, (key, p) in enumerate(items):
         running = max(running, min(1.0, p * (m - i)))
@@ -65,7 +73,9 @@ def random_warm_start_difference(means: list[float], alpha: float = 0.05) -> dic
     se = float(x.std(ddof=1)) / math.sqrt(x.size)
     diff = float(x.mean())
     half = student_t_quantile(1 - alpha / 2, x.size - 1) * se
-    p = 2 * (1 - student_t_cdf(abs(diff) / se, x.size - 1)) if se > 0 else (0.0 if diff else 1.0)
+    if equal_but_for_rounding(x, max(1.0, float(np.abs(x).max()))):  # differences of accuracies in [0, 1]
+        se, half = 0.0, 0.0
+    p = t_test_p_value(diff, se, x.size - 1)  # NaN when every warm start's mean difference is the same
     return {"diff": diff, "low": diff - half, "high": diff + half, "p_value": float(p), "warm_starts": int(x.size)}
 
 
@@ -127,12 +137,12 @@ def correction_share(meta: dict) -> float:
 
 
 def _fmt(d: dict | None, holm_p: float | None = None) -> str:
+    """``Δ [low, high]`` over the seeds (``seeds``) or, for the warm start random, over the warm starts
+    (``warm_starts``); the estimate and why there is no interval otherwise (``interval_text``)."""
     if d is None or not math.isfinite(d.get("diff", float("nan"))):
         return "—"
-    if math.isfinite(d["low"]) and math.isfinite(d["high"]):
-        text = f"{d['diff']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]"
-    else:  # no interval (the warm start random over a single warm start): the estimate alone, not "[+nan, +nan]"
-        text = f"{d['diff']:+.3f} (no interval)"
+    n, unit = (d["warm_starts"], "warm starts") if "warm_starts" in d else (d["seeds"], "seeds")
+    text = interval_text(d["diff"], d["low"], d["high"], n, "{:+.3f}", unit)
     if holm_p is not None:
         text += f" (Holm p {holm_p:.3f})"
     return text
@@ -201,9 +211,9 @@ def report(out: Path, warm_starts: list[str], baseline: str, arms: list[str] | N
     per_ws = {(w, a, m): paired_at(res, a, baseline, m) for w, (_, res) in loaded.items() for a in arms
               for m in milestones}
     # a warm start whose paired differences are all equal (SD 0, e.g. two seeds both one problem apart) has no
-    # t test: it is left out of the family rather than counted as p = 0
+    # t test (p NaN): holm leaves it out of the family
     adjusted = holm({f"{a}|{w}": per_ws[(w, a, final)].p_value for w in warm_starts for a in arms
-                     if per_ws[(w, a, final)] is not None and per_ws[(w, a, final)].sd_diff > 0})
+                     if per_ws[(w, a, final)] is not None})
     lines = [f"Baseline {baseline}; budget fractions {milestones}; Δ = arm − baseline, {split} accuracy, 95% interval.",
              "", "| arm | fraction | " + " | ".join(f"{w} (seeds)" for w in warm_starts)
              + " | pooled, stratified | pooled, warm start random |", "|---|---:|" + "---:|" * (len(warm_starts) + 2)]

@@ -17,7 +17,14 @@ from pathlib import Path
 import numpy as np
 
 from analysis.credit_localisation import Localisation, summarise
-from analysis.evaluation_stats import paired_difference, seeds_for_power, student_t_cdf, student_t_quantile, t_interval
+from analysis.evaluation_stats import (
+    interval_text,
+    paired_difference,
+    seeds_for_power,
+    student_t_cdf,
+    student_t_quantile,
+    t_interval,
+)
 
 PHASES = ("main_gen", "score", "correction_gen", "ibpo_host", "update", "eval")
 
@@ -81,6 +88,16 @@ def paired_power(sd_diff: float, effect: float, seeds: int, alpha: float = 0.05)
     return float(1.0 - student_t_cdf(crit - effect * math.sqrt(seeds) / sd_diff, seeds - 1))
 
 
+def seeds_needed(sd_diff: float, effect: float, max_seeds: int = 100_000) -> int | str | None:
+    """The seeds for 80% power at ``effect`` given the observed SD of Δ (``seeds_for_power``); ``"> max_seeds"``
+    when more are needed than it searches; ``None`` (printed ``-``) without a positive observed SD (one seed, or
+    every seed's Δ the same: an SD of 0 promises nothing, as ``paired_power`` says too)."""
+    if not sd_diff > 0:
+        return None
+    n = seeds_for_power(sd_diff, effect, max_seeds=max_seeds)
+    return f"> {max_seeds}" if n is None else n
+
+
 def compute_to_threshold(steps: list[dict], threshold: float, window: int) -> float:
     """FLOPs at the first step whose trailing mean (``window`` steps, full windows) of the training reward
     reaches ``threshold``; inf when never."""
@@ -122,7 +139,7 @@ def summarise_runs(meta: dict, results: dict[str, dict[int, dict]], baseline: st
                 "flops": float(np.mean([a["flops"] for a, _ in pairs])),
                 "steps": float(np.mean([a["step"] for a, _ in pairs])),
                 "power_for_effect": paired_power(d.sd_diff, effect, d.seeds),
-                "seeds_for_80pct_power": seeds_for_power(d.sd_diff, effect) if d.sd_diff == d.sd_diff else None,
+                "seeds_for_80pct_power": seeds_needed(d.sd_diff, effect),
             }
         final = [runs[s] for s in seeds]
         reach = [compute_to_threshold(r["steps"], threshold, window) for r in final]
@@ -192,6 +209,21 @@ def _f(x: float, fmt: str = "{:.3f}") -> str:
     return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else fmt.format(x)
 
 
+def _accuracy_text(acc: dict) -> str:
+    """A test accuracy over seeds (``t_interval``) with its interval, or why there is none."""
+    return interval_text(acc["mean"], acc["low"], acc["high"], acc["seeds"], bounds=(0.0, 1.0))
+
+
+def _diff_text(d: dict) -> str:
+    """A paired Δ over seeds (``paired_difference``) with its interval, or why there is none."""
+    return interval_text(d["diff"], d["low"], d["high"], d["seeds"], "{:+.3f}", bounds=(-1.0, 1.0))
+
+
+def _change_text(c: dict) -> str:
+    """A change over seeds (``t_interval``) with its interval, or why there is none."""
+    return interval_text(c["mean"], c["low"], c["high"], c["seeds"], "{:+.3f}")
+
+
 def _equal_compute_table(summary: dict) -> list[str]:
     """The header and the table at the full budget."""
     base = summary["baseline"]
@@ -214,13 +246,13 @@ def _equal_compute_table(summary: dict) -> list[str]:
             continue
         acc, d = m["accuracy"], m["diff"]
         ct = e["compute_to_threshold"]
-        reach = (f"{ct['mean']:.3g} [{_f(ct.get('low'), '{:.3g}')}, {_f(ct.get('high'), '{:.3g}')}] "
+        reach = (f"{interval_text(ct['mean'], ct['low'], ct['high'], ct['reached'], '{:.3g}')} "
                  f"({ct['reached']}/{ct['of']})") if ct["reached"] else f"not reached (0/{ct['of']})"
         is_base = arm == base
         lines.append(
             f"| {arm} | {e['seeds']} | {e['steps']:.1f} | {e['optimizer_updates']:.1f} | {m['flops']:.3g} "
-            f"({m['flops'] / budget:.2f}) | {acc['mean']:.3f} [{_f(acc['low'])}, {_f(acc['high'])}] | "
-            + ("—" if is_base else f"{d['diff']:+.3f} [{_f(d['low'], '{:+.3f}')}, {_f(d['high'], '{:+.3f}')}]")
+            f"({m['flops'] / budget:.2f}) | {_accuracy_text(acc)} | "
+            + ("—" if is_base else _diff_text(d))
             + f" | {'—' if is_base else _f(d['p_value'])} | {'—' if is_base else _f(d['sd_diff'])} | "
             f"{'—' if is_base else _f(d['correlation'], '{:.2f}')} | {'—' if is_base else _f(m['power_for_effect'], '{:.2f}')} | "
             f"{'—' if is_base else (m['seeds_for_80pct_power'] or '-')} | {reach} |")
@@ -243,8 +275,7 @@ def _milestone_table(summary: dict) -> list[str]:
             elif arm == base:
                 cells.append(f"{m['accuracy']['mean']:.3f} (acc.)")
             else:
-                d = m["diff"]
-                cells.append(f"{d['diff']:+.3f} [{_f(d['low'], '{:+.3f}')}, {_f(d['high'], '{:+.3f}')}]")
+                cells.append(_diff_text(m["diff"]))
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
     return lines
 
@@ -272,8 +303,7 @@ def _collapse_table(summary: dict) -> list[str]:
     for arm, e in summary["arms"].items():
         c = e["collapse"]
         r, t = c["train_reward_change"], c["test_change"]
-        lines.append(f"| {arm} | {r['mean']:+.3f} [{_f(r['low'], '{:+.3f}')}, {_f(r['high'], '{:+.3f}')}] | "
-                     f"{t['mean']:+.3f} [{_f(t['low'], '{:+.3f}')}, {_f(t['high'], '{:+.3f}')}] | "
+        lines.append(f"| {arm} | {_change_text(r)} | {_change_text(t)} | "
                      f"{c['seeds_reward_up_test_down']}/{e['seeds']} |")
     return lines
 

@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass
 from typing import Sequence
 
 import math
+from statistics import NormalDist
 
 import numpy as np
 
@@ -354,6 +355,30 @@ def t_interval(values: Sequence[float] | np.ndarray, confidence: float = 0.95) -
     return SeedInterval(mean, mean - half, mean + half, sd, n, confidence)
 
 
+def equal_but_for_rounding(values: np.ndarray, scale: float) -> bool:
+    """Whether ``values`` are all equal but for floating-point rounding of quantities of magnitude ``scale``: a
+    spread of at most 1e-12 · scale. The per-seed differences of accuracies that all differ by one problem
+    (0.7 − 0.65 and 0.6 − 0.55) differ by ~1e-17, which a t test would read as p ≈ 0; they are equal."""
+    values = np.asarray(values, dtype=np.float64)
+    return values.size == 0 or float(np.ptp(values)) <= 1e-12 * abs(scale)
+
+
+def t_test_p_value(estimate: float, standard_error: float, df: int) -> float:
+    """Two-sided p of the t test of a zero mean: 2 · (1 − F_t(|estimate| / standard_error, df)).
+
+    **Decision** (one place for every t test of the analysis): with ``standard_error`` 0, i.e. all the values the
+    test is over are equal (every seed's paired difference the same), the statistic is ±∞ or 0/0 and says nothing
+    about the sampling variation the test is for, so p is **undefined: NaN**, never 0 (a "significant" win from two
+    seeds both one problem apart) nor 1. NaN fails every ``p < alpha``; a Holm family leaves it out
+    (:func:`analysis.curves_report.holm`); tables print it as ``-`` beside the interval text's "zero spread"."""
+    if not (math.isfinite(estimate) and math.isfinite(standard_error)) or standard_error < 0 or df < 1:
+        return float("nan")
+    if standard_error == 0:
+        return float("nan")
+    p = 2.0 * (1.0 - student_t_cdf(abs(estimate) / standard_error, int(df)))
+    return float(min(max(p, 0.0), 1.0))
+
+
 @dataclass(frozen=True)
 class PairedDifference:
     """Arm A minus baseline B over seeds that pair them (same seed, warm start, data order)."""
@@ -367,7 +392,7 @@ class PairedDifference:
     sd_a: float
     sd_b: float
     correlation: float  # Pearson correlation of A_s and B_s over seeds (how much pairing removes)
-    p_value: float  # two-sided paired t-test of mean difference 0
+    p_value: float  # two-sided paired t-test of mean difference 0; NaN when undefined (:func:`t_test_p_value`)
     seeds: int
     confidence: float
 
@@ -377,7 +402,9 @@ class PairedDifference:
 
 def paired_difference(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray,
                       confidence: float = 0.95) -> PairedDifference:
-    """Paired t over seeds: ``a[s]`` and ``b[s]`` are the same seed's values in the two arms."""
+    """Paired t over seeds: ``a[s]`` and ``b[s]`` are the same seed's values in the two arms. When every seed's
+    difference is the same (:func:`equal_but_for_rounding`), ``sd_diff`` is 0, the interval has width 0 and
+    ``p_value`` is NaN (:func:`t_test_p_value`); with fewer than two seeds everything but the means is NaN."""
     a = np.asarray(a, dtype=np.float64).ravel()
     b = np.asarray(b, dtype=np.float64).ravel()
     if a.shape != b.shape:
@@ -389,55 +416,105 @@ def paired_difference(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.n
     if a.size < 2:
         return PairedDifference(float(a.mean()) if a.size else nan, float(b.mean()) if b.size else nan, d.mean,
                                 nan, nan, nan, nan, nan, nan, nan, int(a.size), confidence)
+    if equal_but_for_rounding(a - b, max(float(np.abs(a).max()), float(np.abs(b).max()))):
+        # every seed's difference the same: SD 0 exactly (not ~1e-17 of rounding, which gave p ≈ 0), no p
+        d = SeedInterval(d.mean, d.mean, d.mean, 0.0, d.seeds, confidence)
     sd_a, sd_b = float(a.std(ddof=1)), float(b.std(ddof=1))
     corr = float(np.corrcoef(a, b)[0, 1]) if sd_a > 0 and sd_b > 0 else nan
-    if d.sd > 0:
-        t = d.mean / (d.sd / math.sqrt(a.size))
-        p = 2.0 * (1.0 - student_t_cdf(abs(t), a.size - 1))
-    else:
-        p = 1.0 if d.mean == 0 else 0.0
+    p = t_test_p_value(d.mean, d.sd / math.sqrt(a.size), a.size - 1)
     return PairedDifference(float(a.mean()), float(b.mean()), d.mean, d.low, d.high, d.sd, sd_a, sd_b, corr,
-                            float(min(max(p, 0.0), 1.0)), int(a.size), confidence)
+                            p, int(a.size), confidence)
+
+
+def _seeds_need(n: int, sd_diff: float, effect: float, power: float, alpha: float) -> float:
+    """((t_{1−α/2, n−1} + t_{power, n−1}) · sd/effect)²: the seeds the t approximation asks for at n seeds."""
+    t_sum = student_t_quantile(1 - alpha / 2, n - 1) + student_t_quantile(power, n - 1)
+    return (t_sum * sd_diff / effect) ** 2
 
 
 def seeds_for_power(sd_diff: float, effect: float, power: float = 0.8, alpha: float = 0.05,
-                    max_seeds: int = 100_000) -> int:
+                    max_seeds: int = 100_000) -> int | None:
     """Seeds a two-sided paired t-test at level ``alpha`` needs to detect a mean difference ``effect`` with
     probability ``power`` when the per-seed differences have SD ``sd_diff``: the smallest n >= 2 with
-    n >= ((t_{1−α/2, n−1} + t_{power, n−1}) · sd/effect)² (the usual t approximation of the noncentral t)."""
-    if sd_diff < 0 or effect <= 0:
-        raise ValueError(f"need sd_diff >= 0 and effect > 0; got {sd_diff}, {effect}")
+    n >= need(n) = ((t_{1−α/2, n−1} + t_{power, n−1}) · sd/effect)² (the usual t approximation of the noncentral
+    t). **None when no n <= ``max_seeds`` suffices** (the answer exceeds ``max_seeds``; callers say so).
+
+    Search, not a scan from 2 (which took minutes for a tiny effect): need(n) never rises with n (Student t
+    quantiles spread less as the degrees of freedom grow, towards the normal's), so n − need(n) rises by at least 1
+    per seed and "n >= need(n)" holds from one n on. need(n) >= the normal need ((z_{1−α/2} + z_power) · sd/effect)²
+    starts the search; doubling steps then bisection find the first n, the same n a scan from 2 finds."""
+    if not (sd_diff >= 0 and effect > 0 and math.isfinite(effect)):
+        raise ValueError(f"need finite sd_diff >= 0 and effect > 0; got {sd_diff}, {effect}")
     if not (0.0 < power < 1.0 and 0.0 < alpha < 1.0):
         raise ValueError(f"power={power} and alpha={alpha} must lie in (0, 1)")
-    for n in range(2, max_seeds + 1):
-        need = ((student_t_quantile(1 - alpha / 2, n - 1) + student_t_quantile(power, n - 1)) * sd_diff / effect) ** 2
-        if n >= need:
-            return n
-    return max_seeds
+    if int(max_seeds) != max_seeds or max_seeds < 2:
+        raise ValueError(f"max_seeds={max_seeds} must be an integer >= 2")
+    max_seeds = int(max_seeds)
+    if not math.isfinite(sd_diff):
+        return None
+
+    def enough(n: int) -> bool:
+        return n >= _seeds_need(n, sd_diff, effect, power, alpha)
+
+    normal = NormalDist()
+    z_sum = normal.inv_cdf(1 - alpha / 2) + normal.inv_cdf(power)
+    normal_need = (z_sum * sd_diff / effect) ** 2
+    # one below the normal bound, for the t quantiles' bisection error (|error| < 1e-10) where t ≈ z
+    start = 2 if normal_need < 3 else int(min(math.ceil(normal_need * (1 - 1e-9)) - 1, max_seeds + 1))
+    if start > max_seeds:
+        return None
+    if enough(start):
+        return start
+    low, step = start, 1  # enough(low) is False
+    while True:
+        high = min(start + step, max_seeds)
+        if enough(high):
+            break
+        if high == max_seeds:
+            return None
+        low, step = high, step * 2
+    while high - low > 1:  # enough(high) and not enough(low)
+        mid = (low + high) // 2
+        if enough(mid):
+            high = mid
+        else:
+            low = mid
+    return high
 
 
 __all__ = [
-    "student_t_cdf", "student_t_quantile", "SeedInterval", "t_interval", "PairedDifference", "paired_difference",
-    "seeds_for_power",
+    "student_t_cdf", "student_t_quantile", "SeedInterval", "t_interval", "t_test_p_value", "equal_but_for_rounding",
+    "PairedDifference",
+    "paired_difference", "seeds_for_power", "interval_text", "no_interval_reason",
     "pass_at_k", "pass_at_k_per_problem", "avg_at_k_per_problem", "best_of_n_choice", "best_of_n_per_problem",
     "BEST_OF_N_METHODS", "ConfidenceInterval", "PairedTest", "draw_bootstrap_indices", "bootstrap_means",
     "bootstrap_ci", "paired_bootstrap_test",
 ]
 
 
+def no_interval_reason(mean: float, low: float, high: float, n: int, unit: str = "seeds") -> str | None:
+    """Why ``[low, high]`` is not an interval to print, or ``None`` when it is one: fewer than two independent
+    units (``n = 1: no interval``), bounds that are not numbers (``no interval``), or no spread among the units
+    (``zero spread over n seeds: no interval``: a t interval of width 0 is not a certainty)."""
+    if n < 2:
+        return f"n = {n}: no interval"
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return "no interval"
+    if high - low <= 1e-12 * max(1.0, abs(mean)):
+        return f"zero spread over {n} {unit}: no interval"
+    return None
+
+
 def interval_text(mean: float, low: float, high: float, n: int, fmt: str = "{:.3f}", unit: str = "seeds",
                   bounds: tuple[float, float] | None = None) -> str:
-    """``mean [low, high]``, or the mean alone with why there is no interval: fewer than two independent
-    units (``n = 1: no interval``), or no spread among them (``zero spread over n seeds: no interval``).
-    ``bounds``: the range the quantity lives in (e.g. (0, 1) for an accuracy); an interval reaching outside it
-    is cut to it and marked ``(clipped to [0, 1])``."""
+    """``mean [low, high]``, or the mean alone with why there is no interval (:func:`no_interval_reason`): fewer
+    than two independent units (``n = 1: no interval``), or no spread among them (``zero spread over n seeds: no
+    interval``). ``bounds``: the range the quantity lives in (e.g. (0, 1) for an accuracy); an interval reaching
+    outside it is cut to it and marked ``(clipped to [0, 1])``. Every report's interval cell is this text."""
     point = fmt.format(mean)
-    if n < 2:
-        return f"{point} (n = {n}: no interval)"
-    if not (math.isfinite(low) and math.isfinite(high)):
-        return f"{point} (no interval)"
-    if high - low <= 1e-12 * max(1.0, abs(mean)):
-        return f"{point} (zero spread over {n} {unit}: no interval)"
+    reason = no_interval_reason(mean, low, high, n, unit)
+    if reason is not None:
+        return f"{point} ({reason})"
     note = ""
     if bounds is not None and (low < bounds[0] or high > bounds[1]):
         low, high = max(low, bounds[0]), min(high, bounds[1])

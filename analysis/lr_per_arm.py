@@ -17,8 +17,8 @@ how clear each choice was. Writes ``OUT/selection.md``, ``OUT/selection.json`` (
 Checks before choosing (:func:`load_rates`, ``analysis.run_protocol``): a warm-start name or model given twice; every
 folder evaluated on the validation split; the folders differ in their learning rate and warm start only (every other
 run-defining option the same); each ``ws_NAME`` folder's runs started from its ``NAME=MODEL_DIR`` and different names
-hold different warm starts; every arm has runs at every rate. A first arm that is not a baseline arm needs
-``--budget-arm`` after ``--`` (``analysis.toy_loop.budget_arm_name``).
+hold different warm starts; every arm has runs at every rate. The budget is in GSPO G=n steps unless
+``-- --budget-arm ARM`` names another arm (``analysis.toy_loop.budget_arm_name``).
 """
 
 from __future__ import annotations
@@ -36,7 +36,15 @@ from analysis.ablation_report import final_eval, format_interval
 from analysis.ablation_stats import stratified_difference
 from analysis.equal_compute_report import load_results
 from analysis.lr_selection import check_rate_options, lr_folder
-from analysis.run_protocol import check_arm_names, check_comparable, check_distinct, check_models, eval_split
+from analysis.run_protocol import (
+    check_arm_names,
+    check_comparable,
+    check_distinct,
+    check_models,
+    eval_split,
+    recorded_options,
+)
+from option_types.cli import refuse_unused
 
 
 def load_rates(out: Path, lrs: list[float], warm_starts: list[str], arms: list[str],
@@ -88,8 +96,10 @@ def per_arm_rows(out: Path, lrs: list[float], warm_starts: list[str], arms: list
             pooled = stratified_difference(list(per_ws.values()))
             if pooled["strata"] < len(per_ws):  # a warm start with one seed has no SD: no interval over all of them
                 pooled = {"diff": mean, "low": math.nan, "high": math.nan}
-            rows.append({"arm": arm, "lr": lr, "mean": mean,
-                         "pooled": {"mean": pooled["diff"], "low": pooled["low"], "high": pooled["high"]},
+            task = recorded_options(loaded[(lr, warm_starts[0])][0])["task"]
+            rows.append({"arm": arm, "lr": lr, "task": task, "mean": mean,
+                         "pooled": {"mean": pooled["diff"], "low": pooled["low"], "high": pooled["high"],
+                                    "seeds": sum(n for _, _, n in per_ws.values())},
                          "per_warm_start": {ws: {"mean": m, "seeds": n} for ws, (m, _, n) in per_ws.items()},
                          "per_seed": per_seed})
     return rows
@@ -141,17 +151,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--warm-start", action="append", required=True, metavar="NAME=MODEL_DIR")
     p.add_argument("--arms", nargs="+", required=True,
-                   help="arms of analysis.toy_loop.default_arms(); the first is the baseline whose step sets the "
-                        "budget (analysis.ablation), so list the baseline first; a first arm that is not a baseline "
-                        "arm (plain GSPO) needs `-- --budget-arm ARM`")
+                   help="arms of analysis.toy_loop.default_arms(); the first is the ablation report's baseline; the "
+                        "budget is in GSPO G=n steps unless `-- --budget-arm ARM` names another arm")
     p.add_argument("--lrs", type=float, nargs="+", required=True, help="the first listed wins a tie")
     p.add_argument("--seeds", nargs="+", default=["100-103"])
     p.add_argument("--task", default="addition")
     p.add_argument("--val-size", type=int, default=512)
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--chunk", type=int, default=2)
-    p.add_argument("--report-only", action="store_true")
+    p.add_argument("--report-only", action="store_true",
+                   help="choose from the runs on disk (every finished seed); the options that only shape new runs, "
+                        "and protocol options after --, are refused with it")
     args = p.parse_args(own)
+    if args.report_only:
+        refuse_unused(p, own, {"seeds": "--seeds", "task": "--task", "val_size": "--val-size", "jobs": "--jobs",
+                               "chunk": "--chunk"}, "--report-only",
+                      "it shapes new runs; each folder's meta.json records what its runs used")
+        if protocol:
+            p.error(f"after --: {protocol} not used with --report-only (protocol options shape new runs; each "
+                    "folder's meta.json records what its runs used); drop them")
     check_rate_options(p, args.lrs, args.val_size)
     unknown = [a for a in args.arms if a not in toy_loop.default_arms()]
     if unknown:
@@ -179,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "selection.md").write_text(table + "\n")
     (out / "selection.json").write_text(json.dumps({"chosen": chosen_lrs(rows), "rows": rows}, indent=1))
-    write_runs_csv(rows, out / "runs.csv", args.task)
+    write_runs_csv(rows, out / "runs.csv", rows[0]["task"])  # the task the runs recorded
     print(table)
     return 0
 

@@ -31,7 +31,8 @@ from analysis.ablation_stats import parse_seeds
 from analysis.ablation_report import final_eval, format_interval
 from analysis.equal_compute_report import load_results
 from analysis.evaluation_stats import t_interval
-from analysis.run_protocol import check_arm_names, check_comparable, check_models, eval_split
+from analysis.run_protocol import check_arm_names, check_comparable, check_models, eval_split, recorded_options
+from option_types.cli import refuse_unused
 
 
 def lr_folder(out: Path, lr: float) -> Path:
@@ -67,7 +68,8 @@ def selection_rows(out: Path, lrs: list[float], arm: str, model: str | Path | No
         if not acc:
             raise ValueError(f"{lr_folder(out, lr)}: no finished {arm!r} run")
         warm = meta["warm_start_val_accuracy"]
-        rows.append({"lr": lr, "seeds": len(acc), "val_accuracy": t_interval(acc).as_dict(),
+        rows.append({"lr": lr, "task": recorded_options(meta)["task"], "seeds": len(acc),
+                     "val_accuracy": t_interval(acc).as_dict(),
                      "change": t_interval(np.asarray(acc) - warm).as_dict(), "warm_start_val_accuracy": warm,
                      "warm_start_sha256": meta.get("warm_start_sha256", ""),
                      "per_seed": {seed: final_eval(r)["accuracy"] for seed, r in sorted(runs.items()) if final_eval(r)}})
@@ -122,8 +124,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget-steps", type=float, default=12.0)
     p.add_argument("--val-size", type=int, default=512)
     p.add_argument("--jobs", type=int, default=2)
-    p.add_argument("--report-only", action="store_true")
+    p.add_argument("--report-only", action="store_true",
+                   help="choose from the runs on disk (every finished seed); the options that only shape new runs "
+                        "are refused with it")
     args = p.parse_args(argv)
+    if args.report_only:
+        refuse_unused(p, argv, {"seeds": "--seeds", "budget_steps": "--budget-steps", "val_size": "--val-size",
+                                "jobs": "--jobs", "task": "--task"}, "--report-only",
+                      "it shapes new runs; each rate's meta.json records what its runs used")
     check_rate_options(p, args.lrs, args.val_size)
     if args.arm not in toy_loop.default_arms():
         p.error(f"--arm: unknown {args.arm!r}; the arms are {list(toy_loop.default_arms())}")
@@ -141,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     table = format_table(rows, args.arm)
     (out / "selection.md").write_text(table + "\n")
     (out / "selection.json").write_text(json.dumps({"rows": rows, "chosen_lr": chosen_lr(rows)}, indent=1))
-    write_runs_csv(rows, out / "runs.csv", args.task, args.arm)
+    write_runs_csv(rows, out / "runs.csv", rows[0]["task"], args.arm)  # the task the runs recorded
     print(table)
     return 0
 

@@ -828,20 +828,20 @@ def check_numbers(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         p.error(f"--seeds must be distinct integers >= 0, got {args.seeds}")
 
 
+DEFAULT_BUDGET_ARM = "GSPO G=n"
+
+
 def budget_arm_name(arms: list[str], budget_arm: str | None) -> str:
-    """The arm whose step sets the budget: ``budget_arm`` (``--budget-arm``), else the first of ``arms`` when that
-    is a baseline arm (:attr:`Arm.is_baseline`: plain GSPO). A first arm that is not one (an IBPO arm, a localiser,
-    the oracle mask) is a ``ValueError``: its step would silently set the budget (the localiser's is ~1.5 GSPO
-    steps), so the arm must be named."""
-    if budget_arm is not None:
-        return budget_arm
-    first = arms[0]
-    if not default_arms()[first].is_baseline:
-        baselines = [a.name for a in default_arms().values() if a.is_baseline]
-        raise ValueError(f"--budget-arm: the first of --arms, {first!r}, is not a baseline arm ({baselines}); the "
-                         "budget is in units of the budget arm's step, so pass --budget-arm explicitly (e.g. "
-                         f"--budget-arm {baselines[0]!r}, or --budget-arm {first!r} to budget in its own steps)")
-    return first
+    """The arm whose step sets the budget: ``budget_arm`` (``--budget-arm``), else always
+    :data:`DEFAULT_BUDGET_ARM` (GSPO G=n, the protocol's "baseline step", run or not), whatever ``arms`` lists.
+
+    **Decision.** Before, the default was the first of ``arms``: an IBPO arm, a localiser or the oracle mask first
+    silently set a budget in its own, dearer steps (refused since), and ``GSPO G=4n`` first still silently set one 4×
+    the protocol's. A budget that depends on the order of ``--arms`` can be wrong without a word; a fixed unit
+    cannot. To budget in another arm's steps, name it (``--budget-arm 'IBPO G=n'``); a folder keeps the budget arm
+    it was started with (``check_same_protocol``)."""
+    del arms  # the budget no longer depends on them: kept in the signature for the callers that pass them
+    return DEFAULT_BUDGET_ARM if budget_arm is None else budget_arm
 
 
 def warm_start_task(model_dir: str | Path) -> str | None:
@@ -893,7 +893,7 @@ def checked_model(p: argparse.ArgumentParser, args: argparse.Namespace) -> str:
 
 def checked_arms(p: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[list[Arm], Arm]:
     """Stop on a bad option before anything runs; return the arms to run and the arm whose step sets the budget
-    (``--budget-arm``, else the first of them when it is a baseline arm: :func:`budget_arm_name`)."""
+    (``--budget-arm``, else GSPO G=n: :func:`budget_arm_name`)."""
     if args.jobs < 1:
         p.error(f"--jobs must be >= 1, got {args.jobs}")
     if args.max_steps is not None and args.max_steps < 1:
@@ -928,9 +928,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--arms", nargs="+", default=None, help="subset of the arms (the first is the baseline)")
     p.add_argument("--budget-arm", default=None,
                    help="the arm whose cost per step (its 3-step probe on the warm start) sets the budget and the "
-                        "warm-up, whether it runs or not (default: the first of --arms when it is a baseline arm, "
-                        "plain GSPO; otherwise required); e.g. 'GSPO G=n' to compare two IBPO arms at a budget of "
-                        "GSPO steps without running GSPO")
+                        "warm-up, whether it runs or not (default: 'GSPO G=n' whatever --arms lists, so two IBPO arms "
+                        "are compared at a budget of GSPO steps without running GSPO; name another arm to budget in "
+                        "its steps)")
     p.add_argument("--seeds", type=int, nargs="+", default=list(range(30)))
     p.add_argument("--budget-steps", type=float, default=20,
                    help="FLOP budget, in units of the baseline's mean FLOPs per step (estimated on the warm start)")

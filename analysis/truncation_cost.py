@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.evaluation_stats import paired_difference, t_interval
+from analysis.evaluation_stats import interval_text, paired_difference
 from analysis.toy_loop import Toy, generate, sha256_of_dir
 from ibpo.options import IBPOConfig
 from ibpo.pipeline import plan_corrections, shape_batch
@@ -117,7 +117,7 @@ def format_table(summary: dict, meta: dict) -> str:
         text = f"{value:.3f}" if math.isfinite(value) else "-"
         d = entry.get("vs_whole", {}).get(metric)
         if d is not None:
-            text += f" ({d['diff']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}])"
+            text += f" ({interval_text(d['diff'], d['low'], d['high'], d['batches'], '{:+.3f}', 'batches')})"
         return text
 
     for fraction, entry in summary.items():

@@ -62,3 +62,24 @@ positive_float = float_in(0.0, low_open=True)
 nonnegative_float = float_in(0.0)
 finite_float = float_in()
 probability = float_in(0.0, 1.0)
+
+
+def given_options(parser: argparse.ArgumentParser, argv: list[str] | None) -> set[str]:
+    """The ``dest`` of every option ``argv`` gives explicitly (a default is not given; an abbreviation such as
+    ``--budget-s`` is resolved as ``parser`` resolves it): ``argv`` parsed again by a copy of ``parser`` whose
+    defaults are all ``argparse.SUPPRESS``. Call it after ``parser.parse_args(argv)`` succeeded."""
+    import copy
+
+    quiet = copy.deepcopy(parser)
+    for action in quiet._actions:
+        action.default = argparse.SUPPRESS
+    return set(vars(quiet.parse_args(argv)))
+
+
+def refuse_unused(parser: argparse.ArgumentParser, argv: list[str] | None, unused: dict[str, str], mode: str,
+                  why: str) -> None:
+    """``parser.error`` naming every option of ``unused`` (``{dest: "--option"}``) that ``argv`` gives although
+    ``mode`` does not use it (``why``), instead of accepting it and doing nothing with it."""
+    given = sorted(flag for dest, flag in unused.items() if dest in given_options(parser, argv))
+    if given:
+        parser.error(f"{', '.join(given)}: not used with {mode} ({why}); drop {'it' if len(given) == 1 else 'them'}")

@@ -53,7 +53,14 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import plot_curves  # noqa: E402  (scripts/plot_curves.py: log reading, smoothing, seed bands, threshold)
 
 from analysis.evaluation_stats import interval_text, paired_difference, t_interval  # noqa: E402
-from option_types.cli import finite_float, nonnegative_float, nonnegative_int, positive_float, positive_int  # noqa: E402
+from option_types.cli import (  # noqa: E402
+    finite_float,
+    nonnegative_float,
+    nonnegative_int,
+    positive_float,
+    positive_int,
+    refuse_unused,
+)
 
 REWARD_KEY = "ibpo/raw_score_mean"  # verifier reward of the main responses only (not joint-training rows)
 COMPUTE_KEY = "ibpo/compute/total_flops"
@@ -336,9 +343,35 @@ def report_option_errors(args: argparse.Namespace) -> list[str]:
     return errors
 
 
+# options one engine (or --report-only) does not use: given there, they are refused, not ignored
+VERL_ONLY = {"steps": "--steps", "test_freq": "--test-freq", "threads": "--threads", "timeout": "--timeout",
+             "micro_batch": "--micro-batch", "budget_flops": "--budget-flops",
+             "max_response_length": "--max-response-length"}
+LOOP_ONLY = {"budget_steps": "--budget-steps", "test_size": "--test-size", "effect": "--effect", "jobs": "--jobs",
+             "deadline": "--deadline"}
+LOOP_RUN_ONLY = {"budget_steps": "--budget-steps", "n": "--n", "batch_size": "--batch-size", "lr": "--lr",
+                 "warmup_steps": "--warmup-steps", "test_size": "--test-size", "jobs": "--jobs",
+                 "deadline": "--deadline"}
+VERL_RUN_ONLY = {"steps": "--steps", "lr": "--lr", "warmup_steps": "--warmup-steps", "test_freq": "--test-freq",
+                 "threads": "--threads", "timeout": "--timeout", "micro_batch": "--micro-batch",
+                 "max_response_length": "--max-response-length"}
+
+
+def refuse_unused_options(p: argparse.ArgumentParser, argv: list[str] | None, args: argparse.Namespace) -> None:
+    """Stop on an option the chosen engine, or ``--report-only``, does not use (``--steps`` with the loop, ``--effect``
+    with verl, ``--lr`` with a report of runs on disk...): accepted and ignored, it would look like a setting of
+    the table. (The verl report reads ``--n`` and ``--batch-size``: they count its optimizer updates.)"""
+    refuse_unused(p, argv, VERL_ONLY if args.engine == "loop" else LOOP_ONLY, f"--engine {args.engine}",
+                  "the other engine's option")
+    if args.report_only:
+        refuse_unused(p, argv, LOOP_RUN_ONLY if args.engine == "loop" else VERL_RUN_ONLY, "--report-only",
+                      "it shapes new runs")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = build_parser()
     args = p.parse_args(argv)
+    refuse_unused_options(p, argv, args)
     args.seeds_given = args.seeds is not None
     if args.jobs < 1:
         p.error(f"--jobs must be >= 1, got {args.jobs}")

@@ -58,7 +58,7 @@ from typing import Iterable
 
 import numpy as np
 
-from analysis.evaluation_stats import student_t_quantile, t_interval
+from analysis.evaluation_stats import no_interval_reason, student_t_quantile, t_interval
 
 DEFAULT_X = "auto"
 FLOP_AXES = ("compute_budget/flops", "ibpo/compute/total_flops")  # unbudgeted runs: the FLOP counter, newest first
@@ -285,14 +285,13 @@ def threshold_table(runs: dict[str, list[list[Record]]], baseline: str, reward_k
     for label, n in numbers.items():
         n["relative"] = n["compute"] / base if math.isfinite(base) and base > 0 and math.isfinite(n["compute"]) else float("nan")
         reached = f"{n['compute']:.4g}" if math.isfinite(n["compute"]) else f"not reached (final {n['final_reward']:.3f})"
-        if n["seeds"] < 2:
-            ci = f"n = {n['seeds']}: no interval"
-        elif not (math.isfinite(n["low"]) and math.isfinite(n["high"])):
-            ci = f"not estimable (reached by {n['reached_share']:.0%} of seeds)"
-        elif not n["high"] - n["low"] > 1e-12 * max(1.0, abs(n["compute"])):
-            ci = f"zero spread over {n['seeds']} seeds: no interval"
-        else:
+        reason = no_interval_reason(n["compute"], n["low"], n["high"], n["seeds"])
+        if reason is None:
             ci = f"[{n['low']:.4g}, {n['high']:.4g}]"
+        elif reason == "no interval":  # several seeds, but too few of them crossed
+            ci = f"not estimable (reached by {n['reached_share']:.0%} of seeds)"
+        else:
+            ci = reason
         rel = f"{n['relative']:.2f}" if math.isfinite(n["relative"]) else "-"
         lines.append(f"| {label} | {n['seeds']} | {reached} | {ci} | {rel} |")
     return "\n".join(lines), numbers

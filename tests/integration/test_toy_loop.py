@@ -208,15 +208,12 @@ def test_each_arm_chooses_its_own_rate_through_the_real_ablation(toy, tmp_path):
 
 
 def test_the_budget_arm_sets_the_budget_whether_it_runs_or_not(toy, tmp_path):
-    """--budget-arm: two IBPO arms compared at a budget of GSPO steps, GSPO not run. A first arm that is not a
-    baseline arm needs it named (its own steps here: a head-to-head of two IBPO arms gets more compute)."""
+    """--budget-arm: an IBPO arm at a budget of GSPO steps, GSPO not run, by default (GSPO G=n whatever --arms lists);
+    an arm's own steps only when named (a head-to-head of two IBPO arms in their own steps gets more compute)."""
     common = ["--model", toy.model_dir, "--n", "2", "--batch-size", "2", "--train-size", "16", "--test-size", "4",
               "--budget-steps", "1", "--milestones", "1.0", "--seeds", "0", "--lr", "1e-3"]
     assert toy_loop.main([*common, "--out", str(tmp_path / "gspo"), "--arms", "GSPO G=n"]) == 0
-    assert toy_loop.main([*common, "--out", str(tmp_path / "by_gspo"), "--arms", "IBPO G=n",
-                          "--budget-arm", "GSPO G=n"]) == 0
-    with pytest.raises(SystemExit):  # not a baseline arm, no --budget-arm: refused before anything runs
-        toy_loop.main([*common, "--out", str(tmp_path / "by_first"), "--arms", "IBPO G=n"])
+    assert toy_loop.main([*common, "--out", str(tmp_path / "by_gspo"), "--arms", "IBPO G=n"]) == 0  # the default
     assert toy_loop.main([*common, "--out", str(tmp_path / "by_first"), "--arms", "IBPO G=n",
                           "--budget-arm", "IBPO G=n"]) == 0
     meta = {k: json.loads((tmp_path / k / "meta.json").read_text()) for k in ("gspo", "by_gspo", "by_first")}

@@ -156,3 +156,58 @@ def test_a_warm_start_with_equal_differences_is_not_counted_a_significant_win(tm
     text = write_report(tmp_path, ["flat", "real"], "G", [])
     pooled = next(line for line in text.splitlines() if line.startswith("| A | 2 |"))
     assert pooled.split("|")[5].strip() == "1/2"
+
+
+def test_a_pooled_difference_without_spread_has_no_p_and_prints_no_interval():
+    # before: p = 0.0 (a "significant" pooled win) and "+0.050 [+0.050, +0.050]"
+    from analysis.ablation_report import format_interval
+
+    pooled = stratified_difference([(0.05, 0.0, 3), (0.05, 0.0, 4)])
+    assert math.isnan(pooled["p_value"]) and pooled["seeds"] == 7
+    assert format_interval(pooled) == "+0.050 (zero spread over 7 seeds: no interval)"
+    assert format_interval({"mean": 0.5, "low": math.nan, "high": math.nan, "seeds": 1}, "{:.3f}") == \
+        "0.500 (n = 1: no interval)"
+
+
+def _three_arm_folder(tmp_path):
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "config.json").write_text("{}")
+    runs = [_run(arm, s, 0.5 + 0.01 * s + 0.1 * k, 1.0, 3, [0.5] * 3)
+            for k, arm in enumerate(("GSPO G=n", "IBPO G=n", "oracle mask")) for s in range(3)]
+    _write_folder(tmp_path / "out" / "ws_w", {"warm_start_test_accuracy": 0.45, "warm_start_sha256": "w" * 8}, runs)
+
+
+def test_report_only_reports_the_listed_arms_and_given_seeds(tmp_path, capsys, monkeypatch):
+    # before: --report-only --arms 'GSPO G=n' 'IBPO G=n' still reported 'oracle mask' (every arm in the folder),
+    # and --seeds was ignored (every seed on disk)
+    from analysis import ablation
+
+    _three_arm_folder(tmp_path)
+    # hand-written folders: no model to hash
+    monkeypatch.setattr("analysis.ablation_report.check_models", lambda *a, **k: None)
+    common = ["--out", str(tmp_path / "out"), "--warm-start", f"w={tmp_path / 'ws'}", "--report-only"]
+    assert ablation.main([*common, "--arms", "GSPO G=n", "IBPO G=n"]) == 0
+    text = capsys.readouterr().out
+    assert "oracle mask" not in text and "| IBPO G=n | 3 |" in text
+    assert "oracle mask" not in (tmp_path / "out" / "runs.csv").read_text()
+    assert ablation.main([*common, "--arms", "GSPO G=n", "oracle mask", "--seeds", "0-1"]) == 0
+    text = capsys.readouterr().out
+    assert "IBPO G=n" not in text and "| oracle mask | 2 |" in text
+    with pytest.raises(SystemExit):
+        ablation.main([*common, "--arms", "GSPO G=n", "IBPO G=n", "--seeds", "7"])
+    assert "--seeds: no run of seed(s) [7]" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra, named", [(["--lr", "1e-4"], "--lr"), (["--budget-s", "48"], "--budget-steps"),
+                                          (["--jobs", "2", "--milestones", "0.5", "1"], "--jobs, --milestones"),
+                                          (["--budget-arm", "GSPO G=n"], "--budget-arm")])
+def test_report_only_refuses_options_that_only_shape_new_runs(tmp_path, capsys, extra, named):
+    # before: accepted and ignored (the table then looked like a table at that learning rate or budget)
+    from analysis import ablation
+
+    _three_arm_folder(tmp_path)
+    with pytest.raises(SystemExit):
+        ablation.main(["--out", str(tmp_path / "out"), "--warm-start", f"w={tmp_path / 'ws'}", "--report-only",
+                       "--arms", "GSPO G=n", "IBPO G=n", *extra])
+    assert f"{named}: not used with --report-only" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "report.md").exists()

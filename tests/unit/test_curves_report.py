@@ -18,6 +18,13 @@ def test_holm_matches_the_step_down_rule():
     assert holm({"x": 0.6, "y": 0.7}) == pytest.approx({"x": 1.0, "y": 1.0})
 
 
+def test_an_undefined_p_is_no_test_in_the_family_nor_a_win():
+    # before: every t test over equal differences had p = 0 (a win at any level) unless each caller filtered SD 0
+    assert holm({"a": 0.01, "b": float("nan"), "c": 0.04}) == pytest.approx({"a": 0.02, "c": 0.04})
+    same = random_warm_start_difference([0.7 - 0.65, 0.6 - 0.55, 0.9 - 0.85])  # equal but for rounding
+    assert (same["low"], same["high"]) == (same["diff"], same["diff"]) and math.isnan(same["p_value"])
+
+
 def test_random_warm_start_interval_is_a_t_interval_over_warm_starts():
     out = random_warm_start_difference([0.01, 0.03, 0.05])
     se = 0.02 / math.sqrt(3)
@@ -47,9 +54,15 @@ def test_report_pairs_seeds_and_writes_the_csv(tmp_path):
             (folder / f"arm_s{seed}.json").write_text(json.dumps(_run("A", seed, (base + shift, base + 0.05), 0.4)))
     text = report(tmp_path, ["a", "b"], "B")
     final_row = next(line for line in text.splitlines() if line.startswith("| A | 1 |"))
-    assert "+0.050 [+0.050, +0.050]" in final_row  # every seed +0.05 on both warm starts
+    # every seed +0.05 on both warm starts: no spread, so no interval (not "[+0.050, +0.050]") and no p
+    assert final_row == ("| A | 1 | +0.050 (zero spread over 3 seeds: no interval) (3) | +0.050 (zero spread over 3 "
+                         "seeds: no interval) (3) | +0.050 (zero spread over 6 seeds: no interval) | +0.050 (zero "
+                         "spread over 2 warm starts: no interval) |")
     half_row = next(line for line in text.splitlines() if line.startswith("| A | 0.5 |"))
-    assert "+0.050 [" in half_row.split("|")[-3]  # pooled stratified: mean of 0.0 and 0.1
+    # pooled stratified: mean of 0.0 and 0.1, each warm start without spread over its seeds; the warm start random
+    # has the warm starts' own spread
+    assert half_row.split("|")[-3].strip() == "+0.050 (zero spread over 6 seeds: no interval)"
+    assert half_row.split("|")[-2].strip().startswith("+0.050 [")
     assert "| A | 4.0 |" in text and "0.400 | 1.000 | 0.500" in text
     assert text.splitlines()[-1].endswith("| 0.0 | 0.200 |")  # 4 right of 2+4+6+8 corrections, not the mean 0.26
     rows = (tmp_path / "curves_runs.csv").read_text().splitlines()
@@ -91,7 +104,8 @@ def test_seeds_cut_every_arm_to_those_seeds_and_leave_the_csv(tmp_path):
     whole_csv = (tmp_path / "curves_runs.csv").read_text()
     text = report(tmp_path, ["a"], "B", seeds={0, 1, 2})
     final_row = next(line for line in text.splitlines() if line.startswith("| A | 1 |"))
-    assert final_row.startswith("| A | 1 | +0.020 [+0.020, +0.020] (3) |")  # without the cut: +0.212 over 5
+    # without the cut: +0.212 over 5
+    assert final_row.startswith("| A | 1 | +0.020 (zero spread over 3 seeds: no interval) (3) |")
     assert text.startswith("Seeds [0, 1, 2] only.")
     assert (tmp_path / "curves_runs.csv").read_text() == whole_csv  # the folder's record is not cut
 
@@ -118,7 +132,7 @@ def test_a_misspelt_baseline_or_arm_is_named(tmp_path, baseline, arms, message):
 
 
 def test_one_warm_start_prints_no_nan_interval_and_the_flop_share_is_of_the_charged_cost(tmp_path):
-    # one warm start: the warm start random has no interval ("(no interval)", not "[+nan, +nan]"); the folder's runs
+    # one warm start: the warm start random has no interval ("n = 1", not "[+nan, +nan]"); the folder's runs
     # charged the correction phase 0.5 of its cost: a step's "flops" (10 a step) is charged, its flops_by_phase
     # correction_gen (1) the phase's full cost, so the phase's share of the charged FLOPs is 0.5 / 10
     folder = tmp_path / "ws_a"
@@ -131,6 +145,7 @@ def test_one_warm_start_prints_no_nan_interval_and_the_flop_share_is_of_the_char
         (folder / f"arm_s{seed}.json").write_text(json.dumps(_run("A", seed, (base + 0.01 * seed, base), 0.4)))
     text = report(tmp_path, ["a"], "B")
     assert "nan" not in text.split("Cost and localisation")[0]
-    assert "(no interval)" in next(line for line in text.splitlines() if line.startswith("| A | 0.5 |"))
+    assert next(line for line in text.splitlines() if line.startswith("| A | 0.5 |")).endswith(
+        "| +0.010 (n = 1: no interval) |")
     cost_row = next(line for line in text.splitlines() if line.startswith("| A | 4.0 |"))
     assert cost_row.split("|")[5].strip() == "0.050"

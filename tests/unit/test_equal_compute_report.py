@@ -113,3 +113,38 @@ def test_a_truncated_or_foreign_result_file_is_named(tmp_path, name, content, me
 def test_a_folder_without_results_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="meta.json: no such file; .* not an analysis.toy_loop output folder"):
         report.load_results(tmp_path / "nowhere")
+
+
+def _rows(text: str, arm: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith(f"| {arm} |")]
+
+
+def test_one_seed_and_zero_spread_print_why_there_is_no_interval(tmp_path):
+    # before: "[-, -]" for one seed, and "+0.040 [+0.040, +0.040]" (a t interval of width 0 read as certainty) with
+    # p = 0.000 and "seeds for 80%" 2 from an observed SD of 0
+    write(tmp_path)
+    for s in (0, 1, 2):  # every seed exactly 0.04 above the baseline at both milestones
+        r = json.loads((tmp_path / f"ibpo_s{s}.json").read_text())
+        base = json.loads((tmp_path / f"gspo_s{s}.json").read_text())
+        r["evals"][0]["accuracy"], r["evals"][1]["accuracy"] = 0.59, base["evals"][1]["accuracy"] + 0.04
+        (tmp_path / f"ibpo_s{s}.json").write_text(json.dumps(r))
+    meta, results = report.load_results(tmp_path)
+    text = report.format_report(report.summarise_runs(meta, results, "GSPO G=n", threshold=0.3, window=2))
+    table = _rows(text, "IBPO G=n")[0].split(" | ")
+    assert table[5:12] == ["0.740 [0.492, 0.988]", "+0.040 (zero spread over 3 seeds: no interval)", "-", "0.000",
+                           "1.00", "-", "-"]
+    assert _rows(text, "IBPO G=n")[1] == ("| IBPO G=n | +0.040 (zero spread over 3 seeds: no interval) | +0.040 (zero "
+                                          "spread over 3 seeds: no interval) |")
+    one = {"GSPO G=n": {0: results["GSPO G=n"][0]}, "IBPO G=n": {0: results["IBPO G=n"][0]}}
+    text = report.format_report(report.summarise_runs(meta, one, "GSPO G=n", threshold=0.3, window=2))
+    assert "[-, -]" not in text and "[" not in "".join(_rows(text, "IBPO G=n"))
+    assert _rows(text, "IBPO G=n")[0].split(" | ")[5:7] == ["0.640 (n = 1: no interval)",
+                                                            "+0.040 (n = 1: no interval)"]
+    assert "| 40 (n = 1: no interval) (1/1) |" in _rows(text, "GSPO G=n")[0]
+
+
+def test_seeds_needed_says_when_it_is_beyond_the_search():
+    # before: seeds_for_power scanned n = 2..100000 for minutes and then returned 100000 as if it sufficed
+    assert report.seeds_needed(0.1, 1e-9) == "> 100000"
+    assert report.seeds_needed(0.06, 0.05) == 14
+    assert report.seeds_needed(0.0, 0.05) is None and report.seeds_needed(float("nan"), 0.05) is None

@@ -26,6 +26,7 @@ from analysis.evaluation_stats import (
     student_t_cdf,
     student_t_quantile,
     t_interval,
+    t_test_p_value,
 )
 
 
@@ -283,3 +284,64 @@ def test_seeds_for_power_gives_the_power_it_promises():
     assert power(n) >= 0.8 - tol
     assert power(n - 1) <= 0.8 + tol
     assert seeds_for_power(0.0, 0.05) == 2
+
+
+def _seeds_for_power_by_scan(sd, effect, power, alpha, max_seeds):
+    """The original definition: the first n = 2, 3, ... with n >= need(n); None when none up to max_seeds."""
+    for n in range(2, max_seeds + 1):
+        need = ((student_t_quantile(1 - alpha / 2, n - 1) + student_t_quantile(power, n - 1)) * sd / effect) ** 2
+        if n >= need:
+            return n
+    return None
+
+
+def test_seeds_for_power_is_the_scan_from_two_on_random_inputs():
+    # the search (normal start, doubling, bisection) relies on need(n) never rising with n; checked here against
+    # the scan on random inputs, power and alpha anywhere in (0, 1) (power < 0.5 and power < alpha/2 included)
+    rng = np.random.default_rng(12)
+    answers = []
+    for _ in range(150):
+        sd, effect = float(rng.uniform(0, 1)), float(rng.uniform(0.05, 1.0))
+        power, alpha = float(rng.uniform(0.01, 0.99)), float(rng.uniform(0.001, 0.5))
+        max_seeds = int(rng.integers(2, 120))
+        expected = _seeds_for_power_by_scan(sd, effect, power, alpha, max_seeds)
+        assert seeds_for_power(sd, effect, power, alpha, max_seeds) == expected, (sd, effect, power, alpha, max_seeds)
+        answers.append(expected)
+    assert sum(a is None for a in answers) > 10 and sum(a is not None and a > 5 for a in answers) > 30
+
+
+def test_seeds_for_power_beyond_max_seeds_is_none_and_fast():
+    # before: a scan to 100,000 that took minutes, then 100000 returned as if it sufficed
+    import time
+
+    start = time.perf_counter()
+    assert seeds_for_power(0.1, 1e-9) is None
+    assert seeds_for_power(0.3, 0.01, max_seeds=500) is None  # needs ~7066
+    assert time.perf_counter() - start < 1.0
+    assert seeds_for_power(0.3, 0.01, max_seeds=20_000) == 7066
+    with pytest.raises(ValueError, match="sd_diff"):
+        seeds_for_power(float("nan"), 0.05)  # before: NaN failed every test and scanned to max_seeds
+
+
+def test_a_t_test_over_equal_differences_has_no_p_value():
+    # before: p = 0 when every seed's difference was the same nonzero value ("significant" from two seeds both one
+    # problem apart), and 1 when they were all 0; the consumers special-cased SD 0 out of Holm and the wins count
+    for a, b in (([0.6, 0.7, 0.8], [0.55, 0.65, 0.75]), ([0.6, 0.7], [0.6, 0.7])):
+        d = paired_difference(a, b)
+        assert d.sd_diff == pytest.approx(0.0, abs=1e-15) and np.isnan(d.p_value)
+    assert np.isnan(t_test_p_value(0.05, 0.0, 4)) and np.isnan(t_test_p_value(0.0, 0.0, 4))
+    assert t_test_p_value(0.0, 0.1, 4) == 1.0
+    assert t_test_p_value(0.1, 0.1, 4) == pytest.approx(2 * (1 - student_t_cdf(1.0, 4)))
+
+
+def test_paired_difference_matches_scipy_on_random_inputs():
+    scipy_stats = pytest.importorskip("scipy.stats")
+    rng = np.random.default_rng(13)
+    for _ in range(200):
+        n = int(rng.integers(2, 40))
+        a, b = rng.normal(0.5, 0.1, n), rng.normal(0.5, 0.1, n) + rng.normal(0, 0.05)
+        d = paired_difference(a, b, confidence=0.9)
+        ref = scipy_stats.ttest_rel(a, b)
+        assert d.p_value == pytest.approx(ref.pvalue, rel=1e-6, abs=1e-12)
+        low, high = ref.confidence_interval(0.9)
+        assert (d.low, d.high) == pytest.approx((low, high), rel=1e-6)

@@ -206,4 +206,43 @@ def test_a_warm_start_with_one_seed_leaves_the_pooled_column_the_mean_that_choos
     assert [r["pooled"]["mean"] for r in rows] == pytest.approx([0.705, 0.630])
     assert lr_per_arm.chosen_lrs(rows) == {"G": 1e-4}
     table = lr_per_arm.format_table(rows, ["a", "b"])
-    assert "| 0.705 | yes |" in table and "nan" not in table
+    assert "| 0.705 (no interval) | yes |" in table and "nan" not in table
+
+
+@pytest.mark.parametrize("extra, named", [(["--seeds", "100"], "--seeds"), (["--budget-steps", "48"], "--budget-steps"),
+                                          (["--task", "three_sum_named", "--jobs", "2"], "--jobs, --task")])
+def test_selection_report_only_refuses_options_that_only_shape_new_runs(tmp_path, capsys, extra, named):
+    # before: accepted and ignored (--seeds 100: the table still chose over every seed on disk)
+    _lr_folder(tmp_path, 3e-4, 0.20, [0.10, 0.14, 0.12])
+    with pytest.raises(SystemExit):
+        lr_selection.main(["--model", str(tmp_path), "--out", str(tmp_path), "--lrs", "3e-4", "--report-only", *extra])
+    assert f"{named}: not used with --report-only" in capsys.readouterr().err
+    assert not (tmp_path / "selection.md").exists()
+
+
+def test_selection_csv_names_the_task_the_runs_recorded(tmp_path, monkeypatch):
+    # before: the --task option's value (default addition) labelled a report-only CSV of another task's runs
+    _lr_folder(tmp_path, 3e-4, 0.20, [0.10, 0.14])
+    meta = json.loads((lr_selection.lr_folder(tmp_path, 3e-4) / "meta.json").read_text())
+    meta["args"]["task"] = "three_sum_named"
+    (lr_selection.lr_folder(tmp_path, 3e-4) / "meta.json").write_text(json.dumps(meta))
+    monkeypatch.setattr(lr_selection, "check_models", lambda *a, **k: None)  # hand-written folder: no model to hash
+    assert lr_selection.main(["--model", str(tmp_path), "--out", str(tmp_path), "--lrs", "3e-4", "--report-only"]) == 0
+    assert (tmp_path / "runs.csv").read_text().splitlines()[1].startswith("three_sum_named,")
+
+
+@pytest.mark.parametrize("extra, named", [(["--seeds", "100"], "--seeds: not used with --report-only"),
+                                          (["--chunk", "1"], "--chunk: not used with --report-only"),
+                                          (["--", "--budget-steps", "48"],
+                                           "after --: ['--budget-steps', '48'] not used")])
+def test_per_arm_report_only_refuses_options_that_only_shape_new_runs(tmp_path, capsys, extra, named):
+    from analysis import lr_per_arm
+
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "config.json").write_text("{}")
+    _ws_runs(tmp_path / "out", 3e-4, "a", {"GSPO G=n": [0.2, 0.4]})
+    with pytest.raises(SystemExit):
+        lr_per_arm.main(["--out", str(tmp_path / "out"), "--warm-start", f"a={tmp_path / 'ws'}", "--arms", "GSPO G=n",
+                         "--lrs", "3e-4", "--report-only", *extra])
+    assert named in capsys.readouterr().err
+    assert not (tmp_path / "out" / "selection.md").exists()

@@ -197,6 +197,23 @@ def test_report_only_names_a_folder_of_another_kind(tmp_path, capsys, meta, mess
     assert err.startswith(f"error: {out}: ") and message in err and err.count("\n") == 1, err
 
 
+@pytest.mark.parametrize("argv, named", [
+    (["--steps", "30"], "--steps: not used with --engine loop"),
+    (["--micro-batch", "8", "--budget-flops", "1e9"], "--budget-flops, --micro-batch: not used with --engine loop"),
+    (["--engine", "verl", "--effect", "0.1"], "--effect: not used with --engine verl"),
+    (["--engine", "verl", "--budget-steps", "48"], "--budget-steps: not used with --engine verl"),
+    (["--report-only", "--lr", "1e-4"], "--lr: not used with --report-only"),
+    (["--report-only", "--engine", "verl", "--timeout", "10"], "--timeout: not used with --report-only"),
+])
+def test_an_option_the_engine_or_the_report_does_not_use_is_refused(tmp_path, capsys, argv, named):
+    # before: accepted and ignored (--steps with the loop engine, --effect with verl, --lr with --report-only)
+    mod = load("compare_methods")
+    with pytest.raises(SystemExit):
+        mod.main(["--assets", str(tmp_path / "none"), "--out", str(tmp_path / "runs"), "--seeds", "0", *argv])
+    assert named in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "none").exists()
+
+
 def test_report_only_reports_only_the_given_seeds(tmp_path, monkeypatch, capsys):
     from analysis import equal_compute_report
 

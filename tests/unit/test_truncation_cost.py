@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from analysis.truncation_cost import keep_share, rates, summarise
+from analysis.truncation_cost import format_table, keep_share, rates, summarise
 from ibpo.options import IBPOConfig
 from ibpo.pipeline import plan_corrections
 from ibpo.prompts import TRUNCATION_MARKER
@@ -57,6 +57,18 @@ def test_summary_pools_counts_and_pairs_batches():
     assert d["diff"] == pytest.approx(-0.25) and d["batches"] == 2  # per batch -0.2 and -0.3
     assert math.isnan(rates({"wrong": 0, "corrections": 0, "right": 0, "shaped": 0, "delta_sum": 0.0,
                              "rewrites": 0})["success"])
+
+
+def test_a_difference_without_spread_over_batches_prints_no_interval():
+    # before: "(-0.200 [-0.200, -0.200])", a t interval of width 0 read as certainty
+    def counts(right):
+        return {"wrong": 10, "corrections": 10, "right": right, "shaped": 0, "delta_sum": 0.0, "rewrites": 0,
+                "prompt_tokens": 100}
+
+    s = summarise([{1.0: counts(4), 0.5: counts(2)}, {1.0: counts(6), 0.5: counts(4)}], fractions=(1.0, 0.5))
+    meta = {"model_sha256": "0" * 64, "batches": 2, "batch_size": 5, "group": 2, "seed": 0, "variant": "binary"}
+    row = format_table(s, meta).splitlines()[-1]
+    assert row.startswith("| 50% | 20 | 0.300 (-0.200 (zero spread over 2 batches: no interval)) |")
 
 
 def test_the_start_check_line_says_how_much_of_a_candidate_is_kept():
