@@ -455,6 +455,24 @@ def test_an_lcb_date_with_a_utc_offset_is_named(date, tmp_path):
     assert not (tmp_path / "lcb.parquet").exists()
 
 
+@pytest.mark.parametrize("field, edit, message", [
+    ("metadata", lambda r: '{"fn_name": "countPairs"}',
+     "unknown key(s) ['fn_name']; LiveCodeBench's metadata is {} (stdin) or {\"func_name\": <method>}"),
+    ("metadata", lambda r: '{"func_name": "f", "note": 1}', "unknown key(s) ['note']"),
+    ("public_test_cases", lambda r: json.dumps([{**t, "outputs": t["output"]} for t in json.loads(r)]),
+     "test 0: unknown key(s) ['outputs'] (known: ['input', 'output', 'testtype'])"),
+])
+def test_an_lcb_test_case_or_metadata_key_lcb_does_not_read_is_named(field, edit, message, tmp_path):
+    # before: ignored; a misspelt func_name made a functional problem a stdin one
+    rows = [json.loads(line) for line in (LCB_RAW / "test6.jsonl").read_text().splitlines()][:2]
+    rows[1][field] = edit(rows[1][field])
+    path = tmp_path / "test6.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(PrepError) as info:
+        livecodebench.prepare_livecodebench([path], tmp_path / "lcb.parquet")
+    assert str(info.value).startswith(f"{path}, row 2, field '{field}': {message}"), str(info.value)
+
+
 @pytest.mark.parametrize("name, content, message", [
     ("missing.parquet", None, "not a readable parquet file (FileNotFoundError"),
     ("text.parquet", b"not parquet\n", "not a readable parquet file (ArrowInvalid"),
