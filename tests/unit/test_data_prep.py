@@ -416,6 +416,21 @@ def test_a_file_that_is_not_utf8_names_the_file_and_line(suffix, where, tmp_path
     assert str(info.value).startswith(f"{path}{where}"), str(info.value)
 
 
+@pytest.mark.parametrize("line, field, message", [
+    ('{"question": "What is 1+1?\\u0000", "answer": "#### 2"}', "question", "holds a NUL character at character 12"),
+    ('{"question": "What is \\ud800 1+1?", "answer": "#### 2"}', "question", "holds a lone surrogate U+D800 at "
+                                                                             "character 8"),
+    ('{"question": "What is 1+1?", "answer": "\\udfff#### 2"}', "answer", "holds a lone surrogate U+DFFF"),
+])
+def test_a_text_field_holding_a_nul_or_a_lone_surrogate_is_named(line, field, message, tmp_path):
+    # before: converted (a lone surrogate then failed the parquet write naming no row; a NUL reached the prompt)
+    path = tmp_path / "train.jsonl"
+    path.write_text('{"question": "What is 2+2?", "answer": "#### 4"}\n' + line + "\n")
+    with pytest.raises(PrepError) as info:
+        gsm8k.prepare_gsm8k(path)
+    assert str(info.value).startswith(f"{path}, row 2, field '{field}': {message}"), str(info.value)
+
+
 @pytest.mark.parametrize("answer, message", [
     ("\\frac{1}{", "gold answer '\\\\frac{1}{' is unusable: math ground truth '\\\\frac{1}{' has an unclosed '{'"),
     ("some words", "gold answer 'some words' is unusable: math ground truth 'some words' is prose, not a math answer"),
