@@ -35,7 +35,7 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
-from option_types import mistyped_field
+from option_types import matches, mistyped_field
 
 UNITS = ("flops", "gpu_seconds", "modelled_gpu_seconds")
 METRIC_PREFIX = "compute_budget/"
@@ -43,6 +43,8 @@ METRIC_PREFIX = "compute_budget/"
 SPENT_METRIC = {unit: f"compute_budget/{unit}" for unit in UNITS}
 # the budget itself, logged every step of a budgeted run: its presence names the axis the runs were matched on
 LIMIT_METRIC = {unit: f"compute_budget/limit_{unit}" for unit in UNITS}
+# the fields of a checkpoint's compute_budget_state.json (ComputeLedger.state_dict)
+LEDGER_FIELDS = ("flops", "gpu_seconds", "modelled_gpu_seconds", "steps", "last_cost", "validated", "budget")
 
 
 class ComputeBudgetError(ValueError):
@@ -174,18 +176,40 @@ class ComputeLedger:
                 "last_cost": self.last_cost, "validated": self.validated,
                 "budget": dataclasses.asdict(self.budget)}
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        saved = state.get("budget")
-        if saved is not None and (saved.get("unit"), float(saved.get("limit", 0.0))) != (self.budget.unit,
-                                                                                          self.budget.limit):
+    def load_state_dict(self, state: Mapping[str, Any], source: str = "the checkpoint") -> None:
+        """Continue from what :meth:`state_dict` wrote (``source``: the file it was read from, named by every
+        refusal). A field missing (but ``modelled_gpu_seconds``, absent in older checkpoints), unknown, of the
+        wrong type (a bool, a numeric string) or out of range is refused, and so is a budget other than this run's."""
+        def refuse(problem: str) -> ComputeBudgetError:
+            return ComputeBudgetError(f"{source}: {problem}; it is not what this recipe's trainer writes: resume "
+                                      "from a checkpoint it wrote, or start a new run (trainer.resume_mode=disable)")
+
+        unknown = sorted(set(state) - set(LEDGER_FIELDS))
+        missing = [key for key in LEDGER_FIELDS if key not in state and key != "modelled_gpu_seconds"]
+        if unknown or missing:
+            raise refuse(f"unknown field(s) {unknown}, missing field(s) {missing} (known: {list(LEDGER_FIELDS)})")
+        saved = state["budget"]
+        if not (isinstance(saved, Mapping) and matches(saved.get("limit"), float)
+                and isinstance(saved.get("unit"), str)):
+            raise refuse(f"budget={saved!r} is not a compute_budget block (a number limit and a str unit)")
+        if (saved["unit"], float(saved["limit"])) != (self.budget.unit, self.budget.limit):
             raise ComputeBudgetError(
-                f"resuming with compute_budget limit={self.budget.limit:g} unit={self.budget.unit} but the checkpoint "
+                f"resuming with compute_budget limit={self.budget.limit:g} unit={self.budget.unit} but {source} "
                 f"was written under limit={saved.get('limit')} unit={saved.get('unit')}: a budget-matched comparison "
                 "needs one budget for the whole run; resume with the checkpoint's budget")
-        for key in ("flops", "gpu_seconds", "last_cost"):
-            setattr(self, key, check_spend(f"the checkpoint's {key}", float(state[key])))
-        modelled = float(state.get("modelled_gpu_seconds", 0.0))  # absent in older checkpoints
-        self.modelled_gpu_seconds = check_spend("the checkpoint's modelled_gpu_seconds", modelled)
+        spent = {key: state.get(key, 0.0) for key in ("flops", "gpu_seconds", "last_cost", "modelled_gpu_seconds")}
+        for key, value in spent.items():
+            if not matches(value, float):
+                raise refuse(f"{key}={value!r} has type {type(value).__name__}; expected float")
+            try:
+                check_spend(key, float(value))
+            except ComputeBudgetError as error:
+                raise refuse(str(error)) from None
+        for key in ("steps", "validated"):
+            if not (matches(state[key], int) and state[key] >= 0):
+                raise refuse(f"{key}={state[key]!r} must be an int >= 0")
+        for key, value in spent.items():
+            setattr(self, key, float(value))
         self.steps, self.validated = int(state["steps"]), int(state["validated"])
 
 

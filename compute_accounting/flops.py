@@ -50,9 +50,24 @@ def active_matmul_params(matrices: int, routed_expert_matrices: int, experts: in
     return int(round(matrices - routed_expert_matrices * (1 - experts_per_token / experts)))
 
 
+def _not_counts(lengths: Sequence[float] | np.ndarray) -> list:
+    """The entries of ``lengths`` that are bools or strings (up to 3): ``np.asarray(..., float)`` would read
+    ``True`` as 1 and ``"10"`` as 10, and a list mixing bools with ints becomes an int array."""
+    raw = np.asarray(lengths, dtype=object) if isinstance(lengths, (list, tuple)) else np.asarray(lengths)
+    if raw.dtype.kind in "bUS":
+        return raw.ravel()[:3].tolist()
+    if raw.dtype.kind != "O":
+        return []
+    return [v for v in raw.ravel() if isinstance(v, (bool, np.bool_, str, bytes))][:3]
+
+
 def token_counts(lengths: Sequence[float] | np.ndarray, name: str = "sequence lengths") -> np.ndarray:
     """``lengths`` as a 1-D float array, refused (a ValueError naming ``name``) unless every entry is a finite
-    number >= 0: a NaN, infinite or negative count would price a step at NaN, inf or a negative cost."""
+    number >= 0 (a bool or a string is not one): a NaN, infinite or negative count would price a step at NaN, inf
+    or a negative cost."""
+    wrong = _not_counts(lengths)
+    if wrong:
+        raise ValueError(f"{name} must be numbers, not bools or strings: got {wrong!r}")
     try:
         s = np.asarray(lengths, dtype=np.float64)
     except (TypeError, ValueError) as exc:

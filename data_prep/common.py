@@ -154,6 +154,10 @@ def iter_rows(path: Path) -> Iterator[RawRow]:
 # Field access with row-level errors
 
 
+# characters no text field of a dataset row may hold (require_str)
+NOT_TEXT = re.compile("[\x00\ud800-\udfff]")
+
+
 def require_str(raw: RawRow, name: str, allow_empty: bool = False) -> str:
     """``raw.data[name]`` as a string; missing, non-string or (unless allowed) empty is a :class:`PrepError`."""
     if name not in raw.data:
@@ -165,6 +169,10 @@ def require_str(raw: RawRow, name: str, allow_empty: bool = False) -> str:
         raise PrepError(raw.ref, name, f"expected a string, got {type(value).__name__} {value!r:.80}")
     if not allow_empty and not value.strip():
         raise PrepError(raw.ref, name, "is empty")
+    bad = NOT_TEXT.search(value)
+    if bad:  # a NUL ends a C string in a tokenizer or a sandbox; a lone surrogate cannot be written as UTF-8
+        what = "a NUL character" if bad.group() == "\x00" else f"a lone surrogate U+{ord(bad.group()):04X}"
+        raise PrepError(raw.ref, name, f"holds {what} at character {bad.start()}: not text")
     return value
 
 

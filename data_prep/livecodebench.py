@@ -128,6 +128,10 @@ def decode_private_tests(text: str) -> Any:
 # Row validation
 
 
+# the keys of one LiveCodeBench test case (lcb_runner's Test dataclass)
+TEST_KEYS = ("input", "output", "testtype")
+
+
 def parse_test_cases(raw: RawRow, field_name: str, value: Any, test_type: str) -> list[dict]:
     """Validate a decoded test list: objects with string ``input``/``output`` and ``testtype`` == ``test_type``;
     functional inputs must be JSON values one per line, outputs one JSON value (LCB ``grade_call_based``)."""
@@ -136,6 +140,9 @@ def parse_test_cases(raw: RawRow, field_name: str, value: Any, test_type: str) -
     for k, test in enumerate(value):
         if not isinstance(test, dict):
             raise PrepError(raw.ref, field_name, f"test {k} is a {type(test).__name__}, expected an object")
+        unknown = sorted(set(test) - set(TEST_KEYS))
+        if unknown:  # LCB builds Test(**test): an unknown key (a misspelt 'output') fails there too
+            raise PrepError(raw.ref, field_name, f"test {k}: unknown key(s) {unknown} (known: {list(TEST_KEYS)})")
         for key in ("input", "output"):
             if not isinstance(test.get(key), str):
                 raise PrepError(raw.ref, field_name, f"test {k}: '{key}' must be a string, got {test.get(key)!r:.60}")
@@ -188,6 +195,10 @@ def function_name(raw: RawRow) -> str | None:
         raise PrepError(raw.ref, "metadata", f"not JSON: {exc}") from exc
     if not isinstance(metadata, dict):
         raise PrepError(raw.ref, "metadata", f"expected a JSON object, got {type(metadata).__name__}")
+    unknown = sorted(set(metadata) - {"func_name"})
+    if unknown:  # LCB reads only func_name: a misspelt 'fn_name' would turn a functional problem into a stdin one
+        raise PrepError(raw.ref, "metadata", f"unknown key(s) {unknown}; LiveCodeBench's metadata is {{}} (stdin) "
+                        "or {\"func_name\": <method>} (LeetCode functional)")
     fn_name = metadata.get("func_name")
     if fn_name is not None and not (isinstance(fn_name, str) and fn_name.isidentifier()):
         raise PrepError(raw.ref, "metadata", f"func_name must be a Python identifier, got {fn_name!r}")

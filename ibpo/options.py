@@ -367,14 +367,27 @@ def saved_options(config: IBPOConfig) -> dict[str, Any]:
             for name, value in dataclasses.asdict(config).items()}
 
 
+class _NoSuchOption:
+    """The current value of a saved option the config no longer has (removed or renamed since)."""
+
+    def __repr__(self) -> str:
+        return "(no such option now)"
+
+
+NO_SUCH_OPTION = _NoSuchOption()
+
+
 def option_changes(saved: Mapping[str, Any], current: IBPOConfig) -> list[tuple[str, Any, Any]]:
     """(option, saved value, current value) for every option that differs between a checkpoint's
     :func:`saved_options` and the resumed run's config, but those in :data:`RESUME_FREE_OPTIONS`. An option
-    the checkpoint does not know (added since) counts as changed only if it is not at its default."""
+    the checkpoint does not know (added since) counts as changed only if it is not at its default; one the
+    config does not know (removed or renamed since) always does, its current value :data:`NO_SUCH_OPTION`
+    (ignoring it would resume a run trained under an option nothing now applies)."""
     now, default = saved_options(current), saved_options(IBPOConfig())
-    return [(name, saved.get(name, default[name]), value) for name, value in now.items()
-            if name not in RESUME_FREE_OPTIONS and saved.get(name, default[name]) != value]
+    changed = [(name, saved.get(name, default[name]), value) for name, value in now.items()
+               if name not in RESUME_FREE_OPTIONS and saved.get(name, default[name]) != value]
+    return changed + [(name, saved[name], NO_SUCH_OPTION) for name in saved if name not in now]
 
 
-__all__ = ["IBPOConfig", "IBPOConfigError", "CANDIDATE_ORDERS", "DEFAULT_INSTRUCTION", "option_changes",
-           "saved_options"]
+__all__ = ["IBPOConfig", "IBPOConfigError", "CANDIDATE_ORDERS", "DEFAULT_INSTRUCTION", "NO_SUCH_OPTION",
+           "option_changes", "saved_options"]

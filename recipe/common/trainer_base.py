@@ -85,6 +85,32 @@ def write_json_atomically(path: str, data) -> None:
     os.replace(path + ".tmp", path)
 
 
+class ResumedStateError(ValueError):
+    """A checkpoint's state file (the compute ledger, a method's own state) is not what this recipe's trainer
+    writes: a resumed run would continue from garbage."""
+
+
+def json_kind(value) -> str:
+    """What JSON calls the type of a value :func:`json.load` returned (for a refusal: "a JSON array")."""
+    kinds = {dict: "object", list: "array", str: "string", bool: "boolean", int: "number", float: "number"}
+    return "null" if value is None else kinds.get(type(value), type(value).__name__)
+
+
+def read_state_file(path: str) -> dict:
+    """The JSON object a checkpoint's state file holds; a file that is not one (truncated, not JSON, a JSON list)
+    is refused naming it (:class:`ResumedStateError`)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            state = json.load(f)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ResumedStateError(f"{path} is not a JSON file ({error}): resume from a checkpoint this recipe's trainer "
+                                "wrote whole, or start a new run (trainer.resume_mode=disable)") from None
+    if not isinstance(state, dict):
+        raise ResumedStateError(f"{path} holds a JSON {json_kind(state)}, not an object: resume from a checkpoint "
+                                "this recipe's trainer wrote, or start a new run (trainer.resume_mode=disable)")
+    return state
+
+
 def generation_work(output: DataProto) -> GenerationWork:
     """The GPU-time model's view of a generation (``compute_accounting.gpu_time.GenerationWork``): each row's
     prompt tokens (valid tokens less the response) and response tokens, decoded without speculation."""
@@ -240,8 +266,7 @@ class HookedRayPPOTrainer(RayPPOTrainer):
         path = os.path.join(self._step_folder(loading=True), file_name)
         if not os.path.exists(path):
             return path, None
-        with open(path) as f:
-            return path, json.load(f)
+        return path, read_state_file(path)
 
     def _write_compute_ledger(self, folder: str) -> None:
         write_json_atomically(os.path.join(folder, self.COMPUTE_LEDGER_FILE), self.compute_ledger.state_dict())
@@ -259,7 +284,7 @@ class HookedRayPPOTrainer(RayPPOTrainer):
             return result
         path, ledger = self._resumed_state(self.COMPUTE_LEDGER_FILE)
         if ledger is not None:
-            self.compute_ledger.load_state_dict(ledger)
+            self.compute_ledger.load_state_dict(ledger, path)
         elif self.compute_ledger.budget.enabled:
             raise FileNotFoundError(f"resuming at step {self.global_steps} with compute_budget.limit set but {path} is "
                                     "missing: the budget would restart at 0. Resume from a checkpoint written by this "

@@ -520,6 +520,89 @@ def test_resuming_with_changed_options_stops_naming_them(capsys):
     make_trainer({"variant": "ratio"}).run_state.load_state_dict(legacy, "ckpt/old", 1)
 
 
+HOW_TO_GO_ON = (r"; it is not what the IBPO trainer writes: resume from a checkpoint the IBPO trainer wrote "
+                r"\(trainer\.resume_from_path\), or start a new run \(trainer\.resume_mode=disable\)$")
+
+
+@pytest.mark.parametrize("edit, refusal", [
+    (lambda s: s["compute_totals"].update(total_flops="nan"),
+     r"compute_totals\.total_flops='nan' has type str; expected float"),
+    (lambda s: s["compute_totals"].update(total_flops=float("nan")),
+     r"compute_totals\.total_flops = nan: a compute cost must be a finite number >= 0"),
+    (lambda s: s["compute_totals"].update(total_tokens=True), r"compute_totals\.total_tokens=True has type bool"),
+    (lambda s: s["time_totals"].update(cumulative_step_s=-5),
+     r"time_totals\.cumulative_step_s = -5\.0: a compute cost must be a finite number >= 0"),
+    (lambda s: s["time_totals"].update(cumulative_step_s=float("inf")), r"time_totals\.cumulative_step_s = inf"),
+    (lambda s: s.pop("lambda_schedule"), r"the file lacks \['lambda_schedule'\]"),
+    (lambda s: s["compute_totals"].pop("total_flops"), r"compute_totals lacks \['compute_totals\.total_flops'\]"),
+    (lambda s: s.update(rollout_n="8"), r"rollout_n='8' must be an int >= 1 \(the group size G\)"),
+    (lambda s: s.update(rollout_n=True), r"rollout_n=True must be an int >= 1"),
+    (lambda s: s.update(steps=3), r"unknown field\(s\) \['steps'\] in the file \(known: \['lambda_schedule', "),
+    (lambda s: s["compute_totals"].update(flops=1.0), r"unknown field\(s\) \['compute_totals\.flops'\]"),
+    (lambda s: s.update(compute_totals=[1.0, 2.0, 3.0]), r"compute_totals is a JSON array, not an object"),
+    (lambda s: s.update(lambda_schedule=None), r"lambda_schedule is a JSON null, not an object"),
+    (lambda s: s["lambda_schedule"].update(running_lambda_max="0.3"),
+     r"lambda_schedule\.running_lambda_max='0\.3' must be null or a finite number >= 0"),
+    (lambda s: s["lambda_schedule"].update(running_lambda_max=-1.0), r"lambda_schedule\.running_lambda_max=-1\.0"),
+    (lambda s: s["lambda_schedule"].update(running_max=0.5), r"unknown field\(s\) \['lambda_schedule\.running_max'"),
+    (lambda s: s["ibpo_options"].update(lam="0.6"), r"ibpo_options\.lam='0\.6' has type str; expected float"),
+    (lambda s: s.update(ibpo_options=["binary"]), r"ibpo_options is a JSON array, not an object"),
+])
+def test_a_resumed_state_that_the_trainer_did_not_write_is_refused_naming_the_file_and_field(edit, refusal):
+    """ibpo_state.json is checked before anything is restored: a field missing, unknown, of the wrong type (a
+    numeric string, a bool) or out of range (negative, non-finite) stops the resume naming the file and the field,
+    whatever ibpo.resume_allow_option_changes (which allows changed options, not a broken file)."""
+    from recipe.ibpo.run_state import IBPOStateError
+
+    state = json.loads(json.dumps(make_trainer({"variant": "binary"}).run_state.state_dict()))
+    edit(state)
+    for allow in (False, True):
+        resumed = make_trainer({"variant": "binary", "resume_allow_option_changes": allow})
+        with pytest.raises(IBPOStateError, match=rf"^ckpt/x/ibpo_state\.json: {refusal}.*{HOW_TO_GO_ON}"):
+            resumed.run_state.load_state_dict(state, "ckpt/x/ibpo_state.json", 1)
+        assert resumed.run_state.compute_totals["total_flops"] == 0.0  # nothing restored
+    assert make_trainer({"variant": "binary"}).run_state.state_dict()["time_totals"] == {"cumulative_step_s": 0.0}
+
+
+def test_a_resumed_state_of_another_run_or_option_set_stops_naming_the_option():
+    """A GSPO baseline's state (ibpo.enable=false) resumed as IBPO, and a state holding an option this version no
+    longer has (removed or renamed since), are changed options: refused naming them unless
+    ibpo.resume_allow_option_changes."""
+    from recipe.ibpo.run_state import IBPOResumeError
+
+    gspo = json.loads(json.dumps(make_trainer({"variant": "binary", "enable": False}).run_state.state_dict()))
+    with pytest.raises(IBPOResumeError, match=r"with changed options \(ibpo\.enable: False -> True[,)]"):
+        make_trainer({"variant": "binary"}).run_state.load_state_dict(gspo, "ckpt/gspo", 1)
+    older = json.loads(json.dumps(make_trainer({"variant": "binary"}).run_state.state_dict()))
+    older["ibpo_options"]["reference_per_group"] = True
+    with pytest.raises(IBPOResumeError, match=r"with changed options \(ibpo\.reference_per_group: True -> "
+                                              r"\(no such option now\)\)"):
+        make_trainer({"variant": "binary"}).run_state.load_state_dict(older, "ckpt/old", 1)
+    make_trainer({"variant": "binary", "resume_allow_option_changes": True}).run_state.load_state_dict(
+        older, "ckpt/old", 1)
+
+
+@pytest.mark.parametrize("text, refusal", [
+    ('{"lambda_schedule": {"running_lambda_max": nu', r"is not a JSON file \(Expecting value: line 1"),
+    ("", r"is not a JSON file \(Expecting value: line 1 column 1"),
+    ("[1, 2]", r"holds a JSON array, not an object"),
+    ("null", r"holds a JSON null, not an object"),
+])
+def test_a_checkpoint_state_file_that_is_not_a_json_object_is_refused_naming_it(tmp_path, text, refusal):
+    """What every resumed state file is read through (the compute ledger, ibpo_state.json): a truncated or
+    non-JSON file, or JSON that is not an object, is refused naming the file."""
+    from recipe.common.trainer_base import ResumedStateError, read_state_file
+
+    path = tmp_path / "ibpo_state.json"
+    path.write_text(text)
+    with pytest.raises(ResumedStateError,
+                       match=rf"^{path}.* {refusal}.*start a new run \(trainer\.resume_mode=disable\)$"):
+        read_state_file(str(path))
+    path.write_bytes(b'{"a": "\xff"}')
+    with pytest.raises(ResumedStateError, match=r"is not a JSON file \('utf-8' codec can't decode"):
+        read_state_file(str(path))
+
+
 @pytest.mark.parametrize("shaping", ["reward", "reward_capped", "advantage"])
 def test_the_loop_trains_on_the_trainers_advantages(shaping):
     """analysis.toy_loop's advantages (main rows: ibpo_sequence_advantages; joint rows: joint_token_advantages)

@@ -104,6 +104,34 @@ def test_resume_restores_the_spend_and_refuses_another_budget():
         ComputeLedger(ComputeBudgetConfig(limit=200.0)).load_state_dict(ledger.state_dict())
 
 
+@pytest.mark.parametrize("edit, refusal", [
+    (lambda s: s.update(flops="15"), r"flops='15' has type str; expected float"),
+    (lambda s: s.update(gpu_seconds=True), r"gpu_seconds=True has type bool; expected float"),
+    (lambda s: s.update(last_cost=-1.0), r"last_cost = -1\.0: a compute cost must be a finite number >= 0"),
+    (lambda s: s.update(modelled_gpu_seconds=float("nan")), r"modelled_gpu_seconds = nan"),
+    (lambda s: s.update(steps=2.5), r"steps=2\.5 must be an int >= 0"),
+    (lambda s: s.update(validated="0"), r"validated='0' must be an int >= 0"),
+    (lambda s: s.pop("steps"), r"unknown field\(s\) \[\], missing field\(s\) \['steps'\]"),
+    (lambda s: s.update(total_flops=1.0), r"unknown field\(s\) \['total_flops'\], missing field\(s\) \[\]"),
+    (lambda s: s.update(budget=[100.0, "flops"]), r"budget=\[100\.0, 'flops'\] is not a compute_budget block"),
+    (lambda s: s["budget"].update(limit="100"), r"budget=\{.*\} is not a compute_budget block"),
+])
+def test_a_resumed_ledger_that_the_trainer_did_not_write_is_refused_naming_the_file_and_field(edit, refusal):
+    """compute_budget_state.json is checked before anything is restored: a field missing, unknown, of the wrong
+    type or out of range stops the resume naming the file and the field."""
+    _, ledger = run_ledger([3.0] * 5, limit=100.0)
+    state = ledger.state_dict()
+    edit(state)
+    resumed = ComputeLedger(ComputeBudgetConfig(limit=100.0))
+    with pytest.raises(ComputeBudgetError, match=rf"^ckpt/compute_budget_state\.json: {refusal}.*start a new run "
+                                                 r"\(trainer\.resume_mode=disable\)$"):
+        resumed.load_state_dict(state, "ckpt/compute_budget_state.json")
+    assert (resumed.flops, resumed.steps) == (0.0, 0)  # nothing restored
+    older = {k: v for k, v in ledger.state_dict().items() if k != "modelled_gpu_seconds"}  # written before it was
+    resumed.load_state_dict(older, "ckpt/compute_budget_state.json")
+    assert (resumed.flops, resumed.modelled_gpu_seconds, resumed.steps) == (15.0, 0.0, 5)
+
+
 def test_the_matched_axis_is_read_from_the_logged_limit():
     assert matched_axis({"compute_budget/flops", "compute_budget/limit_flops"}) == "compute_budget/flops"
     assert matched_axis({"compute_budget/gpu_seconds", "compute_budget/limit_gpu_seconds"}) == "compute_budget/gpu_seconds"

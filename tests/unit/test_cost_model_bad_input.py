@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
+import numpy as np
 import pytest
 
 from compute_accounting.budget import ComputeBudgetConfig, ComputeBudgetError, ComputeLedger
-from compute_accounting.flops import ModelShape, StepWork, forward_flops, step_flops
+from compute_accounting.flops import ModelShape, StepWork, forward_flops, step_flops, token_counts
 from compute_accounting.gpu_time import (GenerationWork, GpuTimeCoefficients, ServingShape, coefficients_from_json,
                                          fit_decode_coefficients, generation_seconds, resolve_coefficients,
                                          roofline_coefficients, step_seconds, train_forward_tokens_per_s)
@@ -34,9 +36,9 @@ def test_a_non_finite_or_negative_step_cost_is_refused_naming_its_unit(costs, un
 
 def test_a_checkpointed_ledger_with_a_non_finite_spend_is_refused():
     state = ComputeLedger(ComputeBudgetConfig(limit=10.0)).state_dict()
-    with pytest.raises(ComputeBudgetError, match="the checkpoint's flops"):
+    with pytest.raises(ComputeBudgetError, match=r"^the checkpoint: flops='nan' has type str"):
         ComputeLedger(ComputeBudgetConfig(limit=10.0)).load_state_dict({**state, "flops": "nan"})
-    with pytest.raises(ComputeBudgetError, match="the checkpoint's modelled_gpu_seconds"):
+    with pytest.raises(ComputeBudgetError, match=r"^the checkpoint: modelled_gpu_seconds = -1\.0"):
         ComputeLedger(ComputeBudgetConfig(limit=10.0)).load_state_dict({**state, "modelled_gpu_seconds": -1.0})
 
 
@@ -87,6 +89,28 @@ def test_step_seconds_and_step_flops_refuse_work_no_step_did(change, match):
 def test_forward_flops_refuses_non_finite_or_negative_lengths(lengths):
     with pytest.raises(ValueError, match="sequence lengths must be finite numbers >= 0"):
         forward_flops(lengths, ModelShape(matmul_params=1000, num_layers=2, attention_dim=8))
+
+
+@pytest.mark.parametrize("lengths, shown", [([True, 2], "[True]"), (["10"], "['10']"), ([3, "4"], "['4']"),
+                                            (np.array([True, False]), "[True, False]"), (np.array(["7"]), "['7']"),
+                                            (np.array([5, b"6"], dtype=object), "[b'6']")])
+def test_token_counts_refuse_bools_and_strings_naming_the_argument(lengths, shown):
+    """Before: np.asarray(..., float) read True as 1 and "10" as 10 (and [True, 2] became an int array)."""
+    with pytest.raises(ValueError, match=rf"^GenerationWork\.output_lengths must be numbers, not bools or strings: "
+                                         rf"got {re.escape(shown)}$"):
+        token_counts(lengths, "GenerationWork.output_lengths")
+    with pytest.raises(ValueError, match=r"^StepWork\.train_main must be numbers, not bools or strings"):
+        step_flops(StepWork(main_gen=[10], train_main=lengths), ModelShape(matmul_params=1000, num_layers=2,
+                                                                            attention_dim=8))
+
+
+def test_token_counts_take_what_the_callers_pass():
+    """Lists of ints (tensor.tolist()), numpy int and float arrays, torch tensors, numpy scalars: counted as is."""
+    import torch
+
+    for lengths in ([3, 4], (3.0, 4.0), np.array([3, 4]), np.array([3.0, 4.0]), torch.tensor([3, 4]),
+                    [np.int64(3), np.float32(4.0)], np.array([3, 4], dtype=object), []):
+        assert token_counts(lengths).tolist() == ([3.0, 4.0] if len(lengths) else [])
 
 
 @pytest.mark.parametrize("shape", [dict(matmul_params=-100, num_layers=2, attention_dim=8),

@@ -416,6 +416,21 @@ def test_a_file_that_is_not_utf8_names_the_file_and_line(suffix, where, tmp_path
     assert str(info.value).startswith(f"{path}{where}"), str(info.value)
 
 
+@pytest.mark.parametrize("line, field, message", [
+    ('{"question": "What is 1+1?\\u0000", "answer": "#### 2"}', "question", "holds a NUL character at character 12"),
+    ('{"question": "What is \\ud800 1+1?", "answer": "#### 2"}', "question", "holds a lone surrogate U+D800 at "
+                                                                             "character 8"),
+    ('{"question": "What is 1+1?", "answer": "\\udfff#### 2"}', "answer", "holds a lone surrogate U+DFFF"),
+])
+def test_a_text_field_holding_a_nul_or_a_lone_surrogate_is_named(line, field, message, tmp_path):
+    # before: converted (a lone surrogate then failed the parquet write naming no row; a NUL reached the prompt)
+    path = tmp_path / "train.jsonl"
+    path.write_text('{"question": "What is 2+2?", "answer": "#### 4"}\n' + line + "\n")
+    with pytest.raises(PrepError) as info:
+        gsm8k.prepare_gsm8k(path)
+    assert str(info.value).startswith(f"{path}, row 2, field '{field}': {message}"), str(info.value)
+
+
 @pytest.mark.parametrize("answer, message", [
     ("\\frac{1}{", "gold answer '\\\\frac{1}{' is unusable: math ground truth '\\\\frac{1}{' has an unclosed '{'"),
     ("some words", "gold answer 'some words' is unusable: math ground truth 'some words' is prose, not a math answer"),
@@ -453,6 +468,24 @@ def test_an_lcb_date_with_a_utc_offset_is_named(date, tmp_path):
     message = str(info.value)
     assert message.startswith(f"{path}, row 2, field 'contest_date': {date!r} has a UTC offset"), message
     assert not (tmp_path / "lcb.parquet").exists()
+
+
+@pytest.mark.parametrize("field, edit, message", [
+    ("metadata", lambda r: '{"fn_name": "countPairs"}',
+     "unknown key(s) ['fn_name']; LiveCodeBench's metadata is {} (stdin) or {\"func_name\": <method>}"),
+    ("metadata", lambda r: '{"func_name": "f", "note": 1}', "unknown key(s) ['note']"),
+    ("public_test_cases", lambda r: json.dumps([{**t, "outputs": t["output"]} for t in json.loads(r)]),
+     "test 0: unknown key(s) ['outputs'] (known: ['input', 'output', 'testtype'])"),
+])
+def test_an_lcb_test_case_or_metadata_key_lcb_does_not_read_is_named(field, edit, message, tmp_path):
+    # before: ignored; a misspelt func_name made a functional problem a stdin one
+    rows = [json.loads(line) for line in (LCB_RAW / "test6.jsonl").read_text().splitlines()][:2]
+    rows[1][field] = edit(rows[1][field])
+    path = tmp_path / "test6.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(PrepError) as info:
+        livecodebench.prepare_livecodebench([path], tmp_path / "lcb.parquet")
+    assert str(info.value).startswith(f"{path}, row 2, field '{field}': {message}"), str(info.value)
 
 
 @pytest.mark.parametrize("name, content, message", [

@@ -234,3 +234,10 @@ def test_option_changes_between_a_checkpoint_and_a_resumed_run():
     assert option_changes(older, IBPOConfig(lam=0.6, candidate_labels=("A", "B"),
                                             rewrite_condition="closer_to_reference")) == [
         ("rewrite_condition", "both", "closer_to_reference")]
+    # an option the checkpoint has and this version does not (removed or renamed since) is a change, not ignored
+    from ibpo.options import NO_SUCH_OPTION
+
+    removed = {**saved, "reference_per_group": True}
+    assert option_changes(removed, IBPOConfig(lam=0.6, candidate_labels=("A", "B"))) == [
+        ("reference_per_group", True, NO_SUCH_OPTION)]
+    assert repr(NO_SUCH_OPTION) == "(no such option now)"
