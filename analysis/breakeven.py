@@ -18,7 +18,8 @@ one run per seed serves every share).
   difference, each warm start weighted equally (:func:`fit_line`). 95% intervals by a bootstrap that resamples
   seeds within each warm start (:func:`bootstrap_line`): a seed keeps its differences at every share together, as
   they share its baseline run. The break-even is the share where the line crosses 0, reported only when b's
-  interval lies below 0 (:func:`line_break_even`); otherwise the cost of a correction does not resolvably change
+  interval lies below 0 (:func:`line_break_even`; an interval of width 0, every seed the same slope, is no interval:
+  ``analysis.evaluation_stats.interval_text``); otherwise the cost of a correction does not resolvably change
   the answer and the report says "not resolved" (or, when the slope is resolved but the line is below 0 from
   share 0, "behind at every share").
 - **A check beside the line** (added after 2g P's runs, not pre-registered): the stratified t interval of the
@@ -47,7 +48,7 @@ import numpy as np
 from analysis.ablation_stats import parse_seeds, stratified_difference
 from analysis.curves_report import accuracy_at, holm
 from analysis.equal_compute_report import load_results
-from analysis.evaluation_stats import interval_text, paired_difference
+from analysis.evaluation_stats import interval_text, no_interval_reason, paired_difference
 from analysis.run_protocol import check_arm_names, check_comparable, check_distinct, check_seeds
 
 
@@ -218,12 +219,16 @@ def analyse(folders: dict[float, Path], warm_starts: list[str], arms: list[str],
         b_low, b_high = (float(v) for v in np.percentile(boot[:, 1], [2.5, 97.5]))
         a_low, a_high = (float(v) for v in np.percentile(boot[:, 0], [2.5, 97.5]))
         matching = [s for s in sorted(rule) if rule[s][arm]["matches"]]
+        seeds = {w: len({p.seed for p in pts if p.warm_start == w}) for w in warm_starts}
+        # every seed the same slope: the bootstrap's interval has width 0, which is no interval (interval_text says
+        # so in the table) and resolves nothing
+        no_interval = no_interval_reason(b, b_low, b_high, sum(seeds.values())) is not None
         arms_out[arm] = {"a": a, "a_low": a_low, "a_high": a_high, "b": b, "b_low": b_low, "b_high": b_high,
                          "b_per_seed_t": per_seed_slope_interval(pts),
-                         "line_break_even": line_break_even(a, b, b_low, b_high),
+                         "line_break_even": ("not resolved", None) if no_interval else line_break_even(a, b, b_low,
+                                                                                                         b_high),
                          "rule_break_even": max(matching) if matching else None,
-                         "seeds_per_warm_start": {w: len({p.seed for p in pts if p.warm_start == w})
-                                                  for w in warm_starts}}
+                         "seeds_per_warm_start": seeds}
     return {"per_share": {str(s): v for s, v in rule.items()}, "arms": arms_out, "baseline": baseline,
             "fraction": fraction}
 
@@ -273,8 +278,9 @@ def format_report(result: dict, shares: list[float]) -> str:
         line = verdict if x is None else f"{verdict} at {x:.2f}"
         rule = "none" if r["rule_break_even"] is None else f"{r['rule_break_even']:g}"
         seeds = ", ".join(f"{w} {n}" for w, n in r["seeds_per_warm_start"].items())
-        lines.append(f"| {arm} | {r['a']:+.3f} [{r['a_low']:+.3f}, {r['a_high']:+.3f}] | {r['b']:+.3f} "
-                     f"[{r['b_low']:+.3f}, {r['b_high']:+.3f}] | {line} | {rule} | {seeds} | "
+        n = sum(r["seeds_per_warm_start"].values())  # the bootstrap's resampling units
+        lines.append(f"| {arm} | {interval_text(r['a'], r['a_low'], r['a_high'], n, '{:+.3f}')} | "
+                     f"{interval_text(r['b'], r['b_low'], r['b_high'], n, '{:+.3f}')} | {line} | {rule} | {seeds} | "
                      f"{_interval(r['b_per_seed_t'])} |")
     return "\n".join(lines)
 

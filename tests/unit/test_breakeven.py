@@ -78,15 +78,16 @@ def _run(arm: str, seed: int, accuracy: float) -> dict:
     return {"arm": arm, "seed": seed, "steps": [], "evals": [{"milestone": 1.0, "accuracy": accuracy}]}
 
 
-def _share_folder(root, share: float, slope: float, seeds: int = 6) -> None:
+def _share_folder(root, share: float, slope: float, seeds: int = 6, slope_wobble: float = 0.0) -> None:
     """Two warm starts; GSPO the same at every share (its runs do not depend on it); the arm ahead by
-    0.03 + slope · share with a seed-to-seed wobble."""
+    0.03 + slope · share with a seed-to-seed wobble (times 1 + ``slope_wobble`` · share: with 0 every seed has the
+    same slope)."""
     for w, base in (("weak", 0.3), ("strong", 0.8)):
         folder = root / f"s{share}" / f"ws_{w}"
         folder.mkdir(parents=True)
         (folder / "meta.json").write_text(json.dumps({"budget_flops": 1.0}))
         for k in range(seeds):
-            wobble = 0.004 * ((k % 3) - 1)
+            wobble = 0.004 * ((k % 3) - 1) * (1 + slope_wobble * share)
             (folder / f"gspo_s{k}.json").write_text(json.dumps(_run("GSPO G=n", k, base + 0.01 * k)))
             (folder / f"arm_s{k}.json").write_text(
                 json.dumps(_run("A", k, base + 0.01 * k + 0.03 + slope * share + wobble)))
@@ -94,7 +95,7 @@ def _share_folder(root, share: float, slope: float, seeds: int = 6) -> None:
 
 def test_analyse_reads_the_share_folders_and_both_rules(tmp_path):
     for share in (0.0, 0.5, 1.0):
-        _share_folder(tmp_path, share, slope=-0.04)
+        _share_folder(tmp_path, share, slope=-0.04, slope_wobble=1.0)  # the seeds' slopes differ (mean -0.04)
     folders = {s: tmp_path / f"s{s}" for s in (0.0, 0.5, 1.0)}
     result = analyse(folders, ["weak", "strong"], ["A"], "GSPO G=n", n_boot=300)
     r = result["arms"]["A"]
@@ -108,8 +109,24 @@ def test_analyse_reads_the_share_folders_and_both_rules(tmp_path):
     assert r["seeds_per_warm_start"] == {"weak": 6, "strong": 6}
     text = format_report(result, [0.0, 0.5, 1.0])
     assert "| 1 | -0.010 [" in text and "✗ |" in text and "crosses at 0.75" in text
+    assert "| A | +0.030 [" in text and "| -0.040 [" in text
     only = analyse(folders, ["weak", "strong"], ["A"], "GSPO G=n", seeds={0, 1, 2}, n_boot=50)
     assert only["arms"]["A"]["seeds_per_warm_start"] == {"weak": 3, "strong": 3}
+
+
+def test_a_zero_width_bootstrap_interval_is_no_interval_and_resolves_nothing(tmp_path):
+    # every seed the same slope -0.04: every resample refits b = -0.04, a "95% interval" of width 0, which crossed
+    # at 0.75 and printed as "-0.040 [-0.040, -0.040]"; it is no interval (analysis.evaluation_stats.interval_text)
+    for share in (0.0, 0.5, 1.0):
+        _share_folder(tmp_path, share, slope=-0.04)
+    result = analyse({s: tmp_path / f"s{s}" for s in (0.0, 0.5, 1.0)}, ["weak", "strong"], ["A"], "GSPO G=n",
+                     n_boot=200)
+    r = result["arms"]["A"]
+    assert r["b"] == pytest.approx(-0.04, abs=1e-9) and r["b_high"] - r["b_low"] < 1e-12
+    assert r["line_break_even"] == ("not resolved", None)
+    row = format_report(result, [0.0, 0.5, 1.0]).splitlines()[-1]
+    assert row.startswith("| A | +0.030 [") and "| -0.040 (zero spread over 12 seeds: no interval) | not resolved |" \
+        in row
 
 
 def test_bad_shares_stop_before_reading(tmp_path, capsys):
@@ -132,7 +149,7 @@ def test_bad_shares_stop_before_reading(tmp_path, capsys):
 
 def test_an_arm_missing_at_a_share_is_named(tmp_path, capsys):
     for share in (0.0, 1.0):
-        _share_folder(tmp_path, share, slope=-0.04)
+        _share_folder(tmp_path, share, slope=-0.04, slope_wobble=1.0)
     args = ["--share", f"0={tmp_path / 's0.0'}", "--share", f"1={tmp_path / 's1.0'}", "--warm-start", "weak",
             "--warm-start", "strong"]
     with pytest.raises(SystemExit):
