@@ -19,7 +19,7 @@ import numpy as np
 
 from analysis.ablation_stats import stratified_difference
 from analysis.equal_compute_report import load_results
-from analysis.evaluation_stats import interval_text, paired_difference, t_interval
+from analysis.evaluation_stats import interval_text, p_value_text, paired_difference, t_interval
 from analysis.run_protocol import (  # eval_split and SPLIT_NAMES re-exported: callers import them from here
     SPLIT_NAMES,
     check_arm_names,
@@ -171,7 +171,7 @@ def write_report(out: Path, warm_starts: list[str], baseline: str, argv: list[st
             lines.append(
                 f"| {name} ({warm_start_accuracy(meta):.3f}, `{meta['warm_start_sha256'][:8]}`) | {r['arm']} | "
                 f"{r['seeds']} | {r['updates']:.1f} | {format_interval(r['accuracy'], '{:.3f}')} | "
-                + ("—" if is_base else format_interval(r["diff"])) + f" | {'—' if is_base else _num(r['diff']['p_value'], '{:.3f}')} | "
+                + ("—" if is_base else format_interval(r["diff"])) + f" | {'—' if is_base else p_value_text(r['diff']['p_value'])} | "
                 f"{format_interval(r['change'])} | {r['alarm_share']:.2f} | {_num(r['positive_adv_mass_on_wrong'])} | "
                 f"{_num(r['shaped_all_wrong_groups'])} | {_num(r['wrong_tokens_shared_with_right_sibling'])} |")
     arms = list(dict.fromkeys(r["arm"] for rows in per_ws.values() for r in rows))
@@ -187,7 +187,7 @@ def write_report(out: Path, warm_starts: list[str], baseline: str, argv: list[st
         # a warm start whose paired differences are all equal (SD 0) has no t test (p NaN): never a win
         wins = sum(1 for r in strata if r["diff"]["diff"] > 0 and r["diff"]["p_value"] < 0.05)
         below = sum(1 for r in strata if r["change"]["mean"] < 0)
-        lines.append(f"| {arm} | {pooled['strata']} | {format_interval(pooled)} | {_num(pooled['p_value'], '{:.3f}')} | "
+        lines.append(f"| {arm} | {pooled['strata']} | {format_interval(pooled)} | {p_value_text(pooled['p_value'])} | "
                      f"{wins}/{len(strata)} | {below}/{len(strata)} |")
     text = "\n".join(lines)
     (out / "report.md").write_text(text + "\n", encoding="utf-8")

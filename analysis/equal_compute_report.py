@@ -19,6 +19,7 @@ import numpy as np
 from analysis.credit_localisation import Localisation, summarise
 from analysis.evaluation_stats import (
     interval_text,
+    p_value_text,
     paired_difference,
     seeds_for_power,
     student_t_cdf,
@@ -253,7 +254,7 @@ def _equal_compute_table(summary: dict) -> list[str]:
             f"| {arm} | {e['seeds']} | {e['steps']:.1f} | {e['optimizer_updates']:.1f} | {m['flops']:.3g} "
             f"({m['flops'] / budget:.2f}) | {_accuracy_text(acc)} | "
             + ("—" if is_base else _diff_text(d))
-            + f" | {'—' if is_base else _f(d['p_value'])} | {'—' if is_base else _f(d['sd_diff'])} | "
+            + f" | {'—' if is_base else p_value_text(d['p_value'])} | {'—' if is_base else _f(d['sd_diff'])} | "
             f"{'—' if is_base else _f(d['correlation'], '{:.2f}')} | {'—' if is_base else _f(m['power_for_effect'], '{:.2f}')} | "
             f"{'—' if is_base else (m['seeds_for_80pct_power'] or '-')} | {reach} |")
     return lines

@@ -485,7 +485,7 @@ def seeds_for_power(sd_diff: float, effect: float, power: float = 0.8, alpha: fl
 __all__ = [
     "student_t_cdf", "student_t_quantile", "SeedInterval", "t_interval", "t_test_p_value", "equal_but_for_rounding",
     "PairedDifference",
-    "paired_difference", "seeds_for_power", "interval_text", "no_interval_reason",
+    "paired_difference", "seeds_for_power", "interval_text", "no_interval_reason", "p_value_text",
     "pass_at_k", "pass_at_k_per_problem", "avg_at_k_per_problem", "best_of_n_choice", "best_of_n_per_problem",
     "BEST_OF_N_METHODS", "ConfidenceInterval", "PairedTest", "draw_bootstrap_indices", "bootstrap_means",
     "bootstrap_ci", "paired_bootstrap_test",
@@ -520,3 +520,9 @@ def interval_text(mean: float, low: float, high: float, n: int, fmt: str = "{:.3
         low, high = max(low, bounds[0]), min(high, bounds[1])
         note = f" (clipped to [{bounds[0]:g}, {bounds[1]:g}])"
     return f"{point} [{fmt.format(low)}, {fmt.format(high)}]{note}"
+
+
+def p_value_text(p: float | None, fmt: str = "{:.3f}") -> str:
+    """A table's p cell: ``fmt`` of p, or ``-`` where there is no p (``None``, or NaN: undefined,
+    :func:`t_test_p_value`)."""
+    return "-" if p is None or not math.isfinite(p) else fmt.format(p)

@@ -142,6 +142,27 @@ def summarise_key(per_seed_steps: dict[int, list[dict]], prefix: str) -> dict:
     return summarise(renamed) if any(s["ratio"] is not None for st in renamed.values() for s in st) else {"seeds": 0}
 
 
+def summary_lines(summary: dict, steps: int) -> list[str]:
+    """The printed summary: each ratio with its t interval over seeds, or the ratio and why there is none
+    (``analysis.evaluation_stats.interval_text``: one seed, or every seed the same ratio)."""
+    from analysis.evaluation_stats import interval_text
+
+    def ratio(values: list[float], n: int) -> str:
+        return interval_text(values[0], values[1], values[2], n)
+
+    n = summary["seeds"]
+    lines = [f"var(IBPO)/var(GSPO), same samples, {n} seeds × {steps} steps: per-seed pooled ratio "
+             f"mean {ratio(summary['mean_ratio'], n)} (95% t CI), geometric mean "
+             f"{ratio(summary['geometric_mean_ratio'], n)}, median per-step ratio {summary['median_step_ratio']:.3f}; "
+             f"seeds below 1: {summary['seeds_below_1']}; steps with a shaped sample "
+             f"{summary['steps_with_shaping']}/{summary['steps']}, without a GSPO ratio {summary['steps_without_ratio']}"]
+    for variant, sub in summary.get("by_kind", {}).items():
+        if sub.get("seeds"):
+            lines.append(f"  {variant.rstrip('_') or 'all'}: geometric mean ratio "
+                         f"{ratio(sub['geometric_mean_ratio'], sub['seeds'])} over {sub['seeds']} seeds")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     from analysis import toy_loop
 
@@ -187,17 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     summary["by_kind"] = {variant: summarise_key(per_seed, variant) for variant in
                           ("unnorm_", "mixed_", "mixed_unnorm_", "all_wrong_", "all_wrong_unnorm_")}
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
-    m, g = summary["mean_ratio"], summary["geometric_mean_ratio"]
-    print(f"var(IBPO)/var(GSPO), same samples, {summary['seeds']} seeds × {args.steps} steps: per-seed pooled ratio "
-          f"mean {m[0]:.3f} [95% t CI {m[1]:.3f}, {m[2]:.3f}], geometric mean {g[0]:.3f} [{g[1]:.3f}, {g[2]:.3f}], "
-          f"median per-step ratio {summary['median_step_ratio']:.3f}; seeds below 1: {summary['seeds_below_1']}; "
-          f"steps with a shaped sample {summary['steps_with_shaping']}/{summary['steps']}, "
-          f"without a GSPO ratio {summary['steps_without_ratio']}")
-    for variant, sub in summary["by_kind"].items():
-        if sub.get("seeds"):
-            g = sub["geometric_mean_ratio"]
-            print(f"  {variant.rstrip('_') or 'all'}: geometric mean ratio {g[0]:.3f} [{g[1]:.3f}, {g[2]:.3f}] "
-                  f"over {sub['seeds']} seeds")
+    print("\n".join(summary_lines(summary, args.steps)))
     return 0
 
 

@@ -271,11 +271,10 @@ def format_tables(summary: dict, args: argparse.Namespace) -> str:
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, s in summary.items():
         t = s["threshold"]
-        reach = f"{t['compute']:.3g}" if math.isfinite(t["compute"]) else "not reached"
-        if math.isfinite(t["low"]) and math.isfinite(t["high"]):
-            reach += f" [{t['low']:.3g}, {t['high']:.3g}]"
-        elif s["seeds"] > 1 and math.isfinite(t["compute"]):
-            reach += f" [CI n/a: reached by {t['reached_share']:.0%} of seeds]"
+        reach = "not reached"
+        if math.isfinite(t["compute"]):
+            ci = plot_curves.crossing_interval_text(t, "{:.3g}")
+            reach = f"{t['compute']:.3g} " + (ci if ci.startswith("[") else f"({ci})")
         rel = f"{t['relative']:.2f}" if math.isfinite(t.get("relative", float("nan"))) else "-"
         updates = sorted(set(s["optimizer_updates"]))
         steps = "/".join(map(str, sorted(set(s["steps"]))))

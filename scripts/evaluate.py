@@ -56,7 +56,7 @@ from analysis.evaluation_stats import (
 )
 from ibpo.pipeline import plan_corrections
 
-from analysis.evaluation_stats import interval_text  # noqa: E402
+from analysis.evaluation_stats import interval_text, no_interval_reason, p_value_text  # noqa: E402
 
 # ----------------------------------------------------------------------------------------------------------
 # Sampling settings
@@ -768,19 +768,23 @@ def comparison_table(rows: list[dict], differences: Sequence[str] = ()) -> str:
 
 
 def diff_text(r: dict) -> str:
-    """``A − B [low, high]`` in pp, or the difference and why there is no interval."""
-    if r["ci_low"] is None or r["ci_high"] is None:
-        return f"{100 * r['diff']:+.1f} (n = {r['num_problems']}: no interval)"
-    return interval_text(100 * r["diff"], 100 * r["ci_low"], 100 * r["ci_high"], r["num_problems"], "{:+.1f}",
-                         "problems")
+    """``A − B [low, high]`` in pp, or the difference and why there is no interval (``interval_text``)."""
+    low, high = _row_bounds(r)
+    return interval_text(100 * r["diff"], 100 * low, 100 * high, r["num_problems"], "{:+.1f}", "problems")
 
 
 def p_text(r: dict) -> str:
-    """The p-value, only where there is an interval: with one problem or no spread of the bootstrap the centred
-    p is 1/(B+1) whatever the data."""
-    if r["p_value"] is None or r["ci_low"] is None or not r["ci_high"] - r["ci_low"] > 1e-12:
+    """The p-value, only where there is an interval (``no_interval_reason``): with one problem or no spread of the
+    bootstrap the centred p is 1/(B+1) whatever the data."""
+    low, high = _row_bounds(r)
+    if no_interval_reason(100 * r["diff"], 100 * low, 100 * high, r["num_problems"], "problems") is not None:
         return "-"
-    return f"{r['p_value']:.4f}"
+    return p_value_text(r["p_value"], "{:.4f}")
+
+
+def _row_bounds(r: dict) -> tuple[float, float]:
+    """A comparison row's interval bounds, NaN where it has none (``None`` in the JSON: one problem)."""
+    return tuple(float("nan") if r[key] is None else float(r[key]) for key in ("ci_low", "ci_high"))
 
 
 def read_results(path: str) -> dict:

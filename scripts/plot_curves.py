@@ -266,6 +266,18 @@ def mean_compute_to_threshold(curves: list[tuple[np.ndarray, np.ndarray]], thres
     return {"compute": point, "low": low, "high": high, "reached_share": float(reached.mean())}
 
 
+def crossing_interval_text(n: dict, fmt: str = "{:.4g}") -> str:
+    """The interval of a compute to the threshold (:func:`threshold_table`'s numbers): ``[low, high]``, or why there
+    is none (``analysis.evaluation_stats.no_interval_reason``: one seed, every seed crossing at the same compute,
+    or too few seeds crossing)."""
+    reason = no_interval_reason(n["compute"], n["low"], n["high"], n["seeds"])
+    if reason is None:
+        return f"[{fmt.format(n['low'])}, {fmt.format(n['high'])}]"
+    if reason == "no interval":  # several seeds, but too few of them crossed
+        return f"not estimable (reached by {n['reached_share']:.0%} of seeds)"
+    return reason
+
+
 def threshold_table(runs: dict[str, list[list[Record]]], baseline: str, reward_key: str, x_key: str,
                     threshold: float, window: int) -> tuple[str, dict[str, dict]]:
     """Markdown table (Table 2) and the numbers: compute to the threshold (on the seed mean, with a Student-t CI
@@ -285,13 +297,7 @@ def threshold_table(runs: dict[str, list[list[Record]]], baseline: str, reward_k
     for label, n in numbers.items():
         n["relative"] = n["compute"] / base if math.isfinite(base) and base > 0 and math.isfinite(n["compute"]) else float("nan")
         reached = f"{n['compute']:.4g}" if math.isfinite(n["compute"]) else f"not reached (final {n['final_reward']:.3f})"
-        reason = no_interval_reason(n["compute"], n["low"], n["high"], n["seeds"])
-        if reason is None:
-            ci = f"[{n['low']:.4g}, {n['high']:.4g}]"
-        elif reason == "no interval":  # several seeds, but too few of them crossed
-            ci = f"not estimable (reached by {n['reached_share']:.0%} of seeds)"
-        else:
-            ci = reason
+        ci = crossing_interval_text(n)
         rel = f"{n['relative']:.2f}" if math.isfinite(n["relative"]) else "-"
         lines.append(f"| {label} | {n['seeds']} | {reached} | {ci} | {rel} |")
     return "\n".join(lines), numbers

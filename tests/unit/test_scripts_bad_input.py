@@ -238,3 +238,69 @@ def test_verl_table_cells_have_no_interval_over_one_seed_and_clip_accuracy():
     assert mod._ci({"mean": 0.4, "low": float("nan"), "high": float("nan"), "seeds": 1}) == "0.400 (n = 1: no interval)"
     assert mod._ci({"mean": 0.938, "low": 0.143, "high": 1.732, "seeds": 2}) == "0.938 [0.143, 1.000] (clipped to [0, 1])"
     assert mod._diff({"diff": 0.0, "low": 0.0, "high": 0.0, "seeds": 3}) == "+0.000 (zero spread over 3 seeds: no interval)"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# interval and p cells: analysis.evaluation_stats' interval_text / no_interval_reason / p_value_text, nowhere by hand
+
+
+def test_p_value_text_prints_an_undefined_p_as_a_dash():
+    from analysis.evaluation_stats import p_value_text
+
+    assert p_value_text(0.01234) == "0.012" and p_value_text(0.01234, "{:.4f}") == "0.0123"
+    assert p_value_text(float("nan")) == "-" and p_value_text(None) == "-"
+
+
+def test_compare_cells_go_through_interval_text_and_p_value_text():
+    mod = load("evaluate")
+    row = {"diff": 0.05, "ci_low": 0.01, "ci_high": 0.09, "p_value": 0.0312, "num_problems": 30}
+    assert (mod.diff_text(row), mod.p_text(row)) == ("+5.0 [+1.0, +9.0]", "0.0312")
+    # an undefined p (NaN) beside an interval: before, the cell read "nan"
+    assert mod.p_text({**row, "p_value": float("nan")}) == "-"
+    one = {**row, "ci_low": None, "ci_high": None, "p_value": None, "num_problems": 1}
+    assert (mod.diff_text(one), mod.p_text(one)) == ("+5.0 (n = 1: no interval)", "-")
+    flat = {**row, "ci_low": 0.05, "ci_high": 0.05, "p_value": 1 / 201}
+    assert (mod.diff_text(flat), mod.p_text(flat)) == ("+5.0 (zero spread over 30 problems: no interval)", "-")
+
+
+def test_grad_probe_summary_has_no_interval_over_one_seed():
+    from analysis.grad_probe_loop import summary_lines
+
+    nan = float("nan")
+    summary = {"seeds": 1, "steps": 7, "steps_without_ratio": 0, "steps_with_shaping": 5, "median_step_ratio": 0.9,
+               "seeds_below_1": 1, "mean_ratio": [0.8, nan, nan], "geometric_mean_ratio": [0.79, nan, nan],
+               "by_kind": {"mixed_": {"seeds": 2, "geometric_mean_ratio": [0.5, 0.4, 0.6]}, "unnorm_": {"seeds": 0}}}
+    lines = summary_lines(summary, 7)
+    # before: "mean 0.800 [95% t CI nan, nan], geometric mean 0.790 [nan, nan]"
+    assert "mean 0.800 (n = 1: no interval) (95% t CI), geometric mean 0.790 (n = 1: no interval)," in lines[0]
+    assert "nan" not in lines[0]
+    assert lines[1:] == ["  mixed: geometric mean ratio 0.500 [0.400, 0.600] over 2 seeds"]
+
+
+def verl_summary(threshold: dict, seeds: int = 2) -> dict:
+    ci = {"mean": 0.5, "low": 0.4, "high": 0.6, "seeds": seeds}
+    return {"GSPO G=n": {"seeds": seeds, "steps": [10] * seeds, "eval_step0": ci, "final_eval": ci,
+                         "final_eval_diff": None, "final_train_reward": ci, "threshold": threshold,
+                         "total_flops": 1e3, "optimizer_updates": [10] * seeds,
+                         "wall_s_by_phase": {title: 1.0 for title, _ in load("compare_methods").PHASES}}}
+
+
+@pytest.mark.parametrize("threshold, cell", [
+    ({"compute": 600.0, "low": 500.0, "high": 700.0, "reached_share": 1.0, "seeds": 2}, "| 600 [500, 700] |"),
+    # every seed crossing at the same compute: before "| 600 [600, 600] |"
+    ({"compute": 600.0, "low": 600.0, "high": 600.0, "reached_share": 1.0, "seeds": 2},
+     "| 600 (zero spread over 2 seeds: no interval) |"),
+    ({"compute": 600.0, "low": float("nan"), "high": float("nan"), "reached_share": 0.5, "seeds": 2},
+     "| 600 (not estimable (reached by 50% of seeds)) |"),
+    ({"compute": 600.0, "low": float("nan"), "high": float("nan"), "reached_share": 1.0, "seeds": 1},
+     "| 600 (n = 1: no interval) |"),
+    ({"compute": float("nan"), "low": float("nan"), "high": float("nan"), "reached_share": 0.0, "seeds": 2},
+     "| not reached |"),
+])
+def test_verl_table_threshold_cell_goes_through_no_interval_reason(threshold, cell):
+    import argparse
+
+    mod = load("compare_methods")
+    summary = verl_summary({**threshold, "relative": 1.0}, threshold["seeds"])
+    args = argparse.Namespace(smooth=1, threshold=0.3, budget_flops=0.0)
+    assert cell in mod.format_tables(summary, args)
