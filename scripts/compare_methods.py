@@ -26,8 +26,10 @@ training prompts in the same order (``data.seed=s``), samples with the same seed
 comparison stays balanced. Intervals are Student-t over seeds (the final evaluation only: no best-of-several
 evaluations on the same problems), differences paired by seed.
 
-Outputs under ``--out``: per run logs/metrics (verl) or JSON (loop), ``table.md`` (with the warm start's
-sha256 and the exact command), ``summary.json`` and ``curves.png``.
+Outputs under ``--out``: per run logs/metrics and the options it was made with (verl: ``<run>_run.json``; a
+complete run is reused only with the same options, and the report refuses one recorded with another ``--n`` or
+``--batch-size``; its optimizer updates are those its trainer logged) or JSON (loop), ``table.md`` (with the warm
+start's sha256 and the exact command), ``summary.json`` and ``curves.png``.
 """
 
 from __future__ import annotations
@@ -127,18 +129,63 @@ def cap_micro_batches(overrides: list[str], micro_batch: int) -> list[str]:
     return out
 
 
+# the options that shape a verl run (its ``<run>_run.json`` record): ``--n`` and ``--batch-size`` also count its
+# optimizer updates and its G in the report
+RUN_OPTIONS = {"n": "--n", "batch_size": "--batch-size", "steps": "--steps", "lr": "--lr",
+               "warmup_steps": "--warmup-steps", "max_response_length": "--max-response-length",
+               "test_freq": "--test-freq", "budget_flops": "--budget-flops", "micro_batch": "--micro-batch"}
+
+
+def run_record_path(out: Path, method: Method, seed: int) -> Path:
+    """Where a verl run's options are recorded (beside its metrics), written when it starts."""
+    return out / f"{method.slug}_s{seed}_run.json"
+
+
+def read_run_record(path: Path) -> dict | None:
+    """A run's recorded options, ``None`` for a run made before records were written; a record that is not a
+    JSON object of the :data:`RUN_OPTIONS` is a ``ValueError`` naming the file."""
+    if not path.exists():
+        return None
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: not a readable run record ({type(exc).__name__}: {exc})") from None
+    if not isinstance(record, dict) or not set(RUN_OPTIONS) <= set(record):
+        raise ValueError(f"{path}: not a run record (expected a JSON object with {sorted(RUN_OPTIONS)})")
+    return record
+
+
+def check_run_record(path: Path, record: dict, args: argparse.Namespace, keys: list[str]) -> None:
+    """The run recorded at ``path`` was made with this command's ``keys`` options, or a ``ValueError`` names the run,
+    the option and both values (a run of another ``--n`` reused, or reported with this one's ``--n``, would count
+    its G and optimizer updates, or its place in the comparison, wrong)."""
+    for key in keys:
+        if record[key] != getattr(args, key):
+            raise ValueError(f"{path}: the run was made with {RUN_OPTIONS[key]} {record[key]!r}, this command gives "
+                             f"{RUN_OPTIONS[key]} {getattr(args, key)!r}; give {RUN_OPTIONS[key]} {record[key]!r}, "
+                             "or another --out")
+
+
 def run_one(assets: dict, out: Path, method: Method, seed: int, args: argparse.Namespace) -> Path:
-    """One training run through ``python -m recipe.main method=ibpo`` (hang-proof runner); returns its metrics file."""
+    """One training run through ``python -m recipe.main method=ibpo`` (hang-proof runner); returns its metrics file.
+    Complete metrics of an earlier run are reused only when its record gives the same :data:`RUN_OPTIONS`."""
     from verl_cpu.launch import cpu_env, cpu_overrides, process_env, read_metrics_jsonl, run_with_timeout
 
     name = f"{method.slug}_s{seed}"
     metrics_path = out / f"{name}_metrics.jsonl"
+    record_path = run_record_path(out, method, seed)
     done = read_metrics_jsonl(metrics_path) if metrics_path.exists() else {}
     stopped_by_budget = bool(done) and "compute_budget/overshoot" in done[max(done)]
     if done and (max(done) >= args.steps or stopped_by_budget):
+        record = read_run_record(record_path)
+        if record is not None:
+            check_run_record(record_path, record, args, list(RUN_OPTIONS))
         print(f"[compare] {name}: complete metrics found, not run again", flush=True)
         return metrics_path
     metrics_path.unlink(missing_ok=True)
+    record_path.write_text(json.dumps({"method": method.name, "seed": seed,
+                                       **{key: getattr(args, key) for key in RUN_OPTIONS}}, indent=1) + "\n",
+                           encoding="utf-8")
     group = method.group_multiplier * args.n
     cmd = [sys.executable, "-m", "recipe.main", "method=ibpo",
            *cap_micro_batches(cpu_overrides(assets["model"], assets["train"], assets["val"],
@@ -183,15 +230,25 @@ def ci_over_seeds(values: list[float]) -> dict:
     return {"mean": ci.mean, "low": ci.low, "high": ci.high, "seeds": ci.seeds}
 
 
+UPDATES_KEY = "actor/num_optimizer_updates"  # the recipe's trainer logs the updates the actor made, every step
+
+
 def optimizer_updates(records: list[plot_curves.Record], batch_size: int, group: int, mini_batch: int,
                       epochs: int = 1) -> int:
-    """Optimizer steps the actor took: per step ``epochs · ceil(rows / (mini_batch · G))`` where rows are the
-    logged main, joint-training and padding rows (verl splits the batch into mini-batches of
-    ``ppo_mini_batch_size · rollout.n`` rows)."""
+    """Optimizer steps the actor took: the sum of what the run logged (:data:`UPDATES_KEY`, counted by the trainer
+    from the actor's own output, whatever the mini-batch plan). A log from before that metric: per step
+    ``epochs · ceil(rows / (mini_batch · G))`` where rows are the logged main, joint-training and padding rows
+    (verl splits the batch into mini-batches of ``ppo_mini_batch_size · rollout.n`` rows), from the options. A
+    step of an update with no count in a log that has it elsewhere is a ``ValueError`` naming the file and line."""
+    updated = [rec for rec in records if "actor/grad_norm" in rec.data or UPDATES_KEY in rec.data]
+    if any(UPDATES_KEY in rec.data for rec in updated):
+        missing = next((rec for rec in updated if UPDATES_KEY not in rec.data), None)
+        if missing is not None:
+            raise ValueError(f"{missing.where or f'step {missing.step}'}: an actor update without {UPDATES_KEY!r}, "
+                             "which the log's other steps hold; its optimizer updates cannot be counted")
+        return int(sum(rec.data[UPDATES_KEY] for rec in updated))
     total = 0
-    for rec in records:
-        if "actor/grad_norm" not in rec.data:
-            continue
+    for rec in updated:
         rows = batch_size * group + rec.data.get("ibpo/num_joint_rows", 0.0) + rec.data.get("ibpo/num_padding_rows", 0.0)
         total += epochs * math.ceil(rows / (mini_batch * group))
     return total
@@ -359,7 +416,8 @@ VERL_RUN_ONLY = {"steps": "--steps", "lr": "--lr", "warmup_steps": "--warmup-ste
 def refuse_unused_options(p: argparse.ArgumentParser, argv: list[str] | None, args: argparse.Namespace) -> None:
     """Stop on an option the chosen engine, or ``--report-only``, does not use (``--steps`` with the loop, ``--effect``
     with verl, ``--lr`` with a report of runs on disk...): accepted and ignored, it would look like a setting of
-    the table. (The verl report reads ``--n`` and ``--batch-size``: they count its optimizer updates.)"""
+    the table. (The verl report reads ``--n`` and ``--batch-size``: they count its G and optimizer updates, and a run
+    whose record gives others is refused, :func:`finished_runs`.)"""
     refuse_unused(p, argv, VERL_ONLY if args.engine == "loop" else LOOP_ONLY, f"--engine {args.engine}",
                   "the other engine's option")
     if args.report_only:
@@ -410,13 +468,17 @@ def run_verl(args: argparse.Namespace, methods: list[Method], command: str) -> i
         # paths relative to the directory the assets were built from (runs start in --out)
         assets = {k: str(Path(v).resolve()) if isinstance(v, str) else v for k, v in json.loads(stamp.read_text()).items()}
         start = time.monotonic()
-        for seed in args.seeds:
-            for method in methods:
-                run_one(assets, out, method, seed, args)
+        try:
+            for seed in args.seeds:
+                for method in methods:
+                    run_one(assets, out, method, seed, args)
+        except ValueError as exc:  # a complete run of other options found: named, not reused
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         print(f"[compare] all runs done in {time.monotonic() - start:.0f} s", flush=True)
 
     try:
-        runs = finished_runs(out, methods, args.seeds)
+        runs = finished_runs(out, methods, args.seeds, args)
         plot_curves.check_values(runs, [REWARD_KEY])  # a string / NaN reward: file, line and field, not a gap
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -424,7 +486,11 @@ def run_verl(args: argparse.Namespace, methods: list[Method], command: str) -> i
     if methods[0].name not in runs:
         print(f"error: no finished run of the baseline {methods[0].name!r} under {out}", file=sys.stderr)
         return 2
-    summary = summarize(runs, [m for m in methods if m.name in runs], args)
+    try:
+        summary = summarize(runs, [m for m in methods if m.name in runs], args)
+    except ValueError as exc:  # a log that cannot be counted: file and line
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     from analysis.toy_loop import sha256_of_dir
 
     model_dir = assets_dir / "model_sft"
@@ -441,8 +507,11 @@ def run_verl(args: argparse.Namespace, methods: list[Method], command: str) -> i
     return 0
 
 
-def finished_runs(out: Path, methods: list[Method], seeds: list[int]) -> dict[str, list[list[plot_curves.Record]]]:
-    """The metrics of every finished verl run under ``out`` (those that logged the training reward), by method."""
+def finished_runs(out: Path, methods: list[Method], seeds: list[int], args: argparse.Namespace | None = None
+                  ) -> dict[str, list[list[plot_curves.Record]]]:
+    """The metrics of every finished verl run under ``out`` (those that logged the training reward), by method.
+    With ``args``, a run whose record (:func:`run_record_path`) gives another ``--n`` or ``--batch-size`` than
+    ``args`` is a ``ValueError`` naming the run and the option: the report counts G and optimizer updates from them."""
     runs: dict[str, list[list[plot_curves.Record]]] = {}
     for method in methods:
         for seed in seeds:
@@ -450,6 +519,10 @@ def finished_runs(out: Path, methods: list[Method], seeds: list[int]) -> dict[st
             if path.exists() and path.stat().st_size:
                 records = plot_curves.read_file_log(path)
                 if any(REWARD_KEY in r.data for r in records):
+                    record_path = run_record_path(out, method, seed)
+                    record = read_run_record(record_path)
+                    if record is not None and args is not None:
+                        check_run_record(record_path, record, args, ["n", "batch_size"])
                     runs.setdefault(method.name, []).append(records)
     return runs
 

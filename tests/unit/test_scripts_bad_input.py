@@ -304,3 +304,69 @@ def test_verl_table_threshold_cell_goes_through_no_interval_reason(threshold, ce
     summary = verl_summary({**threshold, "relative": 1.0}, threshold["seeds"])
     args = argparse.Namespace(smooth=1, threshold=0.3, budget_flops=0.0)
     assert cell in mod.format_tables(summary, args)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# compare_methods.py --engine verl: optimizer updates and G from what the runs recorded
+
+
+def test_verl_optimizer_updates_are_what_the_run_logged():
+    mod = load("compare_methods")
+    rec = mod.plot_curves.Record
+    # the trainer counted 3 updates a step (e.g. joint rows under ibpo.joint_minibatch=grow); before, the count came
+    # from --batch-size and G: ceil(32 / 32) = 1 a step
+    logged = [rec(0, {"val": 0.1})] + [rec(s, {"actor/grad_norm": 1.0, "actor/num_optimizer_updates": 3.0})
+                                       for s in range(1, 5)]
+    assert mod.optimizer_updates(logged, 8, 4, 8) == 12
+    older = [rec(s, {"actor/grad_norm": 1.0, "ibpo/num_joint_rows": 32.0}) for s in range(1, 5)]
+    assert mod.optimizer_updates(older, 8, 4, 8) == 8  # a log from before the metric: from the options
+    mixed = logged + [rec(5, {"actor/grad_norm": 1.0}, "m.jsonl, line 6")]
+    with pytest.raises(ValueError, match=r"^m.jsonl, line 6: an actor update without 'actor/num_optimizer_updates'"):
+        mod.optimizer_updates(mixed, 8, 4, 8)
+
+
+def verl_run(out: Path, slug: str, seed: int, record: dict | None) -> None:
+    lines = [{"step": s, "data": {"ibpo/raw_score_mean": 0.1 * s, "actor/grad_norm": 1.0}} for s in range(1, 4)]
+    (out / f"{slug}_s{seed}_metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    if record is not None:
+        (out / f"{slug}_s{seed}_run.json").write_text(json.dumps(record))
+
+
+def run_record(**changes) -> dict:
+    return {"method": "GSPO G=n", "seed": 0, "n": 4, "batch_size": 8, "steps": 3, "lr": 3e-4, "warmup_steps": 5,
+            "max_response_length": 96, "test_freq": 10, "budget_flops": 0.0, "micro_batch": 32, **changes}
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--n", "8"], "gspo_g_n_s0_run.json: the run was made with --n 4, this command gives --n 8; give --n 4"),
+    (["--batch-size", "16"], "gspo_g_n_s0_run.json: the run was made with --batch-size 8, this command gives "
+                             "--batch-size 16"),
+])
+def test_verl_report_refuses_runs_recorded_with_another_n_or_batch_size(tmp_path, capsys, argv, message):
+    # before: G and the optimizer updates were counted from the command line's --n / --batch-size, silently wrong
+    mod = load("compare_methods")
+    verl_run(tmp_path, "gspo_g_n", 0, run_record())
+    verl_run(tmp_path, "ibpo_g_n", 0, None)  # a run from before records: counted from the options, as before
+    common = ["--assets", str(tmp_path / "none"), "--out", str(tmp_path), "--engine", "verl", "--report-only",
+              "--seeds", "0", "--methods", "GSPO G=n", "IBPO G=n", "--smooth", "1"]
+    assert mod.main([*common, *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and err.count("\n") == 1, err
+    assert mod.main(common) == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["GSPO G=n"]["G"] == 4 and summary["GSPO G=n"]["optimizer_updates"] == [3]
+
+
+def test_verl_run_of_other_options_is_not_reused(tmp_path):
+    import argparse
+
+    mod = load("compare_methods")
+    verl_run(tmp_path, "gspo_g_n", 0, run_record(lr=1e-4))
+    args = argparse.Namespace(n=4, batch_size=8, steps=3, lr=3e-4, warmup_steps=5, max_response_length=96,
+                              test_freq=10, budget_flops=0.0, micro_batch=32)
+    # before: "complete metrics found, not run again", a lr 1e-4 run reported as a lr 3e-4 one
+    with pytest.raises(ValueError, match=r"gspo_g_n_s0_run.json: the run was made with --lr 0.0001, this command "
+                                         r"gives --lr 0.0003"):
+        mod.run_one({}, tmp_path, mod.METHODS[0], 0, args)
+    verl_run(tmp_path, "gspo_g_n", 0, run_record())
+    assert mod.run_one({}, tmp_path, mod.METHODS[0], 0, args) == tmp_path / "gspo_g_n_s0_metrics.jsonl"
