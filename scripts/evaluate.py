@@ -667,6 +667,8 @@ def checked_scores(ds: dict, source: str, method: str, where: str) -> list[np.nd
     problem, not a numpy message naming neither."""
     field = f"datasets[{source!r}].scores[{method!r}]"
     ids = ds["problem_ids"]
+    if not ids:
+        raise ValueError(f"{where}, datasets[{source!r}].problem_ids: no problem")
     if len(set(map(str, ids))) != len(ids):
         dup = sorted({str(x) for x in ids if list(map(str, ids)).count(str(x)) > 1})[:5]
         raise ValueError(f"{where}, datasets[{source!r}].problem_ids: duplicate problem ids {dup}")
@@ -717,8 +719,9 @@ def compare_runs(a: dict, b: dict, method_a: str, method_b: str, num_boot: int, 
         ids_a, va = per_problem_matrix(a, source, method_a, where_a)
         ids_b, vb = per_problem_matrix(b, source, method_b, where_b)
         if set(ids_a) != set(ids_b):
-            missing = sorted(set(ids_a) ^ set(ids_b))[:5]
-            raise ValueError(f"{source}: the runs evaluated different problems (e.g. {missing}); pairing needs the same")
+            only_a, only_b = sorted(set(ids_a) - set(ids_b))[:5], sorted(set(ids_b) - set(ids_a))[:5]
+            raise ValueError(f"{source}: {where_a} and {where_b} evaluated different problems (only in A: {only_a}, "
+                             f"only in B: {only_b}); pairing needs the same")
         order = [ids_b.index(pid) for pid in ids_a]
         vb = vb[:, order]
         if len(ids_a) < 2:
@@ -750,7 +753,13 @@ def setting_differences(a: dict, b: dict) -> list[str]:
     return diffs
 
 
-def comparison_table(rows: list[dict], differences: Sequence[str] = ()) -> str:
+def unpaired_sources(a: dict, b: dict) -> list[str]:
+    """The data sources only one of the runs evaluated (left out of the comparison; the table says so)."""
+    return ([f"{s} (only in A)" for s in a["datasets"] if s not in b["datasets"]]
+            + [f"{s} (only in B)" for s in b["datasets"] if s not in a["datasets"]])
+
+
+def comparison_table(rows: list[dict], differences: Sequence[str] = (), unpaired: Sequence[str] = ()) -> str:
     header = ["data source", "A", "B", "A %", "B %", "A − B (pp) [95% CI]", "p (two-sided)", "problems"]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * 3 + ["---:"] * 5) + "|"]
     for r in rows:
@@ -761,6 +770,9 @@ def comparison_table(rows: list[dict], differences: Sequence[str] = ()) -> str:
     if differences:
         lines.append("**Note: the runs were evaluated with different settings** (A vs B: " + "; ".join(differences)
                      + "): the difference is partly a difference of these settings, not only of the models.")
+        lines.append("")
+    if unpaired:
+        lines.append("Not compared (one run only): " + ", ".join(unpaired) + ".")
         lines.append("")
     lines.append("Paired bootstrap: problems resampled jointly for A and B, seeds independently per run; p from the "
                  "centred bootstrap distribution of the difference (analysis.evaluation_stats).")
@@ -812,12 +824,37 @@ def read_results(path: str) -> dict:
     return data
 
 
+def results_file(path: str) -> Path:
+    """The results.json a ``compare`` argument names (the file, or the one in the run's directory)."""
+    file = Path(path)
+    return (file / "results.json" if file.is_dir() else file).resolve()
+
+
+def check_compare_paths(args: argparse.Namespace) -> None:
+    """``--out`` and its ``.json`` are two new files, neither an input (``compare A B --out A/results.md`` wrote its
+    rows over ``A/results.json``; ``--out cmp.json`` wrote the rows over the table); and a run is not compared with
+    itself under the same method (a difference of exactly 0 that says nothing): a ``ValueError`` naming them."""
+    inputs = {results_file(args.run_a): "run_a", results_file(args.run_b): "run_b"}
+    if len(inputs) == 1 and args.method_a == args.method_b:
+        raise ValueError(f"run_a {args.run_a} and run_b {args.run_b} are the same results.json and --method-a = "
+                         f"--method-b = {args.method_a!r}: a run compared with itself; give two runs, or two methods")
+    if args.out:
+        table, rows = Path(args.out).resolve(), Path(args.out).with_suffix(".json").resolve()
+        if table == rows:
+            raise ValueError(f"--out {args.out}: the table and its rows (.json beside it) would be the same file; "
+                             "give a .md path")
+        for out in (table, rows):
+            if out in inputs:
+                raise ValueError(f"--out {args.out}: would write {out}, the {inputs[out]} results.json")
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     if args.num_boot < 100:
         raise ValueError(f"--num-boot={args.num_boot} must be >= 100 (a percentile interval needs replicates)")
+    check_compare_paths(args)
     runs = [read_results(path) for path in (args.run_a, args.run_b)]
     rows = compare_runs(runs[0], runs[1], args.method_a, args.method_b, args.num_boot, args.run_a, args.run_b)
-    table = comparison_table(rows, setting_differences(runs[0], runs[1]))
+    table = comparison_table(rows, setting_differences(runs[0], runs[1]), unpaired_sources(runs[0], runs[1]))
     print(table)
     if args.out:
         Path(args.out).write_text(table + "\n", encoding="utf-8")
@@ -873,7 +910,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
     cmp_ = sub.add_parser("compare", help="paired bootstrap test between two results.json",
                           formatter_class=HelpFormatter,
-                          description="Paired bootstrap test (A - B) between two results.json of `evaluate.py run`.")
+                          description="Paired bootstrap test (A - B) between two results.json of `evaluate.py run`, "
+                                      "over the data sources both evaluated (the others are listed under the table); "
+                                      "a run with itself under one method, or an --out over an input, is refused.")
     cmp_.add_argument("run_a", help="results.json of run A (or its output directory)")
     cmp_.add_argument("run_b", help="results.json of run B (or its output directory)")
     cmp_.add_argument("--method-a", default="sample", help="method of run A to compare (sample, best_of_N, "

@@ -85,17 +85,17 @@ def test_cli_run_and_compare_on_tiny_model(tiny):
     assert table.splitlines()[0] in proc.stdout
     assert "Verdicts of the scored responses" in proc.stdout and "- aime25 / sample: " in proc.stdout
 
-    # paired comparison: a run against itself is a zero difference with p = 1; two methods of one run work
+    # paired comparison: a run against itself under one method is refused; two methods of one run work
     cmp_out = tiny["root"] / "cmp.md"
-    same = subprocess.run([sys.executable, str(SCRIPT), "compare", str(out / "results.json"), str(out / "results.json"),
+    same = subprocess.run([sys.executable, str(SCRIPT), "compare", str(out / "results.json"), str(out),
                            "--num-boot", "200", "--out", str(cmp_out)], capture_output=True, text=True, timeout=120)
-    assert same.returncode == 0, same.stderr
-    rows = json.loads(cmp_out.with_suffix(".json").read_text())
-    assert rows[0]["diff"] == 0.0 and rows[0]["p_value"] == 1.0
+    assert same.returncode == 2 and "a run compared with itself" in same.stderr, same.stderr
     methods = subprocess.run([sys.executable, str(SCRIPT), "compare", str(out / "results.json"), str(out / "results.json"),
-                              "--method-b", "compare_and_correct", "--num-boot", "200"],
+                              "--method-b", "compare_and_correct", "--num-boot", "200", "--out", str(cmp_out)],
                              capture_output=True, text=True, timeout=120)
     assert methods.returncode == 0 and "run:compare_and_correct" in methods.stdout
+    rows = json.loads(cmp_out.with_suffix(".json").read_text())
+    assert rows[0]["b"] == "run:compare_and_correct" and rows[0]["num_problems"] == 2
 
 
 class ScriptedGenerator:
@@ -288,8 +288,11 @@ def test_compare_given_its_own_output_or_a_table_is_a_clear_error(tmp_path, caps
     run = tmp_path / "run"
     run.mkdir()
     (run / "results.json").write_text(json.dumps(fake_results()))
+    other_run = tmp_path / "other_run"
+    other_run.mkdir()
+    (other_run / "results.json").write_text(json.dumps(fake_results()))
     cmp_md = tmp_path / "cmp.md"
-    assert mod.main(["compare", str(run), str(run / "results.json"), "--num-boot", "200", "--out", str(cmp_md)]) == 0
+    assert mod.main(["compare", str(run), str(other_run), "--num-boot", "200", "--out", str(cmp_md)]) == 0
     capsys.readouterr()
     own = cmp_md.with_suffix(".json")
     assert mod.main(["compare", str(own), str(run / "results.json")]) == 2

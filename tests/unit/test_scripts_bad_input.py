@@ -118,6 +118,57 @@ def test_compare_names_the_file_and_field_of_malformed_scores(tmp_path, capsys, 
     assert err == f"error: {bad}, datasets['aime25'].scores['sample']{field}: {message}\n", err
 
 
+def test_compare_names_both_files_of_different_problems_and_an_empty_problem_list(tmp_path, capsys):
+    mod = load("evaluate")
+    a = write(tmp_path / "a.json", results(4, [[1, 1, 1, 0], [0, 1, 0, 0]], ["A", "B"]))
+    b = write(tmp_path / "b.json", results(4, [[1, 1, 1, 0], [0, 1, 0, 0]], ["A", "C"]))
+    assert mod.main(["compare", a, b, "--num-boot", "200"]) == 2
+    # before: "aime25: the runs evaluated different problems (e.g. ['B', 'C'])", naming neither file
+    assert capsys.readouterr().err == (f"error: aime25: {a} and {b} evaluated different problems (only in A: ['B'], "
+                                       "only in B: ['C']); pairing needs the same\n")
+    empty = write(tmp_path / "empty.json", results(4, [], []))
+    assert mod.main(["compare", a, empty, "--num-boot", "200"]) == 2
+    # before: "scores must be a non-empty (num_problems, k) matrix; got shape (0,)", naming no file
+    assert capsys.readouterr().err == f"error: {empty}, datasets['aime25'].problem_ids: no problem\n"
+
+
+def test_compare_refuses_a_run_with_itself_and_an_out_over_an_input(tmp_path, capsys):
+    mod = load("evaluate")
+    run = tmp_path / "run"
+    run.mkdir()
+    a = write(run / "results.json", results(4, [[1, 1, 1, 0], [0, 1, 0, 0]], ["A", "B"]))
+    b = write(tmp_path / "b.json", results(4, [[1, 0, 0, 0], [0, 1, 1, 0]], ["A", "B"]))
+    before = Path(a).read_text()
+    cases = [
+        # before: a difference of exactly 0 "compared"
+        ([str(run), a], f"run_a {run} and run_b {a} are the same results.json and --method-a = --method-b = "
+                        "'sample': a run compared with itself"),
+        # before: the rows were written over run/results.json
+        ([a, b, "--out", str(run / "results.md")], f"--out {run / 'results.md'}: would write {Path(a).resolve()}, "
+                                                    "the run_a results.json"),
+        # before: the rows were written over the table
+        ([a, b, "--out", str(tmp_path / "cmp.json")], f"--out {tmp_path / 'cmp.json'}: the table and its rows "
+                                                       "(.json beside it) would be the same file"),
+    ]
+    for argv, message in cases:
+        assert mod.main(["compare", *argv, "--num-boot", "200"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {message}"), err
+    assert Path(a).read_text() == before
+    assert mod.main(["compare", a, a, "--method-b", "sample", "--method-a", "sample", "--num-boot", "200"]) == 2
+
+
+def test_compare_says_which_data_sources_only_one_run_has(tmp_path, capsys):
+    mod = load("evaluate")
+    two = results(4, [[1, 1, 1, 0], [0, 1, 0, 0]], ["A", "B"])
+    two["datasets"]["hmmt_feb_2025"] = two["datasets"]["aime25"]
+    a = write(tmp_path / "a.json", two)
+    b = write(tmp_path / "b.json", results(4, [[1, 0, 0, 0], [0, 1, 1, 0]], ["A", "B"]))
+    assert mod.main(["compare", a, b, "--num-boot", "200"]) == 0
+    # before: hmmt_feb_2025 left out of the table without a word
+    assert "Not compared (one run only): hmmt_feb_2025 (only in A)." in capsys.readouterr().out
+
+
 def test_run_table_has_no_interval_over_one_problem_of_one_seed():
     mod = load("evaluate")
     one = {"mean": 0.75, "low": 0.75, "high": 0.75, "num_problems": 1, "num_seeds": 1}
