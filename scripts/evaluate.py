@@ -77,6 +77,8 @@ class Sampling:
             raise ValueError(f"--temperature={self.temperature} must be a finite number >= 0")
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"--top-p={self.top_p} must lie in (0, 1]")
+        if self.top_k < -1:  # vLLM takes -1 (off) or a k >= 1; -5 was silently "off"
+            raise ValueError(f"--top-k={self.top_k} must be 0 or -1 (off) or a k >= 1")
         if not 0.0 <= self.min_p < 1.0:
             raise ValueError(f"--min-p={self.min_p} must lie in [0, 1)")
         if self.max_new_tokens < 1:
@@ -526,6 +528,9 @@ def check_run_flags(args: argparse.Namespace) -> None:
             raise ValueError(f"--{name.replace('_', '-')}={value} must be >= {low}")
     if args.best_of_n and not 1 <= args.best_of_n <= args.k:
         raise ValueError(f"--best-of-n={args.best_of_n} needs 1 <= N <= k={args.k}")
+    if args.best_of_n and args.k % args.best_of_n:
+        raise ValueError(f"--best-of-n={args.best_of_n} must divide --k={args.k}: the last {args.k % args.best_of_n} "
+                         "samples of every problem would be in no Best-of-N block")
     if len(set(args.seeds)) != len(args.seeds):
         raise ValueError(f"--seeds {args.seeds}: a seed is repeated (its samples would count twice)")
     if args.backend == "vllm":

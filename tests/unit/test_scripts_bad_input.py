@@ -169,6 +169,21 @@ def test_compare_says_which_data_sources_only_one_run_has(tmp_path, capsys):
     assert "Not compared (one run only): hmmt_feb_2025 (only in A)." in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("argv, message", [
+    # before: k = 10 with N = 8 kept one block of 8 and never looked at samples 9-10
+    (["--k", "10", "--best-of-n", "8"], "--best-of-n=8 must divide --k=10: the last 2 samples of every problem"),
+    # before: silently "off", like -1
+    (["--top-k", "-5"], "--top-k=-5 must be 0 or -1 (off) or a k >= 1"),
+])
+def test_run_flags_out_of_range_stop_before_anything_is_loaded(tmp_path, capsys, argv, message):
+    mod = load("evaluate")
+    assert mod.main(["run", "--model", str(tmp_path / "none"), "--data", str(tmp_path / "none.parquet"),
+                     "--out", str(tmp_path / "out"), *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {message}"), err
+    assert not (tmp_path / "out").exists()
+
+
 def test_run_table_has_no_interval_over_one_problem_of_one_seed():
     mod = load("evaluate")
     one = {"mean": 0.75, "low": 0.75, "high": 0.75, "num_problems": 1, "num_seeds": 1}
