@@ -15,7 +15,8 @@ Logs: verl's ``file`` logger (``trainer.logger=['console','file']``; one JSON ob
 ``{"step": int, "data": {metric: value}}``, at ``$VERL_FILE_LOGGER_PATH`` or
 ``$VERL_FILE_LOGGER_ROOT/<project>/<experiment>.jsonl``), or a ``tensorboard`` log directory
 (``$TENSORBOARD_DIR`` or ``tensorboard_log/<project>/<experiment>``; read with tensorboard's
-``EventAccumulator``).
+``EventAccumulator``). A file log whose steps go back (two logs in one file, a run resumed into it) or that logs a
+metric twice at one step is an error naming the file and line; a truncated last line is one too.
 
 x axis (``--x``, default ``auto``): a cumulative compute counter. ``auto`` is the axis the runs were matched on:
 ``compute_budget/<unit>`` when every run was stopped by one compute budget in that unit (the trainer logs
@@ -98,9 +99,15 @@ def check_values(runs: dict[str, list[list[Record]]], keys: Iterable[str], nan_o
 
 
 def read_file_log(path: str | Path) -> list[Record]:
-    """Records of a verl file-logger JSONL; a bad line is a ``ValueError`` naming the file and line."""
+    """Records of a verl file-logger JSONL; a bad line is a ``ValueError`` naming the file and line, and so are
+    steps that go back (two logs in one file, a run resumed into it) and a metric logged twice at one step: the
+    curves, their interpolation onto a common grid and the threshold crossing read the records in step order.
+    Records of one step with different metrics (verl logs the validation before the first step on its own line)
+    are fine."""
     path = Path(path)
     records = []
+    last_step, last_line = None, 0
+    seen_at_step: dict[str, int] = {}  # metric -> line, at the current step
     with open(path, encoding="utf-8") as fh:
         for line_no, line in enumerate(fh, start=1):
             if not line.strip():
@@ -118,6 +125,17 @@ def read_file_log(path: str | Path) -> list[Record]:
             except (TypeError, ValueError):
                 raise ValueError(f"{path}, line {line_no}, field 'step': {obj['step']!r:.60} is not an integer") \
                     from None
+            if last_step is not None and step < last_step:
+                raise ValueError(f"{path}, line {line_no}: step {step} after step {last_step} (line {last_line}): the "
+                                 "steps go back (two logs in one file, or a run resumed into it?)")
+            if step != last_step:
+                seen_at_step = {}
+            again = next((k for k in obj["data"] if k in seen_at_step), None)
+            if again is not None:
+                raise ValueError(f"{path}, line {line_no}, field {again!r}: logged again at step {step} (line "
+                                 f"{seen_at_step[again]}): a step logged twice")
+            seen_at_step.update({k: line_no for k in obj["data"]})
+            last_step, last_line = step, line_no
             records.append(Record(step, values, f"{path}, line {line_no}", bad))
     if not records:
         raise ValueError(f"{path}: no records")

@@ -227,6 +227,35 @@ def test_plot_curves_refuses_a_non_numeric_reward_naming_file_line_and_field(tmp
     assert code == 2 and err == f"error: {a}, line 2, field 'ibpo/raw_score_mean': {shown} is not a finite number\n"
 
 
+@pytest.mark.parametrize("steps, message", [
+    # before: both read as a curve that goes back in x (np.interp of a non-increasing x: a wrong crossing, exit 0)
+    ([1, 2, 4, 3, 5], "line 4: step 3 after step 4 (line 3): the steps go back"),
+    ([1, 2, 3, 3, 4], "line 4, field 'ibpo/raw_score_mean': logged again at step 3 (line 3): a step logged twice"),
+])
+def test_plot_curves_refuses_steps_out_of_order_or_repeated(tmp_path, capsys, steps, message):
+    mod = load("plot_curves")
+    a = tmp_path / "a.jsonl"
+    a.write_text("".join(json.dumps({"step": s, "data": {"ibpo/raw_score_mean": 0.1 * i,
+                                                          "ibpo/compute/total_flops": 100.0 * i}}) + "\n"
+                         for i, s in enumerate(steps, start=1)))
+    code = mod.main(["--run", f"A={a}", "--smooth", "1", "--threshold", "0.3", "--out", str(tmp_path / "f.png")])
+    assert code == 2 and capsys.readouterr().err == f"error: {a}, {message}" + (
+        " (two logs in one file, or a run resumed into it?)\n" if "go back" in message else "\n")
+    # one step on two lines with different metrics (verl's validation before the first step) is fine
+    a.write_text("".join(json.dumps(x) + "\n" for x in [{"step": 0, "data": {"val-core/x/acc/mean@1": 0.1}},
+                                                         {"step": 0, "data": {"ibpo/raw_score_mean": 0.0}},
+                                                         {"step": 1, "data": {"ibpo/raw_score_mean": 0.5}}]))
+    assert [r.step for r in mod.read_file_log(a)] == [0, 0, 1]
+
+
+def test_plot_curves_names_the_truncated_last_line_of_a_log(tmp_path, capsys):
+    mod = load("plot_curves")
+    a = write_log(tmp_path / "a.jsonl", [0.1, 0.5, 0.9])
+    a.write_text(a.read_text()[:-10])  # a run killed while writing its last record
+    assert mod.main(["--run", f"A={a}", "--smooth", "1", "--out", str(tmp_path / "f.png")]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {a}, line 3: not JSON (")
+
+
 def test_threshold_table_has_no_interval_over_one_seed_nor_a_zero_width_one():
     mod = load("plot_curves")
     recs = [mod.Record(s, {"ibpo/raw_score_mean": 0.1 * s, "x": 10.0 * s}) for s in range(1, 9)]
