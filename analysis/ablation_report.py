@@ -171,7 +171,8 @@ def write_report(out: Path, warm_starts: list[str], baseline: str, argv: list[st
             lines.append(
                 f"| {name} ({warm_start_accuracy(meta):.3f}, `{meta['warm_start_sha256'][:8]}`) | {r['arm']} | "
                 f"{r['seeds']} | {r['updates']:.1f} | {format_interval(r['accuracy'], '{:.3f}')} | "
-                + ("—" if is_base else format_interval(r["diff"])) + f" | {'—' if is_base else p_value_text(r['diff']['p_value'])} | "
+                + ("—" if is_base else format_interval(r["diff"]))
+                + f" | {'—' if is_base else p_value_text(r['diff']['p_value'])} | "
                 f"{format_interval(r['change'])} | {r['alarm_share']:.2f} | {_num(r['positive_adv_mass_on_wrong'])} | "
                 f"{_num(r['shaped_all_wrong_groups'])} | {_num(r['wrong_tokens_shared_with_right_sibling'])} |")
     arms = list(dict.fromkeys(r["arm"] for rows in per_ws.values() for r in rows))

@@ -155,7 +155,8 @@ def summary_lines(summary: dict, steps: int) -> list[str]:
              f"mean {ratio(summary['mean_ratio'], n)} (95% t CI), geometric mean "
              f"{ratio(summary['geometric_mean_ratio'], n)}, median per-step ratio {summary['median_step_ratio']:.3f}; "
              f"seeds below 1: {summary['seeds_below_1']}; steps with a shaped sample "
-             f"{summary['steps_with_shaping']}/{summary['steps']}, without a GSPO ratio {summary['steps_without_ratio']}"]
+             f"{summary['steps_with_shaping']}/{summary['steps']}, without a GSPO ratio "
+             f"{summary['steps_without_ratio']}"]
     for variant, sub in summary.get("by_kind", {}).items():
         if sub.get("seeds"):
             lines.append(f"  {variant.rstrip('_') or 'all'}: geometric mean ratio "
