@@ -67,12 +67,20 @@ probability = float_in(0.0, 1.0)
 def given_options(parser: argparse.ArgumentParser, argv: list[str] | None) -> set[str]:
     """The ``dest`` of every option ``argv`` gives explicitly (a default is not given; an abbreviation such as
     ``--budget-s`` is resolved as ``parser`` resolves it): ``argv`` parsed again by a copy of ``parser`` whose
-    defaults are all ``argparse.SUPPRESS``. Call it after ``parser.parse_args(argv)`` succeeded."""
+    defaults are all ``argparse.SUPPRESS``, a subcommand's parser's too (``evaluate.py run``). Call it after
+    ``parser.parse_args(argv)`` succeeded."""
     import copy
 
+    def suppress_defaults(p: argparse.ArgumentParser) -> None:
+        for action in p._actions:
+            action.default = argparse.SUPPRESS
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in set(action.choices.values()):  # aliases share one parser
+                    sub._defaults.clear()  # set_defaults(func=...) is no option given
+                    suppress_defaults(sub)
+
     quiet = copy.deepcopy(parser)
-    for action in quiet._actions:
-        action.default = argparse.SUPPRESS
+    suppress_defaults(quiet)
     return set(vars(quiet.parse_args(argv)))
 
 

@@ -57,6 +57,7 @@ from analysis.evaluation_stats import (
 from ibpo.pipeline import plan_corrections
 
 from analysis.evaluation_stats import interval_text, no_interval_reason, p_value_text  # noqa: E402
+from option_types.cli import refuse_unused  # noqa: E402
 
 # ----------------------------------------------------------------------------------------------------------
 # Sampling settings
@@ -929,8 +930,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def refuse_unused_run_options(parser: argparse.ArgumentParser, argv: list[str] | None,
+                              args: argparse.Namespace) -> None:
+    """``run``'s options that the chosen settings do not use are refused by name (``parser.error``, exit 2), not
+    accepted and ignored: the Best-of-N selection without ``--best-of-n``, the candidate options without
+    ``--compare-and-correct``, one backend's options with the other backend named (``auto`` decides at run time)."""
+    if not args.best_of_n:
+        refuse_unused(parser, argv, {"bon_select": "--bon-select"}, "--best-of-n 0", "no Best-of-N baseline runs")
+    if not args.compare_and_correct:
+        refuse_unused(parser, argv, {"candidate_view": "--candidate-view",
+                                     "max_candidate_tokens": "--max-candidate-tokens"},
+                      "no --compare-and-correct", "they shape the compare-and-correct baseline's prompts")
+    backend_only = {"hf": {"batch_size": "--batch-size", "dtype": "--dtype"},
+                    "vllm": {"max_model_len": "--max-model-len", "tensor_parallel_size": "--tensor-parallel-size"}}
+    for backend, other in (("hf", "vllm"), ("vllm", "hf")):
+        if args.backend == backend:
+            refuse_unused(parser, argv, backend_only[other], f"--backend {backend}", f"{other} backend options")
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        refuse_unused_run_options(parser, argv, args)
     try:
         return args.func(args)
     except (ValueError, FileNotFoundError) as exc:

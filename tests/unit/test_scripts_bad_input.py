@@ -184,6 +184,36 @@ def test_run_flags_out_of_range_stop_before_anything_is_loaded(tmp_path, capsys,
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("argv, named", [
+    (["--bon-select", "majority"], "--bon-select: not used with --best-of-n 0"),
+    (["--candidate-view", "strip_thinking", "--max-candidate-tokens", "100"],
+     "--candidate-view, --max-candidate-tokens: not used with no --compare-and-correct"),
+    (["--backend", "hf", "--compare-and-correct", "--max-model-len", "4096"],
+     "--max-model-len: not used with --backend hf"),
+    (["--backend", "vllm", "--batch", "8"], "--batch-size: not used with --backend vllm"),  # an abbreviation too
+])
+def test_run_options_the_settings_do_not_use_are_refused_naming_them(tmp_path, capsys, argv, named):
+    """Before: accepted and ignored (a Best-of-N selection with no Best-of-N run, candidate options with no
+    compare-and-correct, one backend's options with the other backend named)."""
+    mod = load("evaluate")
+    with pytest.raises(SystemExit) as exc:
+        mod.main(["run", "--model", str(tmp_path / "none"), "--data", str(tmp_path / "none.parquet"),
+                  "--out", str(tmp_path / "out"), *argv])
+    assert exc.value.code == 2
+    assert named in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_run_options_the_settings_use_are_not_refused(tmp_path, capsys):
+    """The same options where they are used pass on to the flag checks (which then name the missing model)."""
+    mod = load("evaluate")
+    assert mod.main(["run", "--model", str(tmp_path / "none"), "--data", str(tmp_path / "none.parquet"),
+                     "--out", str(tmp_path / "out"), "--k", "8", "--best-of-n", "4", "--bon-select", "majority",
+                     "--compare-and-correct", "--candidate-view", "strip_thinking", "--backend", "hf",
+                     "--batch-size", "8", "--dtype", "float32"]) == 2
+    assert "--model" in capsys.readouterr().err
+
+
 def test_run_table_has_no_interval_over_one_problem_of_one_seed():
     mod = load("evaluate")
     one = {"mean": 0.75, "low": 0.75, "high": 0.75, "num_problems": 1, "num_seeds": 1}
