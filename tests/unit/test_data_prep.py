@@ -714,7 +714,7 @@ def test_a_bad_lcb_window_option_stops_data_prep_all_before_any_file(tmp_path, m
 
 
 def test_the_same_problem_text_under_two_ids_is_refused(tmp_path):
-    aime = [{"id": 0, "problem": "Find x.", "answer": "70"}, {"id": 1, "problem": "Find x.", "answer": "588"}]
+    aime = [{"id": "0", "problem": "Find x.", "answer": "70"}, {"id": "1", "problem": "Find x.", "answer": "588"}]
     path = tmp_path / "aime.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in aime))
     with pytest.raises(PrepError, match=r"row 2, field 'problem': same problem text as .* \(first seen at .*row 1\)"):
@@ -726,12 +726,33 @@ def test_the_same_problem_text_under_two_ids_is_refused(tmp_path):
         hmmt25.prepare_hmmt25(folder, allow_partial=True)
 
 
+@pytest.mark.parametrize("value, shown", [
+    (5, "int 5"), (True, "bool True"), (-1, "int -1"), (99, "int 99"), (None, "NoneType None"), (5.0, "float 5.0"),
+    ("-1", "'-1'"), ("30", "'30'"), ("\u00b2", "'\u00b2'"), ("", "''"), ("I-01", "'I-01'"),
+])
+def test_a_math_ai_aime_id_that_is_not_a_string_0_to_29_is_refused(tmp_path, value, shown):
+    # before: an id that was not a string fell back to the row order (row 1 became AIME2025-I-01 whatever its id
+    # said) and "\u00b2" (str.isdigit, not int()) raised a bare ValueError naming no row
+    path = tmp_path / "test.jsonl"
+    path.write_text(json.dumps({"problem": "Find x.", "answer": "70", "id": value}) + "\n")
+    with pytest.raises(PrepError) as caught:
+        aime25.prepare_aime25(path, allow_partial=True)
+    assert str(caught.value) == f"{path}, row 1, field 'id': expected a string '0'..'29' (math-ai/aime25 ids), got {shown}"
+
+
+def test_a_math_ai_aime_copy_without_ids_uses_the_row_order(tmp_path):
+    path = tmp_path / "test.jsonl"
+    path.write_text("".join(json.dumps({"problem": f"Find {x}.", "answer": "70"}) + "\n" for x in "xy"))
+    rows, _ = aime25.prepare_aime25(path, allow_partial=True)
+    assert [r["extra_info"]["problem_id"] for r in rows] == ["AIME2025-I-01", "AIME2025-I-02"]
+
+
 def test_a_null_field_is_called_null_not_missing(tmp_path):
     path = tmp_path / "aime.jsonl"
-    path.write_text(json.dumps({"id": 0, "problem": "Find x.", "answer": None}) + "\n")
+    path.write_text(json.dumps({"id": "0", "problem": "Find x.", "answer": None}) + "\n")
     with pytest.raises(PrepError, match=r"row 1, field 'answer': is null$"):
         aime25.prepare_aime25(path, allow_partial=True)
-    path.write_text(json.dumps({"id": 0, "problem": None, "answer": "70"}) + "\n")
+    path.write_text(json.dumps({"id": "0", "problem": None, "answer": "70"}) + "\n")
     with pytest.raises(PrepError, match=r"row 1, field 'problem': (is null|missing; expected one of)"):
         aime25.prepare_aime25(path, allow_partial=True)
     raw = pq.read_table(RAW / "openai/gsm8k/main/test-00000-of-00001.parquet").to_pylist()[0]
