@@ -431,6 +431,55 @@ def test_a_text_field_holding_a_nul_or_a_lone_surrogate_is_named(line, field, me
     assert str(info.value).startswith(f"{path}, row 2, field '{field}': {message}"), str(info.value)
 
 
+def _dapo_variants() -> list[tuple[str, dict, str, str]]:
+    raw = pq.read_table(RAW / "BytedTsinghua-SIA/DAPO-Math-17k/data/dapo-math-17k.parquet").to_pylist()[0]
+    content = raw["prompt"][0]["content"]
+    templated = {"prompt": content.replace("In triangle", "In \x00triangle"), "solution": "34"}  # open-r1's copy
+    return [
+        ("chat prompt", {**raw, "prompt": [{**raw["prompt"][0], "content": content.replace("In triangle",
+                                                                                          "In \ud800triangle")}]},
+         "prompt", f"user message holds a lone surrogate U+D800 at character {content.index('In triangle') + 3}"),
+        ("string prompt", templated, "prompt",
+         f"holds a NUL character at character {content.index('In triangle') + 3}"),
+        ("ground truth", {**raw, "reward_model": {**raw["reward_model"], "ground_truth": "3\x004"}},
+         "reward_model.ground_truth", "holds a NUL character at character 1"),
+        ("solution", {"prompt": content, "solution": "\udfff34"}, "solution",
+         "holds a lone surrogate U+DFFF at character 0"),
+        ("source index", {**raw, "extra_info": {"index": "9a9b\x00"}}, "extra_info.index",
+         "holds a NUL character at character 4"),
+    ]
+
+
+@pytest.mark.parametrize("row, field, message", [v[1:] for v in _dapo_variants()], ids=[v[0] for v in _dapo_variants()])
+def test_a_dapo_text_holding_a_nul_or_a_lone_surrogate_is_named(row, field, message, tmp_path):
+    # before: DAPO's text did not go through the check (a NUL reached the prompt or the gold, a lone surrogate
+    # failed the parquet write naming no row)
+    path = tmp_path / "dapo.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    with pytest.raises(PrepError) as info:
+        dapo_math.prepare_dapo_math(path)
+    assert str(info.value) == f"{path}, row 1, field '{field}': {message}: not text"
+
+
+@pytest.mark.parametrize("field, key, text, message", [
+    ("public_test_cases", "input", "6\nab\x00c\n", "test 0: 'input' holds a NUL character at character 4"),
+    ("public_test_cases", "output", "YES\ud800\n", "test 0: 'output' holds a lone surrogate U+D800 at character 3"),
+    ("private_test_cases", "input", "\x00", "test 0: 'input' holds a NUL character at character 0"),
+])
+def test_an_lcb_test_case_holding_a_nul_or_a_lone_surrogate_is_named(field, key, text, message, tmp_path):
+    # before: the raw field is JSON text ("\\u0000" is six characters), so require_str passed it: the decoded NUL
+    # reached the ground truth, a lone surrogate failed encode_tests with a bare UnicodeEncodeError naming no row
+    row = raw_lcb_rows()["1873_A"]
+    tests = json.loads(row[field]) if field == "public_test_cases" else [{"input": "1\n", "output": "1\n",
+                                                                           "testtype": "stdin"}]
+    tests[0][key] = text
+    path = tmp_path / "test6.jsonl"
+    path.write_text(json.dumps({**row, field: json.dumps(tests)}) + "\n")
+    with pytest.raises(PrepError) as info:
+        _lcb(path, tmp_path)
+    assert str(info.value) == f"{path}, row 1, field '{field}': {message}: not text"
+
+
 @pytest.mark.parametrize("answer, message", [
     ("\\frac{1}{", "gold answer '\\\\frac{1}{' is unusable: math ground truth '\\\\frac{1}{' has an unclosed '{'"),
     ("some words", "gold answer 'some words' is unusable: math ground truth 'some words' is prose, not a math answer"),
