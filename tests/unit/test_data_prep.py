@@ -786,7 +786,8 @@ def test_a_math_ai_aime_id_that_is_not_a_string_0_to_29_is_refused(tmp_path, val
     path.write_text(json.dumps({"problem": "Find x.", "answer": "70", "id": value}) + "\n")
     with pytest.raises(PrepError) as caught:
         aime25.prepare_aime25(path, allow_partial=True)
-    assert str(caught.value) == f"{path}, row 1, field 'id': expected a string '0'..'29' (math-ai/aime25 ids), got {shown}"
+    expected = f"{path}, row 1, field 'id': expected a string '0'..'29' (math-ai/aime25 ids), got {shown}"
+    assert str(caught.value) == expected
 
 
 def test_a_math_ai_aime_copy_without_ids_uses_the_row_order(tmp_path):
