@@ -33,7 +33,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field, fields
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from option_types import matches, mistyped_field
 
@@ -43,8 +43,11 @@ METRIC_PREFIX = "compute_budget/"
 SPENT_METRIC = {unit: f"compute_budget/{unit}" for unit in UNITS}
 # the budget itself, logged every step of a budgeted run: its presence names the axis the runs were matched on
 LIMIT_METRIC = {unit: f"compute_budget/limit_{unit}" for unit in UNITS}
-# the fields of a checkpoint's compute_budget_state.json (ComputeLedger.state_dict)
-LEDGER_FIELDS = ("flops", "gpu_seconds", "modelled_gpu_seconds", "steps", "last_cost", "validated", "budget")
+# the fields of a checkpoint's compute_budget_state.json (ComputeLedger.state_dict); modelled_gpu_seconds and method
+# are absent from states written before they were stored (read as 0, and not compared)
+LEDGER_FIELDS = ("flops", "gpu_seconds", "modelled_gpu_seconds", "steps", "last_cost", "validated", "budget",
+                 "method")
+OPTIONAL_LEDGER_FIELDS = ("modelled_gpu_seconds", "method")
 
 
 class ComputeBudgetError(ValueError):
@@ -133,6 +136,9 @@ class ComputeLedger:
     steps: int = 0
     last_cost: float = 0.0  # the last step's cost in the budget's unit
     validated: int = 0  # how many of budget.val_fractions have been validated
+    # the run's ``method:`` (None: a config without one); every method's trainer writes this file, so it is what
+    # tells one method's checkpoint from another's (a counterfactual one resumed as IBPO, or the reverse)
+    method: str | None = None
 
     def spent(self) -> float:
         return float(getattr(self, self.budget.unit))
@@ -174,20 +180,22 @@ class ComputeLedger:
         return {"flops": self.flops, "gpu_seconds": self.gpu_seconds,
                 "modelled_gpu_seconds": self.modelled_gpu_seconds, "steps": self.steps,
                 "last_cost": self.last_cost, "validated": self.validated,
-                "budget": dataclasses.asdict(self.budget)}
+                "budget": dataclasses.asdict(self.budget), "method": self.method}
 
     def load_state_dict(self, state: Mapping[str, Any], source: str = "the checkpoint") -> None:
         """Continue from what :meth:`state_dict` wrote (``source``: the file it was read from, named by every
-        refusal). A field missing (but ``modelled_gpu_seconds``, absent in older checkpoints), unknown, of the
-        wrong type (a bool, a numeric string) or out of range is refused, and so is a budget other than this run's."""
+        refusal). A field missing (but ``modelled_gpu_seconds`` and ``method``, absent in older checkpoints), unknown,
+        of the wrong type (a bool, a numeric string) or out of range is refused, and so is a budget other than this
+        run's and a state another method wrote (a state without ``method`` is not compared)."""
         def refuse(problem: str) -> ComputeBudgetError:
             return ComputeBudgetError(f"{source}: {problem}; it is not what this recipe's trainer writes: resume "
                                       "from a checkpoint it wrote, or start a new run (trainer.resume_mode=disable)")
 
         unknown = sorted(set(state) - set(LEDGER_FIELDS))
-        missing = [key for key in LEDGER_FIELDS if key not in state and key != "modelled_gpu_seconds"]
+        missing = [key for key in LEDGER_FIELDS if key not in state and key not in OPTIONAL_LEDGER_FIELDS]
         if unknown or missing:
             raise refuse(f"unknown field(s) {unknown}, missing field(s) {missing} (known: {list(LEDGER_FIELDS)})")
+        self._check_method(state.get("method", self.method), source, refuse)
         saved = state["budget"]
         if not (isinstance(saved, Mapping) and matches(saved.get("limit"), float)
                 and isinstance(saved.get("unit"), str)):
@@ -211,6 +219,17 @@ class ComputeLedger:
         for key, value in spent.items():
             setattr(self, key, float(value))
         self.steps, self.validated = int(state["steps"]), int(state["validated"])
+
+    def _check_method(self, saved: Any, source: str, refuse: Callable[[str], ComputeBudgetError]) -> None:
+        """The method that wrote the state (``saved``) is this run's: another method's checkpoint holds weights and
+        totals trained by another loss, and its own state file (``ibpo_state.json``) would be missing or ignored."""
+        if saved is not None and not isinstance(saved, str):
+            raise refuse(f"method={saved!r} has type {type(saved).__name__}; expected str or null")
+        if saved != self.method:
+            raise ComputeBudgetError(
+                f"{source}: written by method={saved} but this run is method={self.method}: a checkpoint resumes "
+                f"only as the method that wrote it. Resume from a checkpoint method={self.method} wrote "
+                "(trainer.resume_from_path), or start a new run (trainer.resume_mode=disable)")
 
 
 def check_spend(what: str, value: float) -> float:

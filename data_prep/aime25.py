@@ -2,13 +2,14 @@
 
 Accepts any of the four public copies, downloaded from the Hugging Face hub (file or folder):
 
-  math-ai/aime25            test.jsonl                    problem, answer (str), id ("0".."29")
+  math-ai/aime25            test.jsonl                    problem, answer (str), id ("0".."29", or absent)
   opencompass/AIME2025      aime2025-I.jsonl, aime2025-II.jsonl   question, answer (str)
   MathArena/aime_2025       data/train-00000-of-00001.parquet     problem_idx (1..30), problem, answer (int64)
   yentinglin/aime_2025      data/train-*.parquet          question (or problem), answer, id, year, solution, url
 
 Answers are written as canonical integer text ("70", never "070"); problem ids are AIME2025-I-01 ...
-AIME2025-II-15. The run stops unless exactly 30 problems come out (``--allow-partial`` accepts fewer).
+AIME2025-II-15 (a math-ai ``id`` other than the string "0".."29" is refused naming its row, never renumbered
+by row order). The run stops unless exactly 30 problems come out (``--allow-partial`` accepts fewer).
 
     python -m data_prep.aime25 --input ~/data/math-ai/aime25 --output data/aime25.parquet [--template dapo]
 """
@@ -71,8 +72,9 @@ def problem_position(raw: RawRow, layout: str, row_order: int) -> int:
     """Zero-based AIME position of a row (AIME I #1 = 0 .. AIME II #15 = 29).
 
     MathArena's ``problem_idx`` is 1-based; opencompass has one file per exam; math-ai's ``id`` is the
-    0-based position as a string. Other copies (yentinglin, whose integer ``id`` base is not documented)
-    use the row order across the input files."""
+    0-based position as a string (every real copy holds ``"0"``..``"29"``; one without the key uses the row
+    order). Other copies (yentinglin, whose integer ``id`` base is not documented) use the row order across
+    the input files."""
     if layout == "MathArena/aime_2025":
         value = raw.data["problem_idx"]
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= EXPECTED_ROWS:
@@ -83,14 +85,22 @@ def problem_position(raw: RawRow, layout: str, row_order: int) -> int:
         if not 1 <= raw.ref.row <= 15:
             raise PrepError(raw.ref, None, "an opencompass AIME2025 file has 15 rows; this is beyond row 15")
         return raw.ref.row - 1 + (15 if part == "II" else 0)
-    if layout == "math-ai/aime25" and isinstance(raw.data.get("id"), str):
-        value = raw.data["id"].strip()
-        if not value.isdigit() or not 0 <= int(value) < EXPECTED_ROWS:
-            raise PrepError(raw.ref, "id", f"expected '0'..'29', got {raw.data['id']!r}")
-        return int(value)
+    if layout == "math-ai/aime25" and "id" in raw.data:
+        return math_ai_position(raw)
     if not 0 <= row_order < EXPECTED_ROWS:
         raise PrepError(raw.ref, None, f"more than {EXPECTED_ROWS} rows in the input")
     return row_order
+
+
+def math_ai_position(raw: RawRow) -> int:
+    """The position a math-ai ``id`` names. Its real copies hold the string ``"0"``..``"29"``; anything else
+    (an int, a bool, null, ``"-1"``, ``"²"``) is a :class:`PrepError` naming the row: falling back to the row
+    order would silently renumber a row whose id says something else."""
+    value = raw.data["id"]
+    if not isinstance(value, str) or not re.fullmatch(r"[0-9]+", value.strip()) or int(value) >= EXPECTED_ROWS:
+        shown = f"{type(value).__name__} {value!r}" if not isinstance(value, str) else repr(value)
+        raise PrepError(raw.ref, "id", f"expected a string '0'..'29' (math-ai/aime25 ids), got {shown}")
+    return int(value)
 
 
 def aime_answer(raw: RawRow) -> str:

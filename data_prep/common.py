@@ -154,8 +154,20 @@ def iter_rows(path: Path) -> Iterator[RawRow]:
 # Field access with row-level errors
 
 
-# characters no text field of a dataset row may hold (require_str)
+# characters no text field of a dataset row may hold (check_text)
 NOT_TEXT = re.compile("[\x00\ud800-\udfff]")
+
+
+def check_text(ref: RowRef | str, field_name: str, value: str, part: str = "") -> str:
+    """``value`` unchanged when it is text; a NUL or a lone surrogate in it is a :class:`PrepError` naming the row,
+    the field and ``part`` (where inside the field, e.g. ``"test 3: 'input'"`` of a decoded test list). Every
+    text a prep reads goes through it, top-level fields (:func:`require_str`) and nested or decoded ones alike."""
+    bad = NOT_TEXT.search(value)
+    if bad:  # a NUL ends a C string in a tokenizer or a sandbox; a lone surrogate cannot be written as UTF-8
+        what = "a NUL character" if bad.group() == "\x00" else f"a lone surrogate U+{ord(bad.group()):04X}"
+        raise PrepError(ref, field_name, f"{part + ' ' if part else ''}holds {what} at character {bad.start()}: "
+                        "not text")
+    return value
 
 
 def require_str(raw: RawRow, name: str, allow_empty: bool = False) -> str:
@@ -169,11 +181,7 @@ def require_str(raw: RawRow, name: str, allow_empty: bool = False) -> str:
         raise PrepError(raw.ref, name, f"expected a string, got {type(value).__name__} {value!r:.80}")
     if not allow_empty and not value.strip():
         raise PrepError(raw.ref, name, "is empty")
-    bad = NOT_TEXT.search(value)
-    if bad:  # a NUL ends a C string in a tokenizer or a sandbox; a lone surrogate cannot be written as UTF-8
-        what = "a NUL character" if bad.group() == "\x00" else f"a lone surrogate U+{ord(bad.group()):04X}"
-        raise PrepError(raw.ref, name, f"holds {what} at character {bad.start()}: not text")
-    return value
+    return check_text(raw.ref, name, value)
 
 
 def first_present(raw: RawRow, aliases: Iterable[str]) -> str | None:

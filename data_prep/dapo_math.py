@@ -27,6 +27,7 @@ from data_prep.common import (
     PrepSummary,
     RawRow,
     base_parser,
+    check_text,
     convert_files,
     find_input_files,
     checked_gold,
@@ -48,12 +49,12 @@ def dapo_problem(raw: RawRow) -> str:
         users = [m for m in prompt if isinstance(m, dict) and m.get("role") == "user"]
         if not users or not isinstance(users[-1].get("content"), str):
             raise PrepError(raw.ref, "prompt", "no user message with string content")
-        problem = strip_dapo_template(users[-1]["content"])
+        problem = strip_dapo_template(check_text(raw.ref, "prompt", users[-1]["content"], "user message"))
         if problem is None:
             raise PrepError(raw.ref, "prompt", "user message is not in the DAPO 'Answer:' template")
     elif isinstance(prompt, str):
         # open-r1's processed copy stores the templated user text; accept a bare statement as well.
-        problem = strip_dapo_template(prompt)
+        problem = strip_dapo_template(check_text(raw.ref, "prompt", prompt))
         problem = prompt if problem is None else problem
     else:
         raise PrepError(raw.ref, "prompt", f"expected chat messages or a string, got {type(prompt).__name__}")
@@ -81,14 +82,14 @@ def dapo_answer_text(raw: RawRow) -> tuple[str, str]:
         raise PrepError(raw.ref, "reward_model", f"no ground truth (row has fields {sorted(raw.data)})")
     if not isinstance(value, str) or not value.strip():
         raise PrepError(raw.ref, field_name, f"expected a non-empty string, got {value!r:.60}")
-    return field_name, value.strip()
+    return field_name, check_text(raw.ref, field_name, value).strip()
 
 
 def dapo_source_id(raw: RawRow, fallback: int) -> str:
     """The row's original ``extra_info.index`` (a uuid string) or a positional id."""
     extra = raw.data.get("extra_info")
     if isinstance(extra, dict) and extra.get("index") not in (None, ""):
-        return str(extra["index"])
+        return check_text(raw.ref, "extra_info.index", str(extra["index"]))
     return f"dapo-{fallback:05d}"
 
 

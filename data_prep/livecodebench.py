@@ -51,6 +51,7 @@ from data_prep.common import (
     PrepSummary,
     RawRow,
     RowRef,
+    check_text,
     format_counts,
     iter_converted,
     iter_rows,
@@ -146,6 +147,8 @@ def parse_test_cases(raw: RawRow, field_name: str, value: Any, test_type: str) -
         for key in ("input", "output"):
             if not isinstance(test.get(key), str):
                 raise PrepError(raw.ref, field_name, f"test {k}: '{key}' must be a string, got {test.get(key)!r:.60}")
+            # JSON's \u0000 and \ud800 escapes decode to a NUL and a lone surrogate: the raw field passed as text
+            check_text(raw.ref, field_name, test[key], f"test {k}: '{key}'")
         if test.get("testtype") != test_type:
             raise PrepError(
                 raw.ref, field_name, f"test {k}: testtype {test.get('testtype')!r} but the problem is {test_type}"

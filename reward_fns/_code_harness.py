@@ -1023,8 +1023,9 @@ def to_wire(value, depth=0):
         return {"__m": str(value)}
     if kind is complex:  # LCB: complex(2, 0) == 2
         return {"__c": [value.real, value.imag]}
-    if module == "numpy" and hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
-        return to_wire(value.item(), depth + 1)  # numpy scalars compare equal to Python numbers
+    numpy_wire = numpy_to_wire(kind, value, depth)
+    if numpy_wire is not None:
+        return numpy_wire
     # Subclasses of builtins (defaultdict, Counter, namedtuple, str/int subclasses) compare like their base, by
     # what they ARE: their storage read through the base type's own slots (list.__iter__, dict.items, int.__int__
     # ...), never through methods the subclass may override (a list subclass storing [9, 9] whose __iter__ yields
@@ -1033,6 +1034,44 @@ def to_wire(value, depth=0):
         if issubclass(kind, base):
             return to_wire(exact(value), depth + 1)
     return {"__o": f"{module}.{kind.__qualname__}"}
+
+
+# numpy dtypes a returned numpy value travels as, by name (str: any unicode width; object: Python objects); the
+# trusted parent rebuilds exactly these (code_verifier.NUMPY_WIRE_DTYPES) and compares with numpy, as LCB does
+NUMPY_WIRE_DTYPES = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+                               "float16", "float32", "float64", "longdouble", "complex64", "complex128", "str",
+                               "object"})
+
+
+def numpy_to_wire(kind, value, depth):
+    """``{"__n": [form, dtype, item]}`` for a numpy scalar (form ``scalar``) or a one-element array (``array``),
+    an opaque marker for another numpy array or dtype, None for a value that is not numpy's. LCB decides
+    ``not (prediction == expected)``: an array of any other size raises there (a runtime error, never a pass); a
+    one-element one passes when its element equals with numpy's casting (``np.array([5]) == [5]``,
+    ``np.float32(0.1) == 0.1``). Read through numpy's base ndarray (a subclass's ``item`` or ``__eq__`` never
+    runs). Only a program that imported numpy can return its values: numpy is never loaded here."""
+    numpy = sys.modules.get("numpy")
+    if numpy is None or not isinstance(getattr(numpy, "ndarray", None), type):
+        return None
+    if issubclass(kind, numpy.ndarray):
+        form, array = "array", numpy.ndarray.view(value, numpy.ndarray)
+    elif issubclass(kind, numpy.generic):
+        form, array = "scalar", numpy.ndarray.view(numpy.asarray(value), numpy.ndarray)
+    else:
+        return None
+    if array.size != 1:
+        return {"__o": f"numpy.ndarray of {array.size} elements"}
+    name = {"U": "str", "O": "object"}.get(array.dtype.kind, array.dtype.name)
+    if array.dtype.kind == "f" and array.dtype.itemsize > 8:  # float128 / float96: no Python float holds it
+        name = "longdouble"
+    if name not in NUMPY_WIRE_DTYPES:
+        return {"__o": f"numpy.{array.dtype.name}"}
+    item = numpy.ndarray.item(array, 0)
+    if name == "longdouble":
+        item = str(item)  # numpy's shortest text that reads back as the same long double
+    elif form == "scalar" and issubclass(kind, str):  # a str_ scalar keeps trailing NULs its array drops
+        item = str.__str__(value)  # (np.str_("a\0") == "a" is False)
+    return {"__n": [form, name, to_wire(item, depth + 2)]}
 
 
 # (builtin base, its exact value of an instance of a subclass, read with the base's own C slots)

@@ -241,6 +241,9 @@ def from_wire(value: Any) -> Any:
         if "__c" in value:
             real, imag = value["__c"]
             return complex(float(real), float(imag))
+        if "__n" in value:  # a numpy scalar or one-element array
+            rebuilt = _numpy_value(value["__n"])
+            return _Opaque("numpy") if rebuilt is _MISSING else rebuilt
         return _Opaque(str(value.get("__o", "object")))
     return value
 
@@ -306,10 +309,75 @@ def _number_equals(wire: Any, expected: Any) -> bool:
     return bool(got == expected)
 
 
+# numpy dtypes a functional return value arrives as (the harness's numpy_to_wire writes these names), and the type
+# its element has on the wire (str: any unicode width; object: a Python object, compared on its own wire)
+NUMPY_WIRE_DTYPES = {"bool": bool, "int8": int, "int16": int, "int32": int, "int64": int, "uint8": int,
+                     "uint16": int, "uint32": int, "uint64": int, "float16": float, "float32": float, "float64": float,
+                     "longdouble": str, "complex64": complex, "complex128": complex, "str": str, "object": object}
+
+
+def _numpy_value(payload: Any) -> Any:
+    """The numpy scalar or one-element array the harness's ``{"__n": [form, dtype, item]}`` stands for, rebuilt
+    from its dtype name and primitive element only (never from the program's objects; an object array's element
+    is rebuilt with :func:`from_wire`); ``_MISSING`` for a malformed one."""
+    if not (isinstance(payload, list) and len(payload) == 3 and payload[0] in ("scalar", "array")
+            and payload[1] in NUMPY_WIRE_DTYPES):
+        return _MISSING
+    import numpy  # only here: the harness sends numpy values only from a program that imported numpy
+
+    form, dtype, item = payload
+    if dtype == "object":  # (numpy has no object scalar)
+        if form != "array":
+            return _MISSING
+        array = numpy.empty(1, dtype=object)
+        array[0] = from_wire(item)  # assigned, not converted: a list element stays one element
+        return array
+    value = item if NUMPY_WIRE_DTYPES[dtype] is str else _wire_number(item)
+    if type(value) is not NUMPY_WIRE_DTYPES[dtype] or dtype == "longdouble" and len(value) > 100:
+        return _MISSING
+    scalar_type = {"str": numpy.str_, "longdouble": numpy.longdouble}.get(dtype) or numpy.dtype(dtype).type
+    try:
+        return scalar_type(value) if form == "scalar" else numpy.array([scalar_type(value)])
+    except (OverflowError, ValueError):  # an int outside the dtype's range: no program's value
+        return _MISSING
+
+
+def _numpy_equals(payload: Any, expected: Any) -> bool:
+    """LCB's verdict on a numpy return value, ``not (prediction == expected)`` with numpy's own ``==`` and its
+    casting (``np.array([5]) == [5]``, ``np.float32(0.1) == 0.1``, ``np.int64(5) == [5]`` pass): the truth of
+    a result with more than one element or none raises there (a runtime error), one element decides. The value
+    is rebuilt from primitives (:func:`_numpy_value`); an object array's element is compared on its wire against
+    the expected value's one element, as numpy compares object elements with Python's ``==``."""
+    if isinstance(payload, list) and len(payload) == 3 and payload[1] == "object":
+        element = _only_element(expected)
+        return payload[0] == "array" and element is not _MISSING and wire_equals(payload[2], element)
+    value = _numpy_value(payload)
+    if value is _MISSING:
+        return False
+    try:
+        return bool(value == expected)
+    except (ValueError, TypeError):  # LCB: "The truth value of an array with more than one element ..." (-4)
+        return False
+
+
+def _only_element(expected: Any) -> Any:
+    """The one element of ``expected`` as numpy converts it to an array (``[[5]]`` -> 5, a dict or scalar is
+    itself), ``_MISSING`` when that array has another size (``[]``, ``[1, 2]``)."""
+    while isinstance(expected, list):
+        if len(expected) != 1:
+            return _MISSING
+        expected = expected[0]
+    return expected
+
+
 def _wire_key(wire: Any) -> Any:
-    """A dict key or set element from the wire: only scalars can equal a JSON key; else ``_MISSING``."""
+    """A dict key or set element from the wire: only scalars can equal a JSON key; else ``_MISSING``. A numpy
+    scalar is its Python value (its hash and ``==`` are its value's)."""
     if wire is None or isinstance(wire, str):
         return wire
+    numpy_scalar = wire.get("__n") if isinstance(wire, dict) and len(wire) == 1 else None
+    if isinstance(numpy_scalar, list) and len(numpy_scalar) == 3 and numpy_scalar[0] == "scalar":
+        return _wire_key(numpy_scalar[2])
     got = _wire_number(wire)
     return _MISSING if isinstance(got, tuple) else got
 
@@ -340,6 +408,8 @@ def wire_equals(wire: Any, expected: Any) -> bool:
     """``prediction == expected`` (Python semantics, LCB ``grade_call_based``) evaluated on the harness's wire
     encoding WITHOUT rebuilding the prediction: linear in the reply's size, bounded recursion (the reply's
     depth is capped before decoding)."""
+    if isinstance(wire, dict) and len(wire) == 1 and "__n" in wire:  # numpy: its own == (LCB compares with it)
+        return _numpy_equals(wire["__n"], expected)
     if expected is None:
         return wire is None
     if isinstance(expected, (bool, int, float)):

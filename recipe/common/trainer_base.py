@@ -155,7 +155,7 @@ class HookedRayPPOTrainer(RayPPOTrainer):
         if budget.enabled and budget.unit == "flops" and self.STEP_FLOPS_METRIC is None:
             raise ComputeBudgetError(f"compute_budget.unit=flops but {type(self).__name__} counts no FLOPs; "
                                      "use compute_budget.unit=gpu_seconds")
-        self.compute_ledger = ComputeLedger(budget)
+        self.compute_ledger = ComputeLedger(budget, method=self.config.get("method"))  # a resume checks the method
         # this step's checkpoint folder, if it wrote one: every state file saved there is written again at the end
         # of the step, when the step's cost is known (the ledger here, a subclass's own state in its _step_metrics)
         self._saved_step_folder: str | None = None

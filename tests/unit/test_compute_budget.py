@@ -132,6 +132,61 @@ def test_a_resumed_ledger_that_the_trainer_did_not_write_is_refused_naming_the_f
     assert (resumed.flops, resumed.modelled_gpu_seconds, resumed.steps) == (15.0, 0.0, 5)
 
 
+def test_a_ledger_another_method_wrote_is_refused_naming_the_file_both_methods_and_how_to_go_on():
+    """Every method's trainer writes compute_budget_state.json: the method it records tells a counterfactual
+    checkpoint resumed as IBPO (or the reverse) before anything is restored; a state written before the method was
+    stored loads under any method."""
+    _, ledger = run_ledger([3.0] * 5, limit=100.0)
+    ledger.method = "counterfactual"
+    state = ledger.state_dict()
+    assert state["method"] == "counterfactual"
+    resumed = ComputeLedger(ComputeBudgetConfig(limit=100.0, unit="flops"), method="ibpo")
+    with pytest.raises(ComputeBudgetError) as refusal:
+        resumed.load_state_dict(state, "ckpt/global_step_5/compute_budget_state.json")
+    assert str(refusal.value) == (
+        "ckpt/global_step_5/compute_budget_state.json: written by method=counterfactual but this run is method=ibpo: "
+        "a checkpoint resumes only as the method that wrote it. Resume from a checkpoint method=ibpo wrote "
+        "(trainer.resume_from_path), or start a new run (trainer.resume_mode=disable)")
+    assert (resumed.flops, resumed.steps) == (0.0, 0)  # nothing restored
+    with pytest.raises(ComputeBudgetError, match=r"^ckpt/x: method=5 has type int; expected str or null; it is not "):
+        resumed.load_state_dict({**state, "method": 5}, "ckpt/x")
+    older = {k: v for k, v in state.items() if k != "method"}  # written before the method was stored
+    resumed.load_state_dict(older, "ckpt/old")
+    assert (resumed.flops, resumed.steps, resumed.method) == (15.0, 5, "ibpo")
+    same = ComputeLedger(ComputeBudgetConfig(limit=100.0, unit="flops"), method="counterfactual")
+    same.load_state_dict(state, "ckpt/x")
+    assert same.steps == 5
+
+
+def test_the_trainer_records_its_method_in_the_ledger_and_a_resume_as_another_method_stops(tmp_path, monkeypatch):
+    """The base trainer's ledger takes the config's ``method:``; its _load_checkpoint reads the ledger before a
+    method's own state (a counterfactual checkpoint resumed as IBPO stopped on a missing ibpo_state.json naming no
+    method; an IBPO checkpoint resumed as counterfactual went on)."""
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    from recipe.common.trainer_base import HookedRayPPOTrainer
+
+    monkeypatch.setattr(RayPPOTrainer, "_load_checkpoint", lambda self: None)  # verl's own checkpoint: not here
+
+    def trainer(method: str) -> HookedRayPPOTrainer:
+        made = HookedRayPPOTrainer.__new__(HookedRayPPOTrainer)
+        made.config = OmegaConf.create({"method": method, "trainer": {
+            "test_freq": -1, "resume_mode": "auto", "default_local_dir": str(tmp_path)}})
+        made._init_compute_budget()
+        made.global_steps = 3
+        return made
+
+    wrote = trainer("ibpo")
+    folder = tmp_path / "global_step_3"
+    folder.mkdir()
+    wrote._write_compute_ledger(str(folder))
+    path = folder / "compute_budget_state.json"
+    with pytest.raises(ComputeBudgetError, match=rf"^{path}: written by method=ibpo but this run is "
+                                                 r"method=counterfactual: .*\(trainer\.resume_mode=disable\)$"):
+        trainer("counterfactual")._load_checkpoint()
+    trainer("ibpo")._load_checkpoint()
+
+
 def test_the_matched_axis_is_read_from_the_logged_limit():
     assert matched_axis({"compute_budget/flops", "compute_budget/limit_flops"}) == "compute_budget/flops"
     assert matched_axis({"compute_budget/gpu_seconds", "compute_budget/limit_gpu_seconds"}) == "compute_budget/gpu_seconds"

@@ -431,6 +431,55 @@ def test_a_text_field_holding_a_nul_or_a_lone_surrogate_is_named(line, field, me
     assert str(info.value).startswith(f"{path}, row 2, field '{field}': {message}"), str(info.value)
 
 
+def _dapo_variants() -> list[tuple[str, dict, str, str]]:
+    raw = pq.read_table(RAW / "BytedTsinghua-SIA/DAPO-Math-17k/data/dapo-math-17k.parquet").to_pylist()[0]
+    content = raw["prompt"][0]["content"]
+    templated = {"prompt": content.replace("In triangle", "In \x00triangle"), "solution": "34"}  # open-r1's copy
+    return [
+        ("chat prompt", {**raw, "prompt": [{**raw["prompt"][0], "content": content.replace("In triangle",
+                                                                                          "In \ud800triangle")}]},
+         "prompt", f"user message holds a lone surrogate U+D800 at character {content.index('In triangle') + 3}"),
+        ("string prompt", templated, "prompt",
+         f"holds a NUL character at character {content.index('In triangle') + 3}"),
+        ("ground truth", {**raw, "reward_model": {**raw["reward_model"], "ground_truth": "3\x004"}},
+         "reward_model.ground_truth", "holds a NUL character at character 1"),
+        ("solution", {"prompt": content, "solution": "\udfff34"}, "solution",
+         "holds a lone surrogate U+DFFF at character 0"),
+        ("source index", {**raw, "extra_info": {"index": "9a9b\x00"}}, "extra_info.index",
+         "holds a NUL character at character 4"),
+    ]
+
+
+@pytest.mark.parametrize("row, field, message", [v[1:] for v in _dapo_variants()], ids=[v[0] for v in _dapo_variants()])
+def test_a_dapo_text_holding_a_nul_or_a_lone_surrogate_is_named(row, field, message, tmp_path):
+    # before: DAPO's text did not go through the check (a NUL reached the prompt or the gold, a lone surrogate
+    # failed the parquet write naming no row)
+    path = tmp_path / "dapo.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    with pytest.raises(PrepError) as info:
+        dapo_math.prepare_dapo_math(path)
+    assert str(info.value) == f"{path}, row 1, field '{field}': {message}: not text"
+
+
+@pytest.mark.parametrize("field, key, text, message", [
+    ("public_test_cases", "input", "6\nab\x00c\n", "test 0: 'input' holds a NUL character at character 4"),
+    ("public_test_cases", "output", "YES\ud800\n", "test 0: 'output' holds a lone surrogate U+D800 at character 3"),
+    ("private_test_cases", "input", "\x00", "test 0: 'input' holds a NUL character at character 0"),
+])
+def test_an_lcb_test_case_holding_a_nul_or_a_lone_surrogate_is_named(field, key, text, message, tmp_path):
+    # before: the raw field is JSON text ("\\u0000" is six characters), so require_str passed it: the decoded NUL
+    # reached the ground truth, a lone surrogate failed encode_tests with a bare UnicodeEncodeError naming no row
+    row = raw_lcb_rows()["1873_A"]
+    tests = json.loads(row[field]) if field == "public_test_cases" else [{"input": "1\n", "output": "1\n",
+                                                                           "testtype": "stdin"}]
+    tests[0][key] = text
+    path = tmp_path / "test6.jsonl"
+    path.write_text(json.dumps({**row, field: json.dumps(tests)}) + "\n")
+    with pytest.raises(PrepError) as info:
+        _lcb(path, tmp_path)
+    assert str(info.value) == f"{path}, row 1, field '{field}': {message}: not text"
+
+
 @pytest.mark.parametrize("answer, message", [
     ("\\frac{1}{", "gold answer '\\\\frac{1}{' is unusable: math ground truth '\\\\frac{1}{' has an unclosed '{'"),
     ("some words", "gold answer 'some words' is unusable: math ground truth 'some words' is prose, not a math answer"),
@@ -714,7 +763,7 @@ def test_a_bad_lcb_window_option_stops_data_prep_all_before_any_file(tmp_path, m
 
 
 def test_the_same_problem_text_under_two_ids_is_refused(tmp_path):
-    aime = [{"id": 0, "problem": "Find x.", "answer": "70"}, {"id": 1, "problem": "Find x.", "answer": "588"}]
+    aime = [{"id": "0", "problem": "Find x.", "answer": "70"}, {"id": "1", "problem": "Find x.", "answer": "588"}]
     path = tmp_path / "aime.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in aime))
     with pytest.raises(PrepError, match=r"row 2, field 'problem': same problem text as .* \(first seen at .*row 1\)"):
@@ -726,12 +775,34 @@ def test_the_same_problem_text_under_two_ids_is_refused(tmp_path):
         hmmt25.prepare_hmmt25(folder, allow_partial=True)
 
 
+@pytest.mark.parametrize("value, shown", [
+    (5, "int 5"), (True, "bool True"), (-1, "int -1"), (99, "int 99"), (None, "NoneType None"), (5.0, "float 5.0"),
+    ("-1", "'-1'"), ("30", "'30'"), ("\u00b2", "'\u00b2'"), ("", "''"), ("I-01", "'I-01'"),
+])
+def test_a_math_ai_aime_id_that_is_not_a_string_0_to_29_is_refused(tmp_path, value, shown):
+    # before: an id that was not a string fell back to the row order (row 1 became AIME2025-I-01 whatever its id
+    # said) and "\u00b2" (str.isdigit, not int()) raised a bare ValueError naming no row
+    path = tmp_path / "test.jsonl"
+    path.write_text(json.dumps({"problem": "Find x.", "answer": "70", "id": value}) + "\n")
+    with pytest.raises(PrepError) as caught:
+        aime25.prepare_aime25(path, allow_partial=True)
+    expected = f"{path}, row 1, field 'id': expected a string '0'..'29' (math-ai/aime25 ids), got {shown}"
+    assert str(caught.value) == expected
+
+
+def test_a_math_ai_aime_copy_without_ids_uses_the_row_order(tmp_path):
+    path = tmp_path / "test.jsonl"
+    path.write_text("".join(json.dumps({"problem": f"Find {x}.", "answer": "70"}) + "\n" for x in "xy"))
+    rows, _ = aime25.prepare_aime25(path, allow_partial=True)
+    assert [r["extra_info"]["problem_id"] for r in rows] == ["AIME2025-I-01", "AIME2025-I-02"]
+
+
 def test_a_null_field_is_called_null_not_missing(tmp_path):
     path = tmp_path / "aime.jsonl"
-    path.write_text(json.dumps({"id": 0, "problem": "Find x.", "answer": None}) + "\n")
+    path.write_text(json.dumps({"id": "0", "problem": "Find x.", "answer": None}) + "\n")
     with pytest.raises(PrepError, match=r"row 1, field 'answer': is null$"):
         aime25.prepare_aime25(path, allow_partial=True)
-    path.write_text(json.dumps({"id": 0, "problem": None, "answer": "70"}) + "\n")
+    path.write_text(json.dumps({"id": "0", "problem": None, "answer": "70"}) + "\n")
     with pytest.raises(PrepError, match=r"row 1, field 'problem': (is null|missing; expected one of)"):
         aime25.prepare_aime25(path, allow_partial=True)
     raw = pq.read_table(RAW / "openai/gsm8k/main/test-00000-of-00001.parquet").to_pylist()[0]

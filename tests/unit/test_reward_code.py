@@ -233,6 +233,20 @@ def test_functional_verdicts(code, verdict):
     assert result["verdict"] == verdict, result
 
 
+@pytest.mark.parametrize("returned, verdict", [
+    ("numpy.array([x + 1])", "correct"), ("numpy.int64(x + 1)", "correct"), ("numpy.array([[x + 1]])", "correct"),
+    ("numpy.array([x + 1, 0])", "wrong_answer"),  # LCB: the truth of a two-element result raises (-4)
+    ("numpy.array([x + 2])", "wrong_answer"),
+])
+def test_a_functional_numpy_return_value_is_judged_as_lcb_judges_it(returned, verdict):
+    # before: a one-element array was an opaque object (a wrong answer) and a numpy scalar against a
+    # one-element expected list was one too; LCB passes both (its == is numpy's). numpy imports in the sandbox.
+    pytest.importorskip("numpy")
+    truth = functional_truth("f", [("1", "2"), ("4", "[5]")])
+    code = f"import numpy\ndef f(x):\n    return {returned}"
+    assert compute_score("livecodebench_v6", fenced(code), truth, code_timeout_s=5.0)["verdict"] == verdict
+
+
 def test_functional_float_has_no_tolerance_and_state_persists_between_calls():
     truth = functional_truth("f", [("1", "0.3"), ("2", "2")])
     float_code = "def f(x):\n    return 0.1 + 0.2 if x == 1 else 2"

@@ -393,6 +393,65 @@ def test_wire_comparison_agrees_with_python_equality_on_random_values():
     assert agree > 400  # the generator produces plenty of equal pairs, not only unequal ones
 
 
+def _lcb_call_based_verdict(prediction, expected) -> bool:
+    """LCB's own verdict, restated: grade_call_based (tuple -> list, ``tmp_result = prediction == gt_out``,
+    ``not tmp_result`` a wrong answer, an exception -4) and evaluate_generations_by_problem (an ndarray result read
+    with ``.item(0)``, then ``> 0``)."""
+    np = pytest.importorskip("numpy")
+    try:
+        if isinstance(prediction, tuple):
+            prediction = list(prediction)
+        result = prediction == expected
+        if not result:
+            return False
+    except Exception:
+        return False
+    return bool(result.item(0) if isinstance(result, np.ndarray) else result)
+
+
+def _numpy_cases():
+    np = pytest.importorskip("numpy")
+    in_object_array = np.empty(1, dtype=object)
+    in_object_array[0] = {"a": 1}
+
+    class AlwaysEqual(np.int64):  # its own == is never what decides
+        def __eq__(self, other):
+            return True
+
+    return [  # (returned value, expected output as JSON-decoded, LCB's verdict)
+        (np.array([5]), 5, True), (np.array([5]), [5], True), (np.array([[5]]), [[5]], True),
+        (np.int64(5), [5], True), (np.int64(5), 5, True), (np.bool_(True), [1], True),
+        (np.float32(0.1), 0.1, True), (np.float32(0.1), [0.1], False),  # a weak Python float takes float32
+        (np.array([0.1], dtype=np.float32), 0.1, True), (np.float16(0.1), 0.1, True),
+        (np.array([2 ** 53 + 1]), float(2 ** 53), True),  # int64 against a float: numpy casts to float64
+        (np.uint64(2 ** 64 - 1), 2 ** 64 - 1, True), (np.array([5], dtype=np.uint8), -1, False),
+        (np.str_("abc"), "abc", True), (np.str_("abc"), ["abc"], False), (np.array(["abc"]), ["abc"], True),
+        (np.str_("a\0"), "a", False), (np.array(["1"]), 1, False), (np.complex64(2.5), [2.5], True),
+        (np.longdouble(1.5), 1.5, True), (in_object_array, [{"a": 1}], True),
+        (np.array([1, 2]), [1, 2], False), (np.array([]), [], False), (np.int64(5), [5, 5], False),  # raise in LCB
+        (np.array([5]), None, False), (np.array([5]), {"a": 5}, False), (np.array([5]), "5", False),
+        ([np.int64(1), np.array([2])], [1, [2]], True), ([np.array([1, 2])], [[1, 2]], False),
+        ({"k": np.float32(0.5)}, {"k": 0.5}, True), ((np.int64(1), 2), [1, 2], True),
+        (np.datetime64("2020-01-01"), "2020-01-01", False), (np.array([b"a"]), "a", False),
+        (AlwaysEqual(4), 5, False),  # LCB would run its __eq__ (True): its stored value 4 decides here
+    ]
+
+
+def test_numpy_return_values_are_compared_as_lcb_compares_them():
+    """LCB compares with numpy's own ==: a one-element array or a numpy scalar against a one-element expected
+    value passes (before: a one-element array was an opaque object, a numpy scalar became a Python number, so
+    np.array([5]) for 5, np.int64(5) for [5] and np.float32(0.1) for 0.1 were wrong answers here)."""
+    to_wire = _harness_to_wire()
+    sent_dtypes = to_wire.__globals__["NUMPY_WIRE_DTYPES"]
+    assert sent_dtypes == set(code_verifier.NUMPY_WIRE_DTYPES)  # what the harness sends, the parent rebuilds
+    for value, expected, verdict in _numpy_cases():
+        sent = list(value) if isinstance(value, tuple) else value  # the harness's top-level tuple -> list
+        wire = json.loads(json.dumps(to_wire(sent)))
+        assert wire_equals(wire, expected) is verdict, (value, expected, wire)
+        if type(value).__name__ != "AlwaysEqual":  # the one case where we differ from LCB on purpose
+            assert _lcb_call_based_verdict(value, expected) is verdict, (value, expected)
+
+
 def test_forged_wire_values_are_cheap_and_unequal():
     colliding = [[{"__x": format(i * ((1 << 61) - 1), "x")}, 0] for i in range(1, 200001)]
     assert not wire_equals({"__d": colliding}, {"a": 0})
