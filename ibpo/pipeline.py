@@ -163,9 +163,8 @@ def shape_batch(
     )
     metrics["alpha"] = float(alpha)
     metrics["alpha_adaptive"] = float(adaptive)
-    if get_variant(config.variant).masks_tokens:
-        shaped_rows = [row for row in by_target if delta[row] > 0]
-        metrics["mask_kept_fraction"] = (
-            float(np.mean([masks[r].mean() if masks[r].size else 0.0 for r in shaped_rows])) if shaped_rows else 1.0)
+    shaped_rows = [row for row in by_target if delta[row] > 0]
+    if get_variant(config.variant).masks_tokens and shaped_rows:  # a mean over no shaped response is left out
+        metrics["mask_kept_fraction"] = float(np.mean([masks[r].mean() if masks[r].size else 0.0 for r in shaped_rows]))
     return ShapingOutcome(delta, phi, masks, np.array([r.rewrite for r in per_correction], dtype=bool),
                           alpha, adaptive, metrics)

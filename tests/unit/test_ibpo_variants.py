@@ -73,3 +73,15 @@ def test_no_variant_name_branches_outside_the_registry():
                  if branch.search(line)]
     assert offenders == []
     assert branch.search('if self.ibpo.variant == "mask":') and branch.search('if cfg.variant in ("binary", "mask"):')
+
+
+def test_mask_kept_fraction_is_left_out_when_nothing_is_shaped(half_variant):
+    """A mean over no shaped response is left out of the step's metrics (README, "Metrics"): it was logged as
+    1.0, read as "every token of the shaped responses trained" on a step that shaped none."""
+    cfg = IBPOConfig(variant="half", lam=1.9, beta=1.0)
+    y = [[1, 2, 3, 4], [1, 2, 9, 4]]
+    requests = plan_corrections([0, 0], [True, False], [[{"role": "user", "content": "P"}]] * 2, y,
+                                decode=str, config=cfg, step=0)
+    outcome = shape_batch(requests, [[5, 6, 0, 8]], [False], y, [True, False], cfg)  # the only correction failed
+    assert outcome.delta.tolist() == [0.0, 0.0]
+    assert "mask_kept_fraction" not in outcome.metrics and outcome.metrics["num_shaped"] == 0.0
