@@ -234,7 +234,8 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
             var_gspo, var_ibpo = total_variance(out[f"proj_{base}"]), total_variance(out[f"proj_{cand}"])
             metrics[f"ibpo/grad_probe/{prefix}var_gspo"] = var_gspo
             metrics[f"ibpo/grad_probe/{prefix}var_ibpo"] = var_ibpo
-            metrics[f"ibpo/grad_probe/{prefix}ratio"] = var_ibpo / var_gspo if var_gspo > 0 else float("nan")
+            if var_gspo > 0:  # a ratio over a zero variance (every GSPO advantage 0) is left out, not logged as NaN
+                metrics[f"ibpo/grad_probe/{prefix}ratio"] = var_ibpo / var_gspo
         metrics["ibpo/grad_probe/num_samples"] = float(len(rows))
 
     # ------------------------------------------------------------------ checkpoints

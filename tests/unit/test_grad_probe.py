@@ -222,3 +222,38 @@ def test_probe_input_refuses_an_unknown_advantage_name():
     batch.__len__ = lambda: 2
     with pytest.raises(ValueError, match=r"unknown advantage name\(s\) \['theorem'\]"):
         probe_input(batch, 8, 0, 0, baseline=torch.zeros(2, 3), theorem=torch.zeros(2, 3))
+
+
+def test_trainer_probe_leaves_a_ratio_over_zero_variance_out(tiny_model):
+    """Every group all wrong: GSPO's advantages are all 0, both GSPO variances are 0 and a ratio over them is left
+    out of the step's metrics (README, "Metrics"), not logged as NaN; the variances themselves are logged."""
+    from verl import DataProto
+
+    from recipe.ibpo.correction import batch as corr
+    from recipe.ibpo.ibpo_ray_trainer import RayIBPOTrainer
+    from recipe.ibpo.step_record import IBPOStep
+
+    input_ids, attention_mask, response_mask, _ = make_batch(tiny_model.config.vocab_size, seed=2)
+    uids = np.array(["a", "a", "a", "b", "b", "b"], dtype=object)
+    delta = torch.tensor([0.0, 0.5, 0.0, 0.5, 0.0, 0.0])
+    trained = torch.tensor([-0.7, 1.4, -0.7, 1.4, -0.7, -0.7])  # the shaped rows' advantages
+    batch = DataProto.from_dict(
+        tensors={"input_ids": input_ids, "attention_mask": attention_mask,
+                 "position_ids": (attention_mask.cumsum(-1) - 1).clamp(min=0), "response_mask": response_mask,
+                 "responses": input_ids[:, -response_mask.shape[1]:],
+                 "token_level_scores": torch.zeros(response_mask.shape), "advantages": trained[:, None] * response_mask,
+                 corr.DELTA_KEY: delta, corr.IS_CORRECTION_KEY: torch.zeros(6, dtype=torch.long),
+                 corr.IS_PADDING_KEY: torch.zeros(6, dtype=torch.long)},
+        non_tensors={"uid": uids})
+    trainer = object.__new__(RayIBPOTrainer)
+    trainer.ibpo = IBPOConfig(grad_probe_coordinates=64, grad_probe_micro_batch_size=0)
+    trainer.actor_rollout_wg = LocalWorkerGroup(tiny_model)
+    no_rows = torch.zeros(6, dtype=torch.bool)
+    trainer._step = IBPOStep(lam=0.6, rows=corr.IBPORows(delta, torch.ones_like(response_mask, dtype=torch.float32),
+                                                         no_rows, no_rows))
+    metrics: dict = {}
+    trainer.probe_gradient_variance(batch, metrics)
+    assert metrics["ibpo/grad_probe/var_gspo"] == 0.0 and metrics["ibpo/grad_probe/theorem_var_gspo"] == 0.0
+    assert metrics["ibpo/grad_probe/var_ibpo"] > 0 and metrics["ibpo/grad_probe/theorem_var_ibpo"] > 0
+    assert "ibpo/grad_probe/ratio" not in metrics and "ibpo/grad_probe/theorem_ratio" not in metrics
+    assert metrics["ibpo/grad_probe/num_samples"] == 6.0
