@@ -180,12 +180,13 @@ class LookupStats:
         return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else 0.0
 
     def as_metrics(self, prefix: str) -> dict[str, float]:
-        return {
-            f"{prefix}lookup_decode_step_reduction": self.decode_step_reduction,
-            f"{prefix}lookup_tokens_per_decode_step": self.tokens_per_decode_step,
-            f"{prefix}lookup_accepted_per_draft_step": self.accepted_per_draft_step,
-            f"{prefix}lookup_acceptance_rate": self.acceptance_rate,
-        }
+        """The four rates as metrics; a rate over an empty set (no decode step, no draft) is left out, not 0 (the
+        properties' 0 would read as "nothing saved" or "none accepted")."""
+        rates = ((self.plain_decode_steps, "decode_step_reduction", self.decode_step_reduction),
+                 (self.decode_steps, "tokens_per_decode_step", self.tokens_per_decode_step),
+                 (self.draft_steps, "accepted_per_draft_step", self.accepted_per_draft_step),
+                 (self.drafted_tokens, "acceptance_rate", self.acceptance_rate))
+        return {f"{prefix}lookup_{name}": value for denominator, name, value in rates if denominator}
 
 
 def simulate_lookup(prompt: Sequence[int], output: Sequence[int], params: NgramParams,

@@ -149,7 +149,7 @@ def test_spec_row_uses_the_trainers_definitions_and_the_cost_model():
 
 # ------------------------------------------------------------------ the step's metrics
 def test_fixture_names_are_the_ones_the_code_emits():
-    emitted = set(phase_seconds({})) | set(spec_counter_metrics(True, SpecCounters())) | {
+    emitted = set(phase_seconds({})) | set(spec_counter_metrics(True, SpecCounters(1, 1, 1, 2))) | {  # every rate
         "timing_s/step", "ibpo/num_wrong", "ibpo/num_corrections", *bench.STEP_KEYS.values()}
     names = {k for step in read_metrics_jsonl(FIXTURE).values() for k in step}
     assert names <= emitted, sorted(names - emitted)

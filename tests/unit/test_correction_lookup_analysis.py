@@ -45,6 +45,17 @@ def test_lookup_metrics_replay_the_real_prompt_and_response_tokens():
     assert corr.lookup_metrics(None, params) == {}
 
 
+def test_lookup_metrics_leave_out_a_rate_over_an_empty_set():
+    """One-token corrections have no decode step (the prefill emits the token): every rate is over nothing and is
+    left out, not logged as 0 ("nothing saved"); with decode steps but no draft proposed, the two draft rates are
+    left out and the step rates are real (nothing saved, one token per pass)."""
+    params = NgramParams(1, 3, 4)
+    assert corr.lookup_metrics(generation_output([[1, 2, 3]], [[4]]), params) == {}
+    assert corr.lookup_metrics(generation_output([[1, 2, 3]], [[7, 8, 9]]), params) == {
+        "ibpo/correction/lookup_decode_step_reduction": 0.0, "ibpo/correction/lookup_tokens_per_decode_step": 1.0,
+        "ibpo/correction/lookup_batch_decode_step_reduction": 0.0}
+
+
 def test_dump_writes_one_record_per_correction(tmp_path):
     out = generation_output([[1, 2, 3], [4, 5]], [[7, 8], [9]])
     requests = [CorrectionRequest(0, (2,), [], "g"), CorrectionRequest(1, (2,), [], "g")]

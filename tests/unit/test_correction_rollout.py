@@ -388,6 +388,8 @@ def test_metrics_tell_off_from_no_speed_up():
     off = spec_counter_metrics(True, SpecCounters(0, 0, 0, 50))  # tokens generated, no draft: OFF
     assert off["rollout/spec_drafted_step_share"] == 0.0 and off["rollout/spec_decode_steps"] == 50
     assert off["rollout/spec_stats_reported"] == 1.0
+    # a rate over no draft is left out, not 0 ("none accepted" of drafts never made)
+    assert "rollout/spec_accepted_per_draft" not in off and "rollout/spec_acceptance_rate" not in off
     idle = SpecCounters(40, 160, 0, 50)  # drafted every step, nothing accepted: on, no speed-up
     m = spec_counter_metrics(True, idle)
     assert m["rollout/spec_drafted_step_share"] == 0.8 and m["rollout/spec_accepted_per_decode_step"] == 0.0
@@ -452,6 +454,14 @@ def test_the_trainer_reads_the_rollout_servers_counters_each_step(monkeypatch, c
     assert counters.method == "suffix" and urls == ["http://10.0.0.1:8000/metrics"]
     assert first["rollout/spec_accepted_per_decode_step"] == 0.7 and first["rollout/spec_stats_reported"] == 1.0
     second = counters.step_metrics(2, servers)  # nothing new generated
-    assert second["rollout/spec_decode_steps"] == 0 and second["rollout/spec_accepted_per_decode_step"] == 0.0
+    assert second["rollout/spec_decode_steps"] == 0 and "rollout/spec_accepted_per_decode_step" not in second
     assert counters.step_metrics(3, servers) == {"rollout/spec_stats_reported": 0.0}
     assert "step 3: speculation ('suffix') counters unreadable" in capsys.readouterr().out
+
+
+def test_a_step_that_generated_nothing_logs_its_counts_and_no_rate():
+    """No token generated since the last read: the per-decode-step rates are over no step and are left out (a
+    drafted-step share of 0 would read as "speculation was off"); the counts say what happened."""
+    assert spec_counter_metrics(True, SpecCounters(0, 0, 0, 0)) == {
+        "rollout/spec_stats_reported": 1.0, "rollout/spec_drafts": 0, "rollout/spec_draft_tokens": 0,
+        "rollout/spec_accepted_tokens": 0, "rollout/spec_decode_steps": 0}

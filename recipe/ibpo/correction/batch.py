@@ -123,7 +123,8 @@ def lookup_metrics(output: DataProto | None, params: NgramParams) -> dict[str, f
     samples under lossless verification. ``ibpo/correction/lookup_decode_step_reduction``: share of the
     corrections' decode forward passes lookup saves (summed over requests);
     ``..._batch_decode_step_reduction``: the same for the slowest request (a batch's decode wall time in
-    steps); tokens per decode step, accepted draft tokens per verification, acceptance rate."""
+    steps); tokens per decode step, accepted draft tokens per verification, acceptance rate. A rate over an
+    empty set (no decode step, no draft) is left out."""
     if output is None or len(output) == 0:
         return {}
     total = None
@@ -133,7 +134,8 @@ def lookup_metrics(output: DataProto | None, params: NgramParams) -> dict[str, f
     metrics = total.as_metrics("ibpo/correction/")
     plain = batch_decode_steps([max(len(r) - 1, 0) for r in response_token_ids(output)])
     spec = batch_decode_steps(total.per_request_steps)
-    metrics["ibpo/correction/lookup_batch_decode_step_reduction"] = 1.0 - spec / plain if plain else 0.0
+    if plain:
+        metrics["ibpo/correction/lookup_batch_decode_step_reduction"] = 1.0 - spec / plain
     return metrics
 
 

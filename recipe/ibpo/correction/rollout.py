@@ -410,23 +410,28 @@ def spec_counter_metrics(speculating: bool, step: SpecCounters | None) -> dict:
     steps that carried a draft — 0 with tokens generated means speculation was OFF, a positive share with a low
     acceptance means it ran without a speed-up. ``rollout/spec_accepted_per_draft`` (vLLM's mean acceptance
     length - 1) and ``rollout/spec_acceptance_rate`` (accepted / drafted tokens), the raw counts, and
-    ``rollout/spec_stats_reported`` = 1; = 0 alone when the counters could not be read."""
+    ``rollout/spec_stats_reported`` = 1; = 0 alone when the counters could not be read. A rate over no decode step
+    (nothing generated) or no draft is left out, not logged as 0: a 0 there would read as "off" or "none accepted"."""
     if not speculating:
         return {}
     if step is None:
         return {"rollout/spec_stats_reported": 0.0}
     steps = step.generated_tokens - step.accepted_tokens
-    return {
+    metrics = {
         "rollout/spec_stats_reported": 1.0,
         "rollout/spec_drafts": step.drafts,
         "rollout/spec_draft_tokens": step.draft_tokens,
         "rollout/spec_accepted_tokens": step.accepted_tokens,
         "rollout/spec_decode_steps": steps,
-        "rollout/spec_accepted_per_decode_step": step.accepted_tokens / steps if steps > 0 else 0.0,
-        "rollout/spec_drafted_step_share": step.drafts / steps if steps > 0 else 0.0,
-        "rollout/spec_accepted_per_draft": step.accepted_tokens / step.drafts if step.drafts else 0.0,
-        "rollout/spec_acceptance_rate": step.accepted_tokens / step.draft_tokens if step.draft_tokens else 0.0,
     }
+    if steps > 0:
+        metrics["rollout/spec_accepted_per_decode_step"] = step.accepted_tokens / steps
+        metrics["rollout/spec_drafted_step_share"] = step.drafts / steps
+    if step.drafts:
+        metrics["rollout/spec_accepted_per_draft"] = step.accepted_tokens / step.drafts
+    if step.draft_tokens:
+        metrics["rollout/spec_acceptance_rate"] = step.accepted_tokens / step.draft_tokens
+    return metrics
 
 
 def _http_get(url: str, timeout: float) -> str:
