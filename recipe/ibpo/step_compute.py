@@ -11,6 +11,12 @@ from compute_accounting.flops import ModelShape, StepWork, step_flops
 from recipe.ibpo.correction.batch import IBPORows
 
 
+# running total (a field of the checkpointed ``compute_totals``) -> its metric; every name says it is a running total
+# (the state file keeps its field names: checkpoints written before resume as they were)
+TOTAL_METRICS = {"total_tokens": "ibpo/compute/total_tokens", "total_flops": "ibpo/compute/total_flops",
+                 "generated_tokens": "ibpo/compute/total_generated_tokens"}
+
+
 def generation_tokens(output: DataProto | None) -> tuple[float, float]:
     """(prompt tokens prefilled, tokens generated) of a ``generate_sequences`` output (0, 0 for None)."""
     if output is None or len(output) == 0:
@@ -50,6 +56,6 @@ def compute_metrics(work: StepWork, shape: ModelShape, metrics: dict, totals: di
     totals["generated_tokens"] += generated
     totals["total_tokens"] += generated + prompt_tokens
     totals["total_flops"] += flops.total
-    metrics.update({f"ibpo/compute/{k}": v for k, v in totals.items()})
+    metrics.update({TOTAL_METRICS[k]: v for k, v in totals.items()})
     metrics.update(flops.as_metrics())
     metrics["ibpo/compute/step_flops"] = flops.total

@@ -17,6 +17,7 @@ import pytest
 from ibpo.lambda_schedule import LambdaSchedule
 from verl_cpu.hf_rollout import DEBUG_ENV, DEBUG_PREFIX
 from recipe.ibpo.quickstart import ibpo_overrides, run_cpu_training
+from recipe.ibpo.step_compute import TOTAL_METRICS
 
 pytestmark = pytest.mark.e2e
 
@@ -181,8 +182,7 @@ def test_resume_continues_the_compute_counter_and_lambda_schedule(cpu_demo_asset
     assert first.returncode == 0, first.log_tail()
     state = json.loads((out / "checkpoints" / "global_step_2" / "ibpo_state.json").read_text())
     # the saved totals are those step 2 logged, exactly (floats of token counts and FLOPs; JSON round-trips)
-    assert state["compute_totals"] == {k: m1[2][f"ibpo/compute/{k}"]
-                                       for k in ("total_tokens", "total_flops", "generated_tokens")}
+    assert state["compute_totals"] == {k: m1[2][metric] for k, metric in TOTAL_METRICS.items()}
     assert state["time_totals"]["cumulative_step_s"] == m1[2]["ibpo/time/cumulative_step_s"]
     replay = LambdaSchedule("theorem", m1[1]["ibpo/lambda"])  # the config's λ is the step-1 λ (no estimate yet)
     for step in (1, 2):
@@ -199,7 +199,7 @@ def test_resume_continues_the_compute_counter_and_lambda_schedule(cpu_demo_asset
                     + m3["ibpo/correction_prompt_tokens"] + m3["ibpo/correction_gen_tokens"])
     assert step3_tokens > 0
     assert m3["ibpo/compute/total_tokens"] == m1[2]["ibpo/compute/total_tokens"] + step3_tokens
-    assert m3["ibpo/compute/generated_tokens"] == (m1[2]["ibpo/compute/generated_tokens"]
+    assert m3["ibpo/compute/total_generated_tokens"] == (m1[2]["ibpo/compute/total_generated_tokens"]
                                                    + m3["ibpo/main_gen_tokens"] + m3["ibpo/correction_gen_tokens"])
     assert m3["ibpo/compute/total_flops"] == m1[2]["ibpo/compute/total_flops"] + m3["ibpo/compute/step_flops"]
     assert m3["ibpo/time/cumulative_step_s"] == m1[2]["ibpo/time/cumulative_step_s"] + m3["timing_s/step"]

@@ -17,7 +17,7 @@ from verl import DataProto
 from compute_accounting.flops import ModelShape, StepWork, forward_flops, step_flops
 from ibpo.advantages import get_mask_sign
 from recipe.ibpo.correction import batch as corr
-from recipe.ibpo.step_compute import step_work
+from recipe.ibpo.step_compute import compute_metrics, step_work
 
 
 # the built-in policies, each with its definition in _reference_masked_advantages
@@ -135,3 +135,20 @@ def test_step_work_charges_main_joint_padding_and_correction_rows():
     work = step_work(baseline, kinds(baseline), None, grad_probe=[], ppo_epochs=1, gradient_checkpointing=False,
                      old_log_prob_forward=False, reference_forward=True)
     assert (work.correction_gen, work.train_joint, work.train_padding, work.train_main) == ([], [], [], main)
+
+
+def test_every_running_total_is_named_a_total():
+    """The running totals (restored on resume) say so in their names: the running sum of generated tokens was logged
+    as ``ibpo/compute/generated_tokens``, which reads as the step's count beside ``ibpo/main_gen_tokens``."""
+    work = StepWork(main_gen=[10, 12], train_main=[10, 12])
+    shape = ModelShape(matmul_params=1000, num_layers=2, attention_dim=8)
+    totals = {"total_tokens": 100.0, "total_flops": 1e6, "generated_tokens": 40.0}  # after the steps before
+    metrics = {"ibpo/main_prompt_tokens": 8.0, "ibpo/main_gen_tokens": 14.0, "ibpo/correction_prompt_tokens": 20.0,
+               "ibpo/correction_gen_tokens": 6.0}
+    compute_metrics(work, shape, metrics, totals)
+    step = step_flops(work, shape).total
+    assert {k: v for k, v in metrics.items() if k.startswith("ibpo/compute/total")} == {
+        "ibpo/compute/total_tokens": 148.0, "ibpo/compute/total_flops": 1e6 + step,
+        "ibpo/compute/total_generated_tokens": 60.0}
+    assert "ibpo/compute/generated_tokens" not in metrics and metrics["ibpo/compute/step_flops"] == step
+    assert totals == {"total_tokens": 148.0, "total_flops": 1e6 + step, "generated_tokens": 60.0}
