@@ -373,15 +373,16 @@ def step_seconds(work: StepWork, main: GenerationWork, correction: GenerationWor
                  coeff: GpuTimeCoefficients) -> StepSeconds:
     """Modelled GPU seconds of one step: both generation phases (:func:`generation_seconds`), the training
     passes of ``work`` (the pass counts of :func:`compute_accounting.flops.step_flops`, each a forward-equivalent
-    over its rows' tokens) and one weight sync. A ``work`` no step can have done fails
-    (:func:`compute_accounting.flops.check_step_work`)."""
+    over its rows' tokens) and one weight sync, each phase's wall seconds on the ``coeff.gpus`` GPUs the
+    coefficients are for times those GPUs (so every phase, and the total, is GPU seconds: what the compute ledger
+    adds up). A ``work`` no step can have done fails (:func:`compute_accounting.flops.check_step_work`)."""
     check_step_work(work)
     gen_main = generation_seconds(main, coeff)
     gen_corr = generation_seconds(correction, coeff) if correction is not None else {"prefill": 0.0, "decode": 0.0}
     per_fwd = 1.0 / coeff.train_forward_tokens_per_s
     train_tokens = float(sum(work.train_main) + sum(work.train_joint) + sum(work.train_padding))
     update_passes = work.ppo_epochs * (3 + int(work.gradient_checkpointing))
-    return StepSeconds({
+    wall = {
         "main_gen_prefill": gen_main["prefill"], "main_gen_decode": gen_main["decode"],
         "correction_gen_prefill": gen_corr["prefill"], "correction_gen_decode": gen_corr["decode"],
         "old_log_prob": train_tokens * per_fwd if work.old_log_prob_forward else 0.0,
@@ -390,7 +391,8 @@ def step_seconds(work: StepWork, main: GenerationWork, correction: GenerationWor
         "counterfactual_forward": float(sum(work.counterfactual_forward)) * per_fwd,
         "grad_probe": (3 + int(work.gradient_checkpointing)) * float(sum(work.grad_probe)) * per_fwd,
         "weight_sync": coeff.weight_sync_s,
-    })
+    }
+    return StepSeconds({phase: seconds * coeff.gpus for phase, seconds in wall.items()})
 
 
 # ------------------------------------------------------------------ measured coefficients (scripts/bench_gpu.py)

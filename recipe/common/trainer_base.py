@@ -226,9 +226,7 @@ class HookedRayPPOTrainer(RayPPOTrainer):
         flops = float(metrics.get(self.STEP_FLOPS_METRIC, 0.0)) if self.STEP_FLOPS_METRIC else 0.0
         if MODELLED_SECONDS_METRIC not in metrics and batch is not None:  # a trainer that prices nothing of its own
             self._model_gpu_seconds(self._plain_step_work(batch), generation_work(batch), None, metrics)
-        modelled = float(metrics.get(MODELLED_SECONDS_METRIC, 0.0))
-        if self.gpu_time_coefficients is not None:  # the model's wall seconds on the GPUs it was measured on
-            modelled *= self.gpu_time_coefficients.gpus
+        modelled = float(metrics.get(MODELLED_SECONDS_METRIC, 0.0))  # GPU seconds (the coefficients' GPUs counted)
         ledger.add_step(flops, float(timing_raw.get("step", 0.0)) * self.resource_pool_manager.get_n_gpus(), modelled)
         budget = ledger.budget
         is_last_step = self.global_steps >= self.total_training_steps

@@ -100,6 +100,23 @@ def test_a_trainer_that_prices_nothing_is_priced_as_verls_plain_step(model_dir):
     assert t.compute_ledger.spent() == metrics["compute_budget/modelled_gpu_seconds"] == pytest.approx(expected.total)
 
 
+def test_coefficients_for_two_gpus_log_gpu_seconds_the_ledger_adds_up(model_dir):
+    """Coefficients measured on 2 GPUs (``gpus=2``: their seconds are wall seconds of both): every
+    ``compute/modelled_gpu_seconds`` metric is GPU seconds, twice the wall seconds, and the ledger adds exactly the
+    logged total (it logged the wall seconds under the GPU-seconds name and doubled only the ledger's)."""
+    t = trainer(run_config(model_dir, unit="modelled_gpu_seconds", limit=1e9))
+    one_gpu = t.gpu_time_coefficients
+    t.gpu_time_coefficients = dataclasses.replace(one_gpu, gpus=2)
+    batch = rows([3, 5, 1], [4, 2, 6])
+    metrics = {}
+    t._step_metrics(batch, metrics, {"step": 2.0})
+    wall = step_seconds(StepWork(main_gen=[7, 7, 7], train_main=[7, 7, 7], ppo_epochs=2),
+                        GenerationWork([3, 5, 1], [4, 2, 6]), None, one_gpu)
+    assert metrics[MODELLED_SECONDS_METRIC] == pytest.approx(2 * wall.total) and wall.total > 0
+    assert metrics[MODELLED_SECONDS_METRIC + "/weight_sync"] == pytest.approx(2 * one_gpu.weight_sync_s)
+    assert t.compute_ledger.modelled_gpu_seconds == pytest.approx(metrics[MODELLED_SECONDS_METRIC])
+
+
 def test_a_trainers_own_pricing_reaches_the_ledger(model_dir):
     """A method that prices its step (a correction generation, extra forwards) logs it before the end of the
     step; the ledger takes that total, not the plain step's."""
