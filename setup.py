@@ -29,7 +29,7 @@ INSTALL_REQUIRES = [
 ]
 
 EXTRAS = {
-    "test": ["pytest>=8", "hypothesis>=6.100", "matplotlib>=3.8"],
+    "test": ["pytest>=8", "hypothesis>=6.100", "matplotlib>=3.8", "scipy>=1.17"],  # scipy: reference statistics
     "plots": ["matplotlib>=3.8"],
 }
 
