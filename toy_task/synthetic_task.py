@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from option_types.cli import output_folder, positive_int
 from toy_task.sft import collate, sampled_accuracy  # shared with toy_task.warm_start
 
 DATA_SOURCE = "ibpo/synthetic_arith"
@@ -214,13 +215,13 @@ def build_cpu_demo_assets(
             "built_with": demo_assets_config(sft_steps, n_train, n_val, seed)}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", required=True, help="output directory")
-    parser.add_argument("--sft-steps", type=int, default=SFT_STEPS)
+    parser.add_argument("--out", type=output_folder, required=True, help="output directory")
+    parser.add_argument("--sft-steps", type=positive_int, default=SFT_STEPS)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--measure", action="store_true", help="report sampled accuracy on the val rows")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     paths = build_cpu_demo_assets(args.out, sft_steps=args.sft_steps, seed=args.seed)
     print(json.dumps(paths, indent=1))
     if args.measure:

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from ibpo.options import IBPOConfig
 from ibpo.variants import variant_names
-from option_types.cli import positive_float, positive_int, refuse_unused
+from option_types.cli import output_folder, positive_float, positive_int, refuse_unused
 from verl_cpu.launch import cpu_env, cpu_overrides, process_env, read_metrics_jsonl, run_with_timeout
 
 # (metric key, column title, format)
@@ -266,14 +266,6 @@ def option_owned_overrides(overrides: list[str]) -> list[str]:
     return found
 
 
-def out_folder_problem(out: Path) -> str | None:
-    """Why ``--out`` cannot be the work folder (it, or a folder above it, is a file), else None."""
-    for path in (out, *out.parents):
-        if path.exists():
-            return None if path.is_dir() else f"{path} is a file, not a folder"
-    return None
-
-
 def gpu_problem() -> str | None:
     """Why ``--gpu`` cannot run here (no vLLM, no CUDA device), else None: said before minutes of asset building,
     not by the run's workers after them."""
@@ -303,7 +295,8 @@ def cached_assets_problem(stamp: Path, expected: dict) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default="outputs/quickstart", help="work directory (assets are cached here)")
+    parser.add_argument("--out", type=output_folder, default="outputs/quickstart",
+                        help="work directory (assets are cached here)")
     parser.add_argument("--steps", type=positive_int, default=3)
     parser.add_argument("--variant", choices=variant_names(), default=IBPOConfig().variant,
                         help="ibpo.variant (default: the package's; λ, shaping and correct_groups are the package's too)")
@@ -329,9 +322,6 @@ def main(argv: list[str] | None = None) -> int:
     from toy_task.synthetic_task import SFT_STEPS, build_cpu_demo_assets, demo_assets_config
 
     out = Path(args.out).resolve()
-    problem = out_folder_problem(out)
-    if problem:
-        parser.error(f"--out {args.out}: {problem}")
     problem = gpu_problem() if args.gpu else None
     if problem:
         parser.error(f"--gpu: {problem}")

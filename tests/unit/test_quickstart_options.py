@@ -147,7 +147,7 @@ def test_an_out_folder_that_is_a_file_is_refused(tmp_path, capsys):
     # before: the asset build began and failed with a NotADirectoryError traceback
     (tmp_path / "f").write_text("")
     assert quickstart_error(["--out", str(tmp_path / "f" / "q")], capsys).endswith(
-        f"error: --out {tmp_path / 'f' / 'q'}: {tmp_path / 'f'} is a file, not a folder")
+        f"error: argument --out: {tmp_path / 'f'} is a file, not a folder")
 
 
 def test_a_cached_warm_start_of_another_configuration_is_refused(tmp_path, capsys):
