@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from pathlib import Path
 from typing import Callable
 
 
@@ -54,6 +55,18 @@ def float_in(low: float | None = None, high: float | None = None, low_open: bool
 
     parse.__name__ = what
     return parse
+
+
+def output_folder(text: str) -> Path:
+    """An ``argparse`` type: a folder to write into, existing or not, but not a file nor below one (the tool
+    would otherwise fail with ``NotADirectoryError`` after its work began)."""
+    path = Path(text).expanduser()
+    for where in (path, *path.absolute().parents):
+        if where.exists():
+            if not where.is_dir():
+                raise argparse.ArgumentTypeError(f"{where} is a file, not a folder")
+            break
+    return path
 
 
 positive_int = int_at_least(1)

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from option_types.cli import output_folder, positive_int
 from toy_task.sft import collate, sampled_accuracy  # shared with toy_task.warm_start
 
 DATA_SOURCE = "ibpo/synthetic_arith"
@@ -192,26 +193,35 @@ def sft_warm_start(
 # ---------------------------------------------------------------------------------------------
 
 
+def demo_assets_config(sft_steps: int = SFT_STEPS, n_train: int = 64, n_val: int = 16, seed: int = 0) -> dict:
+    """What :func:`build_cpu_demo_assets` was called with, recorded beside the paths it returns (``built_with``):
+    a cache of the assets (the quickstart's ``assets.json``) is reused only for the configuration that built it."""
+    return {"builder": "toy_task.synthetic_task", "sft_steps": sft_steps, "n_train": n_train, "n_val": n_val,
+            "seed": seed}
+
+
 def build_cpu_demo_assets(
     out_dir: str | Path, sft_steps: int = SFT_STEPS, n_train: int = 64, n_val: int = 16, seed: int = 0
-) -> dict[str, str]:
-    """Tokenizer, warm-started tiny model and train/val parquet under ``out_dir``; returns their paths."""
+) -> dict:
+    """Tokenizer, warm-started tiny model and train/val parquet under ``out_dir``; returns their paths and
+    ``built_with`` (:func:`demo_assets_config`)."""
     from verl_cpu.tiny_assets import build_tiny_assets
 
     out = Path(out_dir)
     tiny = build_tiny_assets(out / "tiny", seed=seed)
     sft_warm_start(tiny["model"], out / "model_sft", steps=sft_steps, seed=seed)
     data = write_task_parquets(out / "data", n_train=n_train, n_val=n_val, seed=seed)
-    return {"tokenizer": tiny["tokenizer"], "model": str(out / "model_sft"), "train": data["train"], "val": data["val"]}
+    return {"tokenizer": tiny["tokenizer"], "model": str(out / "model_sft"), "train": data["train"], "val": data["val"],
+            "built_with": demo_assets_config(sft_steps, n_train, n_val, seed)}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", required=True, help="output directory")
-    parser.add_argument("--sft-steps", type=int, default=SFT_STEPS)
+    parser.add_argument("--out", type=output_folder, required=True, help="output directory")
+    parser.add_argument("--sft-steps", type=positive_int, default=SFT_STEPS)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--measure", action="store_true", help="report sampled accuracy on the val rows")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     paths = build_cpu_demo_assets(args.out, sft_steps=args.sft_steps, seed=args.seed)
     print(json.dumps(paths, indent=1))
     if args.measure:

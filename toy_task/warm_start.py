@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from option_types.cli import output_folder, positive_int
 from toy_task.tasks import TASKS, ToyTask, get_task
 from data_prep.common import read_verl_parquet
 from toy_task.rows import write_task_parquets
@@ -149,16 +150,18 @@ def measure(model_dir: str | Path, val_path: str | Path, samples_per_prompt: int
     return {"sampled": sampled, "greedy_accuracy": greedy["accuracy"]}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", required=True, help="output directory")
-    parser.add_argument("--sft-steps", type=int, default=SFT_STEPS)
+    parser.add_argument("--out", type=output_folder, required=True, help="output directory")
+    parser.add_argument("--sft-steps", type=positive_int, default=SFT_STEPS)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--task", default="addition", choices=sorted(TASKS), help="toy_task.tasks")
     parser.add_argument("--hidden-size", type=int, default=HIDDEN_SIZE, help="the policy's width (default: the toy's)")
     parser.add_argument("--num-layers", type=int, default=NUM_LAYERS, help="the policy's depth (default: the toy's)")
     parser.add_argument("--measure", action="store_true", help="report sampled and greedy accuracy on val")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.measure and args.task != "addition":  # the accuracy is measured on the addition task's val rows
+        parser.error(f"--measure: the addition task only (its val rows), not --task {args.task}")
     if args.hidden_size < 8 or args.hidden_size % 8 or args.num_layers < 1:
         parser.error(f"--hidden-size must be a multiple of 8 (4 attention heads of even width), >= 8, and --num-layers >= 1; "
                      f"got {args.hidden_size}, {args.num_layers}")
@@ -166,7 +169,7 @@ def main() -> None:
                               hidden_size=args.hidden_size, num_layers=args.num_layers)
     (Path(args.out) / "assets.json").write_text(json.dumps(assets, indent=1))  # read by scripts/compare_methods.py
     print(json.dumps(assets, indent=1))
-    if args.measure and args.task == "addition":
+    if args.measure:
         print(json.dumps(measure(assets["model"], assets["val"])))
 
 

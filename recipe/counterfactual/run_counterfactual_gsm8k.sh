@@ -3,6 +3,7 @@
 # GSM8K-style data, and its three controls. MODE=counterfactual|inverted|random|vanilla (default: all four,
 # one run each). Prepare the data first: python -m data_prep.gsm8k --input RAW --output $DATA_DIR/gsm8k_train.parquet
 set -xeuo pipefail
+source "$(dirname "$0")/../common/launch_env.sh"   # a bad variable stops here, naming it
 
 MODEL_PATH=${MODEL_PATH:-"${HOME}/models/Qwen2.5-1.5B-Instruct"}
 DATA_DIR=${DATA_DIR:-"${HOME}/data/ibpo"}
@@ -17,8 +18,11 @@ MAX_PROMPT=${MAX_PROMPT:-512}
 MAX_RESPONSE=${MAX_RESPONSE:-1024}
 TOTAL_STEPS=${TOTAL_STEPS:-200}
 EXP_PREFIX=${EXP_PREFIX:-cf_gsm8k}
+MODES=${MODES:-counterfactual inverted random vanilla}
+env_int NNODES NGPUS_PER_NODE N_RESP TRAIN_BATCH MINI_BATCH MAX_PROMPT MAX_RESPONSE TOTAL_STEPS
+env_words_in MODES counterfactual inverted random vanilla   # every mode before the first run
 
-for MODE in ${MODES:-counterfactual inverted random vanilla}; do
+for MODE in ${MODES}; do
     python3 -m recipe.main method=counterfactual \
         data.train_files="${TRAIN_FILES}" \
         data.val_files="${VAL_FILES}" \

@@ -6,15 +6,17 @@
     python -m recipe.ibpo.quickstart --gpu                 # one CUDA GPU, vLLM rollout
     python -m recipe.ibpo.quickstart -- 'trainer.logger=[console,tensorboard]'   # extra Hydra overrides
 
-It builds (once, cached in ``--out``) a tiny Qwen2-style model and tokenizer, warm-starts it on the
-synthetic arithmetic task (``toy_task/synthetic_task.py``) so it answers some problems right and
+It builds (once, cached in ``--out``; a cache built with another configuration or by another tool, e.g. a
+``toy_task.warm_start`` folder, is refused: ``--rebuild``) a tiny Qwen2-style model and tokenizer, warm-starts it on
+the synthetic arithmetic task (``toy_task/synthetic_task.py``) so it answers some problems right and
 some wrong, then runs ``python -m recipe.main method=ibpo`` (CPU platform and ``hf`` rollout, or with
 ``--gpu`` CUDA and vLLM), bounded by ``--timeout`` (the whole process tree is killed on expiry). While it
 runs, a line per finished training step is printed (read from verl's file logger, which is always added
 to ``trainer.logger``). At the end it saves a Hugging Face checkpoint of the trained policy, prints the
 per-step IBPO metrics table and the commands that evaluate the checkpoint against the warm-start model
 and plot the curves. Each run writes ``<out>/<run>.log``, ``<out>/<run>_metrics.jsonl`` and
-``<out>/checkpoints/<run>/`` (``<run>`` = ``ibpo_<variant>`` or ``gspo``), replacing its own earlier ones. Extra Hydra overrides can follow ``--``.
+``<out>/checkpoints/<run>/`` (``<run>`` = ``ibpo_<variant>`` or ``gspo``), replacing its own earlier ones. Extra Hydra
+overrides can follow ``--``, except of the keys an option sets (``ibpo.variant``: ``--variant``, ...).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from pathlib import Path
 
 from ibpo.options import IBPOConfig
 from ibpo.variants import variant_names
-from option_types.cli import positive_float, positive_int
+from option_types.cli import output_folder, positive_float, positive_int, refuse_unused
 from verl_cpu.launch import cpu_env, cpu_overrides, process_env, read_metrics_jsonl, run_with_timeout
 
 # (metric key, column title, format)
@@ -246,9 +248,55 @@ def next_commands(assets: dict, out: Path, name: str, hf_checkpoint: Path, label
     ]
 
 
+# Hydra keys a quickstart option sets: given after `--` they would run something the run's name, step count or
+# checkpoint lookup do not describe (`-- ibpo.variant=ratio` ran ratio as "ibpo_binary"); the option is the way.
+OPTION_KEYS = {"ibpo.variant": "--variant", "ibpo.joint_training": "--no-joint-training", "ibpo.enable": "--baseline",
+               "trainer.total_training_steps": "--steps", "trainer.default_local_dir": "--out",
+               "trainer.device": "--gpu", "actor_rollout_ref.rollout.name": "--gpu"}
+
+
+def option_owned_overrides(overrides: list[str]) -> list[str]:
+    """``key (use OPTION)`` for each Hydra override (``key=value``, ``+key=``, ``++key=``, ``~key``) of a key a
+    quickstart option sets (:data:`OPTION_KEYS`)."""
+    found = []
+    for arg in overrides:
+        key = arg.lstrip("+~").split("=", 1)[0].strip()
+        if key in OPTION_KEYS:
+            found.append(f"{key} (use {OPTION_KEYS[key]})")
+    return found
+
+
+def gpu_problem() -> str | None:
+    """Why ``--gpu`` cannot run here (no vLLM, no CUDA device), else None: said before minutes of asset building,
+    not by the run's workers after them."""
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        return "vLLM is not installed (verl's vLLM rollout; docs/gpu.md)"
+    import torch
+
+    return None if torch.cuda.is_available() else "no CUDA device is visible"
+
+
+def cached_assets_problem(stamp: Path, expected: dict) -> str | None:
+    """Why the asset cache ``stamp`` (``<out>/assets.json``) cannot be reused, else None: unreadable, built by
+    another configuration or tool (its ``built_with`` differs from ``expected``: another SFT length, or a
+    ``toy_task.warm_start`` folder), or a path it names is gone."""
+    try:
+        assets = json.loads(stamp.read_text())
+    except (OSError, ValueError) as exc:
+        return f"{stamp} is not a readable asset cache ({type(exc).__name__})"
+    built_with = assets.get("built_with") if isinstance(assets, dict) else None
+    if built_with != expected:
+        return f"{stamp} was built with {built_with}, not the quickstart's {expected}"
+    missing = [assets.get(k) for k in ("tokenizer", "model", "train", "val") if not Path(str(assets.get(k))).exists()]
+    return f"{stamp} names {missing[0]}, which does not exist" if missing else None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default="outputs/quickstart", help="work directory (assets are cached here)")
+    parser.add_argument("--out", type=output_folder, default="outputs/quickstart",
+                        help="work directory (assets are cached here)")
     parser.add_argument("--steps", type=positive_int, default=3)
     parser.add_argument("--variant", choices=variant_names(), default=IBPOConfig().variant,
                         help="ibpo.variant (default: the package's; λ, shaping and correct_groups are the package's too)")
@@ -262,12 +310,27 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [x for x in extra if x.startswith("-")]
     if unknown:
         parser.error(f"unknown option(s) {' '.join(unknown)} (Hydra overrides go after --, as key=value)")
+    owned = option_owned_overrides(extra)
+    if owned:
+        parser.error(f"{', '.join(owned)}: set by a quickstart option; give the option, not the override")
+    if args.baseline:
+        given = [a for a in (sys.argv[1:] if argv is None else argv) if a != "--" and a not in extra]
+        refuse_unused(parser, given, {"variant": "--variant", "no_joint_training": "--no-joint-training"},
+                      "--baseline", "GSPO runs without the correction pass")
     extra, logger_note = with_file_logger(extra)
 
-    from toy_task.synthetic_task import SFT_STEPS, build_cpu_demo_assets
+    from toy_task.synthetic_task import SFT_STEPS, build_cpu_demo_assets, demo_assets_config
 
     out = Path(args.out).resolve()
+    problem = gpu_problem() if args.gpu else None
+    if problem:
+        parser.error(f"--gpu: {problem}")
     stamp = out / "assets.json"
+    if stamp.exists() and not args.rebuild:
+        problem = cached_assets_problem(stamp, demo_assets_config())
+        if problem:
+            parser.error(f"--out {args.out}: {problem}; pass --rebuild to build the quickstart's assets there, "
+                         "or another --out")
     if args.rebuild or not stamp.exists():
         print(f"[quickstart] building the tiny model, tokenizer and synthetic task in {out}; warm start: "
               f"{SFT_STEPS} SFT steps on CPU ...", flush=True)

@@ -5,5 +5,7 @@
 # corrections, so the budget stops it after ~72 steps (ARM_STEPS: the cosine schedule's length, ~1.2x that).
 # UPDATE_READING (minibatch | one_update): as in run_ibpo_qwen3_32b.sh.
 set -xeuo pipefail
+source "$(dirname "$0")/../common/launch_env.sh"   # a bad variable stops here, naming it
+env_unused JOINT "the GSPO baseline trains no corrections"
 EXP_NAME=${EXP_NAME:-gspo_qwen3_32b_g64} N_RESP=${N_RESP:-64} ARM_STEPS=${ARM_STEPS:-90} \
     JOINT=False bash "$(dirname "$0")/run_ibpo_qwen3_32b.sh" ibpo.enable=False "$@"

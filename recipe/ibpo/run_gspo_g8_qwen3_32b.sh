@@ -5,5 +5,7 @@
 # stops it after ~580 steps (ARM_STEPS: the cosine schedule's length, ~1.2x that).
 # UPDATE_READING (minibatch | one_update): as in run_ibpo_qwen3_32b.sh.
 set -xeuo pipefail
+source "$(dirname "$0")/../common/launch_env.sh"   # a bad variable stops here, naming it
+env_unused JOINT "the GSPO baseline trains no corrections"
 EXP_NAME=${EXP_NAME:-gspo_qwen3_32b_g8} N_RESP=${N_RESP:-8} ARM_STEPS=${ARM_STEPS:-700} \
     JOINT=False bash "$(dirname "$0")/run_ibpo_qwen3_32b.sh" ibpo.enable=False "$@"

@@ -7,6 +7,8 @@
 # settings, and why, and its reading of "one update per iteration" (UPDATE_READING): the header of
 # run_ibpo_qwen3_1p7b_1gpu.sh; its start-up options (FAST_START, ENFORCE_EAGER) apply here too.
 set -xeuo pipefail
+source "$(dirname "$0")/../common/launch_env.sh"   # a bad variable stops here, naming it
+env_unused JOINT "the GSPO baseline trains no corrections"
 N_RESP=${N_RESP:-8}
 if [ "${N_RESP}" = "64" ]; then DEFAULT_ARM_STEPS=85; else DEFAULT_ARM_STEPS=660; fi
 EXP_NAME=${EXP_NAME:-gspo_qwen3_1p7b_g${N_RESP}_1gpu} N_RESP=${N_RESP} ARM_STEPS=${ARM_STEPS:-${DEFAULT_ARM_STEPS}} \

@@ -22,6 +22,7 @@
 # context, GPU_MEM=0.45) has been measured on a GPU; `python scripts/bench_gpu.py` measures peak memory and
 # per-phase seconds of one step at a reduced batch (docs/gpu.md, whose table says which rows are measured).
 set -xeuo pipefail
+source "$(dirname "$0")/../common/launch_env.sh"   # a bad variable stops here, naming it
 
 MODEL_PATH=${MODEL_PATH:-"${HOME}/models/Qwen3-1.7B"}
 DATA_DIR=${DATA_DIR:-"${HOME}/data/ibpo"}
@@ -37,11 +38,12 @@ UPDATE_READING=${UPDATE_READING:-minibatch}   # minibatch: 2 updates per step | 
 case "${UPDATE_READING}" in
     minibatch)  DEFAULT_MINI_BATCH=16 ;;
     one_update) DEFAULT_MINI_BATCH=${TRAIN_BATCH} ;;
-    *) echo "UPDATE_READING=${UPDATE_READING} must be minibatch or one_update" >&2; exit 2 ;;
+    *) env_choice UPDATE_READING minibatch one_update ;;
 esac
 MINI_BATCH=${MINI_BATCH:-${DEFAULT_MINI_BATCH}}
 MAX_PROMPT=${MAX_PROMPT:-1024}
 MAX_RESPONSE=${MAX_RESPONSE:-8192}
+env_int N_RESP TRAIN_BATCH MINI_BATCH MAX_PROMPT MAX_RESPONSE
 CANDIDATES=${CANDIDATES:-whole}        # whole | cut (header)
 case "${CANDIDATES}" in
     whole) MAX_MODEL_LEN=${MAX_MODEL_LEN:-32768}    # x + 2 whole candidates + a full correction (Qwen3-1.7B: 40960)
@@ -49,12 +51,21 @@ case "${CANDIDATES}" in
     cut)   MAX_MODEL_LEN=${MAX_MODEL_LEN:-16384}
            # each candidate middle-truncated so that x~ plus a full response fits (checked at start)
            MAX_CANDIDATE=${MAX_CANDIDATE:-$(( (MAX_MODEL_LEN - MAX_RESPONSE - MAX_PROMPT - 256) / 2 - 16 ))} ;;
-    *) echo "CANDIDATES=${CANDIDATES} must be whole or cut" >&2; exit 2 ;;
+    *) env_choice CANDIDATES whole cut ;;
 esac
+env_int MAX_MODEL_LEN
+env_int_min 0 MAX_CANDIDATE              # 0: derived from the model's context at start
 LR=${LR:-5e-7}                          # App. D (the scripts used 1e-6 before, with no stated reason)
 TEMPERATURE=${TEMPERATURE:-1.0}
 GPU_MEM=${GPU_MEM:-0.45}
 VAL_N=${VAL_N:-16}                      # AIME 2025: 30 problems x 16 samples
+VAL_TEMPERATURE=${VAL_TEMPERATURE:-0.6} # Qwen3's generation_config.json (the start check prints it)
+VAL_TOP_P=${VAL_TOP_P:-0.95}
+VAL_TOP_K=${VAL_TOP_K:-20}
+JOINT=${JOINT:-True}
+env_number LR TEMPERATURE GPU_MEM VAL_TEMPERATURE VAL_TOP_P
+env_int VAL_N
+env_choice JOINT True False
 # One compute budget for the pair (compute_accounting/budget.py; COMPUTE_BUDGET=0: TOTAL_STEPS steps). Default: about
 # 200 IBPO steps by the FLOP formula of compute_accounting/flops.py (mean response 5k tokens, 60% wrong: 7.5e16 FLOPs per
 # step); the G = 8 baseline then gets ~550 steps. TOTAL_STEPS: the cap and the cosine schedule's length
@@ -63,7 +74,13 @@ COMPUTE_BUDGET=${COMPUTE_BUDGET:-1.5e19}
 BUDGET_UNIT=${BUDGET_UNIT:-flops}
 ARM_STEPS=${ARM_STEPS:-240}
 TOTAL_STEPS=${TOTAL_STEPS:-${ARM_STEPS}}
-if [ "${COMPUTE_BUDGET}" = "0" ]; then TEST_FREQ=${TEST_FREQ:-10}; else TEST_FREQ=-1; fi
+env_number COMPUTE_BUDGET
+env_int ARM_STEPS TOTAL_STEPS
+if env_is_zero COMPUTE_BUDGET; then TEST_FREQ=${TEST_FREQ:-10}
+else
+    env_unused TEST_FREQ "validation follows COMPUTE_BUDGET (at 25/50/75/100 %; COMPUTE_BUDGET=0 for steps)"
+    TEST_FREQ=-1
+fi
 LOGGER=${LOGGER:-"['console','file']"}
 # Start-up options for a short run or a GPU check (docs/gpu.md, "Start-up"); what each saves at start and costs
 # per step is unmeasured (no GPU in the session that added them):
@@ -74,14 +91,18 @@ LOGGER=${LOGGER:-"['console','file']"}
 #   ENFORCE_EAGER=1 vLLM without CUDA graphs or compilation (the slowest decode; for a check, not a run).
 FAST_START=${FAST_START:-0}
 ENFORCE_EAGER=${ENFORCE_EAGER:-0}
+env_choice FAST_START 0 1
+env_choice ENFORCE_EAGER 0 1
 START_OPTS=()
 if [ "${FAST_START}" = "1" ]; then
     CUDAGRAPH_MAX=${CUDAGRAPH_MAX:-$(( TRAIN_BATCH * N_RESP < 512 ? TRAIN_BATCH * N_RESP : 512 ))}
+    env_int CUDAGRAPH_MAX
     SIZES=1; s=2; while [ "${s}" -lt "${CUDAGRAPH_MAX}" ]; do SIZES="${SIZES},${s}"; s=$((s * 2)); done
     if [ "${CUDAGRAPH_MAX}" -gt 1 ]; then SIZES="${SIZES},${CUDAGRAPH_MAX}"; fi
     START_OPTS+=(actor_rollout_ref.actor.use_torch_compile=False actor_rollout_ref.actor.fsdp_config.use_torch_compile=False
                  "actor_rollout_ref.rollout.cudagraph_capture_sizes=[${SIZES}]")
 fi
+if [ "${FAST_START}" = "0" ]; then env_unused CUDAGRAPH_MAX "it sizes FAST_START=1's CUDA graphs"; fi
 if [ "${ENFORCE_EAGER}" = "1" ]; then START_OPTS+=(actor_rollout_ref.rollout.enforce_eager=True); fi
 
 python3 -m recipe.main method=ibpo \
@@ -112,11 +133,11 @@ python3 -m recipe.main method=ibpo \
     actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=$(((MAX_PROMPT + MAX_RESPONSE) * 4)) \
     actor_rollout_ref.rollout.val_kwargs.n=${VAL_N} \
     actor_rollout_ref.rollout.val_kwargs.do_sample=True \
-    actor_rollout_ref.rollout.val_kwargs.temperature=0.6 \
-    actor_rollout_ref.rollout.val_kwargs.top_p=0.95 \
-    actor_rollout_ref.rollout.val_kwargs.top_k=20 \
+    actor_rollout_ref.rollout.val_kwargs.temperature=${VAL_TEMPERATURE} \
+    actor_rollout_ref.rollout.val_kwargs.top_p=${VAL_TOP_P} \
+    actor_rollout_ref.rollout.val_kwargs.top_k=${VAL_TOP_K} \
     ibpo.max_candidate_tokens=${MAX_CANDIDATE} \
-    ibpo.joint_training=${JOINT:-True} \
+    ibpo.joint_training=${JOINT} \
     trainer.logger="${LOGGER}" \
     trainer.project_name="${PROJECT_NAME}" \
     trainer.experiment_name="${EXP_NAME}" \

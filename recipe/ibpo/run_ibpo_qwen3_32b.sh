@@ -14,6 +14,7 @@
 #   one_update: 32 prompts per step, one mini-batch of 32 = one optimizer update per iteration, as Alg. 1 reads.
 # Evaluation of Table 1 after training: docs/evaluation.md (the same response length as in-training validation).
 set -xeuo pipefail
+source "$(dirname "$0")/../common/launch_env.sh"   # a bad variable stops here, naming it
 
 MODEL_PATH=${MODEL_PATH:-"${HOME}/models/Qwen3-32B"}
 DATA_DIR=${DATA_DIR:-"${HOME}/data/ibpo"}
@@ -28,18 +29,20 @@ NNODES=${NNODES:-4}
 NGPUS_PER_NODE=${NGPUS_PER_NODE:-8}
 GEN_TP=${GEN_TP:-4}
 SP_SIZE=${SP_SIZE:-8}
+env_int NNODES NGPUS_PER_NODE GEN_TP SP_SIZE
 
 N_RESP=${N_RESP:-8}                     # G
 UPDATE_READING=${UPDATE_READING:-minibatch}   # minibatch | one_update (header)
 case "${UPDATE_READING}" in
     minibatch)  DEFAULT_TRAIN_BATCH=128 ;;   # prompts per step (the paper gives only the mini-batch): 4 updates
     one_update) DEFAULT_TRAIN_BATCH=32 ;;    # one mini-batch per step: one update per iteration
-    *) echo "UPDATE_READING=${UPDATE_READING} must be minibatch or one_update" >&2; exit 2 ;;
+    *) env_choice UPDATE_READING minibatch one_update ;;
 esac
 TRAIN_BATCH=${TRAIN_BATCH:-${DEFAULT_TRAIN_BATCH}}
 MINI_BATCH=${MINI_BATCH:-32}            # App. D
 MAX_PROMPT=${MAX_PROMPT:-2048}
 MAX_RESPONSE=${MAX_RESPONSE:-30720}     # 32k context
+env_int N_RESP TRAIN_BATCH MINI_BATCH MAX_PROMPT MAX_RESPONSE
 # What the correction prompt shows of each candidate (CANDIDATES; docs/correction_pass.md measures the cost of
 # cutting, and the start check prints how much of an answer the configuration keeps). The default is whole: on
 # the toy, keeping 50% or 25% of each candidate took correction success from 0.22 to 0.00 (the corrector
@@ -65,13 +68,17 @@ case "${CANDIDATES}" in
         MAX_CANDIDATE=${MAX_CANDIDATE:-$(( (MAX_MODEL_LEN - MAX_RESPONSE - MAX_PROMPT - 256) / 2 - 16 ))} ;;
     whole)
         ROPE_ORIGINAL=${ROPE_ORIGINAL:-32768}     # the native context YaRN scales (80B: 262,144)
+        env_int ROPE_ORIGINAL
         ROPE="{rope_type:yarn,factor:4.0,original_max_position_embeddings:${ROPE_ORIGINAL}}"
         MAX_MODEL_LEN=${MAX_MODEL_LEN:-$(( ROPE_ORIGINAL * 4 ))}
         MAX_CANDIDATE=${MAX_CANDIDATE:-${MAX_RESPONSE}}
         ROPE_OVERRIDES=("++actor_rollout_ref.model.override_config.rope_scaling=${ROPE}"
                         "++actor_rollout_ref.rollout.engine_kwargs.vllm.hf_overrides={rope_scaling:${ROPE}}") ;;
-    *) echo "CANDIDATES=${CANDIDATES} must be cut or whole" >&2; exit 2 ;;
+    *) env_choice CANDIDATES cut whole ;;
 esac
+env_int MAX_MODEL_LEN
+env_int_min 0 MAX_CANDIDATE              # 0: derived from the model's context at start
+if [ "${CANDIDATES}" = "cut" ]; then env_unused ROPE_ORIGINAL "CANDIDATES=cut runs the model's own context"; fi
 LR=${LR:-5e-7}
 # The paper's IBPO, pinned here so this script reproduces it whatever the package defaults are (the project's
 # default differs where docs/evidence.md section 2 showed the paper's rule unlearning on a weak warm start):
@@ -86,6 +93,10 @@ VAL_N=${VAL_N:-64}                      # eval: 64 samples per problem
 VAL_TEMPERATURE=${VAL_TEMPERATURE:-0.6}
 VAL_TOP_P=${VAL_TOP_P:-0.95}
 VAL_TOP_K=${VAL_TOP_K:-20}
+JOINT=${JOINT:-True}
+env_number LR LAM TEMPERATURE VAL_TEMPERATURE VAL_TOP_P
+env_int VAL_N
+env_choice JOINT True False
 # The compute budget of every Table-1 arm (COMPUTE_BUDGET=0: no budget, TOTAL_STEPS steps). Default: about 300
 # IBPO G = 8 steps of 128 prompts by the FLOP formula of compute_accounting/flops.py (mean response 12k tokens, half the
 # answers wrong and corrected, 1.1e19 FLOPs per step); GSPO G = 8 then gets ~580 steps, G = 64 ~72. To match
@@ -96,8 +107,15 @@ BUDGET_UNIT=${BUDGET_UNIT:-flops}
 # script sets ARM_STEPS ~1.2x its expected steps of 128 prompts to the default budget, so every arm's lr decays
 # alike (the trainer prints where the budget stopped it); scaled to the prompts per step of UPDATE_READING.
 ARM_STEPS=${ARM_STEPS:-360}
+env_number COMPUTE_BUDGET
+env_int ARM_STEPS
 TOTAL_STEPS=${TOTAL_STEPS:-$(( ARM_STEPS * 128 / TRAIN_BATCH ))}
-if [ "${COMPUTE_BUDGET}" = "0" ]; then TEST_FREQ=${TEST_FREQ:-10}; else TEST_FREQ=-1; fi
+env_int TOTAL_STEPS
+if env_is_zero COMPUTE_BUDGET; then TEST_FREQ=${TEST_FREQ:-10}
+else
+    env_unused TEST_FREQ "validation follows COMPUTE_BUDGET (at 25/50/75/100 %; COMPUTE_BUDGET=0 for steps)"
+    TEST_FREQ=-1
+fi
 LOGGER=${LOGGER:-"['console','tensorboard']"}
 
 python3 -m recipe.main method=ibpo \
@@ -132,7 +150,7 @@ python3 -m recipe.main method=ibpo \
     actor_rollout_ref.rollout.val_kwargs.top_p=${VAL_TOP_P} \
     actor_rollout_ref.rollout.val_kwargs.top_k=${VAL_TOP_K} \
     ibpo.max_candidate_tokens=${MAX_CANDIDATE} \
-    ibpo.joint_training=${JOINT:-True} \
+    ibpo.joint_training=${JOINT} \
     ibpo.variant=${VARIANT} \
     ibpo.lam=${LAM} \
     ibpo.shaping=${SHAPING} \

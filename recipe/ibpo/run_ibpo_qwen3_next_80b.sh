@@ -13,10 +13,13 @@
 # Compute budget: the 32B default is a 32B number, so this script runs TOTAL_STEPS steps unless COMPUTE_BUDGET
 # is given (then every arm of the comparison, e.g. N_RESP=64 ... ibpo.enable=False, gets the same one).
 set -xeuo pipefail
-if [ "${CANDIDATES:-whole}" = "whole" ]; then DEFAULT_MODEL_LEN=1048576; else DEFAULT_MODEL_LEN=262144; fi
+source "$(dirname "$0")/../common/launch_env.sh"   # a bad variable stops here, naming it
+# whole: YaRN over the model's native 262,144 tokens (cut runs the native context, no rope scaling)
+if [ "${CANDIDATES:-whole}" = "whole" ]; then DEFAULT_MODEL_LEN=1048576; export ROPE_ORIGINAL=${ROPE_ORIGINAL:-262144}
+else DEFAULT_MODEL_LEN=262144; fi
 MODEL_PATH=${MODEL_PATH:-"${HOME}/models/Qwen3-Next-80B-A3B-Thinking"} \
 EXP_NAME=${EXP_NAME:-ibpo_gspo_qwen3_next_80b} \
-MAX_RESPONSE=${MAX_RESPONSE:-253952} MAX_MODEL_LEN=${MAX_MODEL_LEN:-${DEFAULT_MODEL_LEN}} ROPE_ORIGINAL=262144 \
+MAX_RESPONSE=${MAX_RESPONSE:-253952} MAX_MODEL_LEN=${MAX_MODEL_LEN:-${DEFAULT_MODEL_LEN}} \
 GEN_TP=${GEN_TP:-8} SP_SIZE=${SP_SIZE:-8} \
 COMPUTE_BUDGET=${COMPUTE_BUDGET:-0} ARM_STEPS=${ARM_STEPS:-300} \
 VAL_TEMPERATURE=${VAL_TEMPERATURE:-0.6} VAL_TOP_P=${VAL_TOP_P:-0.95} VAL_TOP_K=${VAL_TOP_K:-20} \

@@ -4,7 +4,11 @@
 # (CANDIDATES) and reading of Alg. 1's "one update per iteration" (UPDATE_READING: minibatch, 4 updates of
 # 32 prompts per step, by default; one_update for one update per iteration).
 set -xeuo pipefail
-for ALPHA in ${ALPHAS:-0.5 0.55 0.6 0.65 0.7 0.8}; do
+source "$(dirname "$0")/../common/launch_env.sh"   # a bad variable stops here, naming it
+env_unused EXP_NAME "each run is named ibpo_alpha_<value>"
+ALPHAS=${ALPHAS:-0.5 0.55 0.6 0.65 0.7 0.8}
+env_numbers ALPHAS   # every value before the first run
+for ALPHA in ${ALPHAS}; do
     EXP_NAME=ibpo_alpha_${ALPHA} bash "$(dirname "$0")/run_ibpo_qwen3_32b.sh" ibpo.alpha=${ALPHA} "$@"
 done
 EXP_NAME=ibpo_alpha_adaptive bash "$(dirname "$0")/run_ibpo_qwen3_32b.sh" ibpo.alpha_mode=adaptive "$@"

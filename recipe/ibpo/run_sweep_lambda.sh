@@ -4,6 +4,11 @@
 # (CANDIDATES) and reading of Alg. 1's "one update per iteration" (UPDATE_READING: minibatch, 4 updates of
 # 32 prompts per step, by default; one_update for one update per iteration).
 set -xeuo pipefail
-for LAMBDA in ${LAMBDAS:-0.2 0.4 0.6 0.8 1.0}; do
+source "$(dirname "$0")/../common/launch_env.sh"   # a bad variable stops here, naming it
+env_unused EXP_NAME "each run is named ibpo_lambda_<value>"
+env_unused LAM "LAMBDAS lists the values"
+LAMBDAS=${LAMBDAS:-0.2 0.4 0.6 0.8 1.0}
+env_numbers LAMBDAS  # every value before the first run
+for LAMBDA in ${LAMBDAS}; do
     EXP_NAME=ibpo_lambda_${LAMBDA} LAM=${LAMBDA} bash "$(dirname "$0")/run_ibpo_qwen3_32b.sh" "$@"
 done

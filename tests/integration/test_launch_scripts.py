@@ -340,3 +340,89 @@ def test_gpu_bench_step_composes_against_verl(tmp_path):
     (argv,) = recorded_invocations("run_ibpo_qwen3_1p7b_1gpu.sh", tmp_path / "e", env, args=cmd[2:])
     eager = composed(argv).actor_rollout_ref.rollout
     assert eager.enforce_eager is True and eager.engine_kwargs.vllm.speculative_config.num_speculative_tokens == 8
+
+
+def refused(script: str, tmp_path: Path, env_vars: dict) -> str:
+    """The one line a launch script stops with (status 2) for ``env_vars``; asserts that it launched nothing."""
+    shim_dir = tmp_path / "bin"
+    shim_dir.mkdir(parents=True)
+    (shim_dir / "python3").write_text(f'#!/bin/sh\ntouch "{tmp_path / "launched"}"\n')
+    (shim_dir / "python3").chmod(0o755)
+    env = {**os.environ, "PATH": f"{shim_dir}:{os.environ['PATH']}", "HOME": str(tmp_path), **env_vars}
+    env.pop("RECIPE_LAUNCH_SCRIPT", None)
+    out = subprocess.run(["bash", str(SCRIPT_PATHS[script])], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and not (tmp_path / "launched").exists(), out.stderr[-2000:]
+    errors = [line for line in out.stderr.splitlines() if line.startswith("[recipe] launch error: ")]
+    assert len(errors) == 1, out.stderr[-2000:]
+    return errors[0].removeprefix("[recipe] launch error: ")
+
+
+ONE_GPU = "run_ibpo_qwen3_1p7b_1gpu.sh"
+TOP = "run_ibpo_qwen3_32b.sh"
+
+
+@pytest.mark.parametrize("script, env_vars, message", [
+    # before: FAST_START/ENFORCE_EAGER other than 1 ran as 0, an empty CANDIDATES as whole, 1e3 failed inside bash
+    # arithmetic ("value too great for base") and a word was read there as a variable (MAX_RESPONSE=N_RESP: 8)
+    (ONE_GPU, {"FAST_START": "yes"}, "FAST_START='yes': must be one of: 0 1"),
+    (ONE_GPU, {"ENFORCE_EAGER": "2"}, "ENFORCE_EAGER='2': must be one of: 0 1"),
+    (ONE_GPU, {"CANDIDATES": "cutt"}, "CANDIDATES='cutt': must be one of: whole cut"),
+    (ONE_GPU, {"CANDIDATES": ""}, "CANDIDATES is set but empty: give it a value, or unset it for the script's default"),
+    (ONE_GPU, {"MAX_RESPONSE": "1e3"}, "MAX_RESPONSE='1e3': must be an integer >= 1"),
+    (ONE_GPU, {"MAX_RESPONSE": "N_RESP"}, "MAX_RESPONSE='N_RESP': must be an integer >= 1"),
+    (ONE_GPU, {"FAST_START": "1", "CUDAGRAPH_MAX": "x"}, "CUDAGRAPH_MAX='x': must be an integer >= 1"),
+    (ONE_GPU, {"COMPUTE_BUDGET": "abc"}, "COMPUTE_BUDGET='abc': must be a number >= 0 (e.g. 5e-7, 1.5e19)"),
+    (ONE_GPU, {"VAL_TEMPERATURE": "hot"}, "VAL_TEMPERATURE='hot': must be a number >= 0 (e.g. 5e-7, 1.5e19)"),
+    (TOP, {"LR": "-1"}, "LR='-1': must be a number >= 0 (e.g. 5e-7, 1.5e19)"),
+    (TOP, {"JOINT": "maybe"}, "JOINT='maybe': must be one of: True False"),
+    (TOP, {"MODEL_PATH": ""}, "MODEL_PATH is set but empty: give it a value, or unset it for the script's default"),
+    # a variable this configuration does not read: before, silently ignored
+    (ONE_GPU, {"CUDAGRAPH_MAX": "24"}, "CUDAGRAPH_MAX='24' is not read here: it sizes FAST_START=1's CUDA graphs; "
+                                       "unset it"),
+    (TOP, {"TEST_FREQ": "5"}, "TEST_FREQ='5' is not read here: validation follows COMPUTE_BUDGET (at 25/50/75/100 %; "
+                              "COMPUTE_BUDGET=0 for steps); unset it"),
+    (TOP, {"CANDIDATES": "cut", "ROPE_ORIGINAL": "1000"},
+     "ROPE_ORIGINAL='1000' is not read here: CANDIDATES=cut runs the model's own context; unset it"),
+    ("run_gspo_g8_qwen3_32b.sh", {"JOINT": "True"},
+     "JOINT='True' is not read here: the GSPO baseline trains no corrections; unset it"),
+    ("run_ibpo_mask_qwen3_32b.sh", {"VARIANT": "ratio"}, "VARIANT='ratio' is not read here: this script runs "
+                                                         "VARIANT=mask; unset it"),
+    (TOP, {"FAST_START": "1"}, "FAST_START='1' is read by other launch scripts, not by run_ibpo_qwen3_32b.sh (it "
+                               "would be ignored); unset it"),
+    (ONE_GPU, {"NNODES": "2"}, "NNODES='2' is read by other launch scripts, not by run_ibpo_qwen3_1p7b_1gpu.sh (it "
+                               "would be ignored); unset it"),
+    ("run_counterfactual_math.sh", {"COMPUTE_BUDGET": "1e19"}, "COMPUTE_BUDGET='1e19' is read by other launch "
+                                                               "scripts, not by run_counterfactual_math.sh (it would "
+                                                               "be ignored); unset it"),
+    # a sweep's values, all before its first run (before: a bad fourth value failed after three trainings)
+    ("run_sweep_alpha.sh", {"ALPHAS": "0.5 0.6x"}, "ALPHAS='0.5 0.6x': '0.6x' is not a number >= 0"),
+    ("run_sweep_lambda.sh", {"LAMBDAS": " "}, "LAMBDAS=' ': must list at least one number"),
+    ("run_counterfactual_math.sh", {"MODES": "random invertd"},
+     "MODES='random invertd': 'invertd' is not one of: counterfactual inverted random vanilla"),
+])
+def test_a_bad_launch_variable_stops_the_script_naming_it(script, env_vars, message, tmp_path):
+    assert refused(script, tmp_path, env_vars) == message
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_script_checks_its_variables(script, tmp_path):
+    """Every launch script sources the one check (recipe/common/launch_env.sh): an empty DATA_DIR, which each reads,
+    is refused, not read as the default."""
+    assert 'source "$(dirname "$0")/../common/launch_env.sh"' in SCRIPT_PATHS[script].read_text()
+    assert refused(script, tmp_path, {"DATA_DIR": ""}) == (
+        "DATA_DIR is set but empty: give it a value, or unset it for the script's default")
+
+
+def test_a_zero_budget_written_as_a_float_runs_by_steps_and_validates(tmp_path):
+    # before: COMPUTE_BUDGET=0.0 was not "0", so test_freq stayed -1: a run with no budget and no validation at all
+    (argv,) = recorded_invocations(ONE_GPU, tmp_path / "z", {"COMPUTE_BUDGET": "0.0"})
+    assert "trainer.test_freq=10" in argv and "compute_budget.limit=0.0" in argv
+    (argv,) = recorded_invocations(TOP, tmp_path / "t", {"COMPUTE_BUDGET": "0e0", "TEST_FREQ": "5"})
+    assert "trainer.test_freq=5" in argv
+
+
+def test_one_gpu_script_reads_the_validation_sampling_variables(tmp_path):
+    # before: VAL_TEMPERATURE/VAL_TOP_P/VAL_TOP_K (read by the 32B and 80B scripts) were ignored here
+    (argv,) = recorded_invocations(ONE_GPU, tmp_path, {"VAL_TEMPERATURE": "0.7", "VAL_TOP_P": "0.8", "VAL_TOP_K": "-1"})
+    kw = composed(argv).actor_rollout_ref.rollout.val_kwargs
+    assert (kw.temperature, kw.top_p, kw.top_k) == (0.7, 0.8, -1)

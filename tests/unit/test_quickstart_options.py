@@ -108,3 +108,72 @@ def test_method_given_twice_is_refused_naming_both(capsys):
         method_from_argv(["method=counterfactual", "method=ibpo"])
     assert info.value.code == 2
     assert "method= is given 2 times (counterfactual, ibpo); give one" in capsys.readouterr().err
+
+
+def quickstart_error(argv: list[str], capsys) -> str:
+    """The one-line ``argparse`` error (status 2) the quickstart stops with for ``argv``; building the assets or
+    starting the run fails the test instead (nothing is built or launched whatever the quickstart does)."""
+    import pytest
+
+    import toy_task.synthetic_task
+    from recipe.ibpo import quickstart
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(toy_task.synthetic_task, "build_cpu_demo_assets", lambda *a, **k: pytest.fail("assets built"))
+        patch.setattr(quickstart, "run_cpu_training", lambda *a, **k: pytest.fail("run launched"))
+        with pytest.raises(SystemExit) as info:
+            quickstart.main(argv)
+    assert info.value.code == 2
+    return capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_an_override_of_a_key_an_option_sets_is_refused_naming_the_option(tmp_path, capsys):
+    # before: `-- ibpo.variant=ratio` ran ratio under the name ibpo_binary (its log, metrics and checkpoint)
+    out = str(tmp_path / "q")
+    assert quickstart_error(["--out", out, "--", "ibpo.variant=ratio", "++trainer.total_training_steps=9"], capsys) \
+        .endswith("error: ibpo.variant (use --variant), trainer.total_training_steps (use --steps): set by a "
+                  "quickstart option; give the option, not the override")
+    assert not (tmp_path / "q").exists()
+
+
+def test_baseline_with_an_ibpo_option_is_refused(tmp_path, capsys):
+    # before: --baseline --variant mask ran GSPO and said nothing of the variant
+    err = quickstart_error(["--baseline", "--variant", "mask", "--no-joint-training", "--out", str(tmp_path)], capsys)
+    assert err.endswith("error: --no-joint-training, --variant: not used with --baseline (GSPO runs without the "
+                        "correction pass); drop them")
+
+
+def test_an_out_folder_that_is_a_file_is_refused(tmp_path, capsys):
+    # before: the asset build began and failed with a NotADirectoryError traceback
+    (tmp_path / "f").write_text("")
+    assert quickstart_error(["--out", str(tmp_path / "f" / "q")], capsys).endswith(
+        f"error: argument --out: {tmp_path / 'f'} is a file, not a folder")
+
+
+def test_a_cached_warm_start_of_another_configuration_is_refused(tmp_path, capsys):
+    # before: a toy_task.warm_start folder's assets.json (another model, task and rows) was run as the quickstart's
+    from toy_task.synthetic_task import demo_assets_config
+
+    (tmp_path / "assets.json").write_text(json.dumps({"model": str(tmp_path), "train": str(tmp_path),
+                                                      "val": str(tmp_path), "tokenizer": str(tmp_path), "sft": {}}))
+    assert quickstart_error(["--out", str(tmp_path)], capsys).endswith(
+        f"error: --out {tmp_path}: {tmp_path / 'assets.json'} was built with None, not the quickstart's "
+        f"{demo_assets_config()}; pass --rebuild to build the quickstart's assets there, or another --out")
+    built = {"model": str(tmp_path / "gone"), "train": str(tmp_path), "val": str(tmp_path),
+             "tokenizer": str(tmp_path), "built_with": demo_assets_config()}
+    (tmp_path / "assets.json").write_text(json.dumps(built))
+    assert f"names {tmp_path / 'gone'}, which does not exist" in quickstart_error(["--out", str(tmp_path)], capsys)
+    (tmp_path / "assets.json").write_text("{")
+    assert "is not a readable asset cache (JSONDecodeError)" in quickstart_error(["--out", str(tmp_path)], capsys)
+
+
+def test_gpu_without_cuda_is_refused_before_the_assets_are_built(tmp_path, capsys, monkeypatch):
+    import torch
+
+    from recipe.ibpo import quickstart
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: object())
+    assert quickstart_error(["--gpu", "--out", str(tmp_path / "q")], capsys).endswith(
+        "error: --gpu: no CUDA device is visible")
+    assert quickstart.gpu_problem() == "no CUDA device is visible" and not (tmp_path / "q").exists()

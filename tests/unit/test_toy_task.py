@@ -148,3 +148,46 @@ def test_synthetic_sibling_overlap_is_lower_with_several_orders():
     assert addition["wrong_in_mixed_groups"] == three["wrong_in_mixed_groups"] == 80
     a, t = addition["wrong_tokens_shared_with_right_sibling"], three["wrong_tokens_shared_with_right_sibling"]
     assert 0 < t < a < 1
+
+
+@pytest.mark.parametrize("module", ["toy_task.warm_start", "toy_task.synthetic_task"])
+@pytest.mark.parametrize("args, message", [
+    # before: --sft-steps 0 built the tokenizer and model, then failed with IndexError (no loss to report)
+    (["--sft-steps", "0"], "argument --sft-steps: must be an integer >= 1, got '0'"),
+    (["--sft-steps", "-3"], "argument --sft-steps: must be an integer >= 1, got '-3'"),
+])
+def test_warm_start_clis_refuse_a_step_count_below_one(module, args, message, tmp_path, monkeypatch, capsys):
+    import importlib
+
+    cli = importlib.import_module(module)
+    monkeypatch.setattr(cli, "build_toy_assets" if module.endswith("warm_start") else "build_cpu_demo_assets",
+                        lambda *a, **k: pytest.fail("assets built"))
+    with pytest.raises(SystemExit) as info:
+        cli.main(["--out", str(tmp_path / "o"), *args])
+    assert info.value.code == 2 and capsys.readouterr().err.strip().endswith(f"error: {message}")
+
+
+@pytest.mark.parametrize("module", ["toy_task.warm_start", "toy_task.synthetic_task"])
+def test_warm_start_clis_refuse_an_out_folder_that_is_a_file(module, tmp_path, monkeypatch, capsys):
+    # before: a NotADirectoryError traceback from the tokenizer's or model's save, after the work began
+    import importlib
+
+    cli = importlib.import_module(module)
+    monkeypatch.setattr(cli, "build_toy_assets" if module.endswith("warm_start") else "build_cpu_demo_assets",
+                        lambda *a, **k: pytest.fail("assets built"))
+    (tmp_path / "f").write_text("")
+    with pytest.raises(SystemExit) as info:
+        cli.main(["--out", str(tmp_path / "f")])
+    assert info.value.code == 2
+    assert capsys.readouterr().err.strip().endswith(f"error: argument --out: {tmp_path / 'f'} is a file, not a folder")
+
+
+def test_warm_start_measure_of_a_task_without_val_rows_is_refused(tmp_path, monkeypatch, capsys):
+    # before: --measure with --task three_sum_named built the warm start and measured nothing, silently
+    from toy_task import warm_start
+
+    monkeypatch.setattr(warm_start, "build_toy_assets", lambda *a, **k: pytest.fail("assets built"))
+    with pytest.raises(SystemExit) as info:
+        warm_start.main(["--out", str(tmp_path), "--task", "three_sum_named", "--measure"])
+    assert info.value.code == 2 and capsys.readouterr().err.strip().endswith(
+        "error: --measure: the addition task only (its val rows), not --task three_sum_named")
