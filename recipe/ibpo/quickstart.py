@@ -293,7 +293,9 @@ def cached_assets_problem(stamp: Path, expected: dict) -> str | None:
     return f"{stamp} names {missing[0]}, which does not exist" if missing else None
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_options(argv: list[str] | None) -> tuple[argparse.ArgumentParser, argparse.Namespace, list[str], str]:
+    """``(parser, args, Hydra overrides, logger note)``; an unknown option, an override of a key an option sets and
+    an option ``--baseline`` does not use are refused here (``parser.error``), before anything is built."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=output_folder, default="outputs/quickstart",
                         help="work directory (assets are cached here)")
@@ -318,7 +320,11 @@ def main(argv: list[str] | None = None) -> int:
         refuse_unused(parser, given, {"variant": "--variant", "no_joint_training": "--no-joint-training"},
                       "--baseline", "GSPO runs without the correction pass")
     extra, logger_note = with_file_logger(extra)
+    return parser, args, extra, logger_note
 
+
+def main(argv: list[str] | None = None) -> int:
+    parser, args, extra, logger_note = parse_options(argv)
     from toy_task.synthetic_task import SFT_STEPS, build_cpu_demo_assets, demo_assets_config
 
     out = Path(args.out).resolve()
