@@ -207,10 +207,8 @@ class ComputeLedger:
                 "needs one budget for the whole run; resume with the checkpoint's budget")
         spent = {key: state.get(key, 0.0) for key in ("flops", "gpu_seconds", "last_cost", "modelled_gpu_seconds")}
         for key, value in spent.items():
-            if not matches(value, float):
-                raise refuse(f"{key}={value!r} has type {type(value).__name__}; expected float")
             try:
-                check_spend(key, float(value))
+                check_saved_total(key, value)
             except ComputeBudgetError as error:
                 raise refuse(str(error)) from None
         for key in ("steps", "validated"):
@@ -237,6 +235,14 @@ def check_spend(what: str, value: float) -> float:
     if not (math.isfinite(value) and value >= 0.0):
         raise ComputeBudgetError(f"{what} = {value!r}: a compute cost must be a finite number >= 0")
     return value
+
+
+def check_saved_total(what: str, value: Any) -> float:
+    """A running total read back from a checkpoint's JSON: a number (a bool or a numeric string is not one) that
+    :func:`check_spend` accepts, as a float; else a :class:`ComputeBudgetError` naming ``what``."""
+    if not matches(value, float):
+        raise ComputeBudgetError(f"{what}={value!r} has type {type(value).__name__}; expected float")
+    return check_spend(what, float(value))
 
 
 def matched_axis(records_keys: set[str]) -> str | None:

@@ -10,7 +10,7 @@ import math
 import os
 from typing import Any
 
-from compute_accounting.budget import ComputeBudgetError, check_spend
+from compute_accounting.budget import ComputeBudgetError, check_saved_total
 from ibpo.lambda_schedule import LambdaSchedule
 from ibpo.options import IBPOConfig, option_changes, saved_options
 from option_types import first_mistyped, matches, type_name
@@ -56,11 +56,9 @@ def _check_keys(path: str, name: str, value: Any, expected: tuple[str, ...], req
 
 
 def _check_total(path: str, name: str, value: Any) -> None:
-    """A running total: a finite number >= 0 (a bool or a numeric string is not one)."""
-    if not matches(value, float):
-        raise _refuse(path, f"{name}={value!r} has type {type(value).__name__}; expected float")
+    """A running total: a finite number >= 0 (a bool or a numeric string is not one; :func:`check_saved_total`)."""
     try:
-        check_spend(name, float(value))
+        check_saved_total(name, value)
     except ComputeBudgetError as error:
         raise _refuse(path, str(error)) from None
 
