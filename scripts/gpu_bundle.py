@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.metadata
 import json
 import os
 import re
@@ -34,9 +35,12 @@ import subprocess
 import sys
 import time
 import urllib.request
+import zipfile
 from concurrent.futures import ThreadPoolExecutor
+from email.parser import BytesParser
 from pathlib import Path
 
+from packaging.requirements import Requirement
 from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import (InvalidSdistFilename, InvalidWheelFilename, canonicalize_name, parse_sdist_filename,
                              parse_wheel_filename)
@@ -49,7 +53,8 @@ PLATFORM = "manylinux_2_31_x86_64"  # the oldest glibc every pin has a wheel for
 PROJECT = "ibpo-verl"
 SOURCE_ONLY = {"antlr4-python3-runtime"}  # no wheel on the index: built here (pure Python, py3-none-any)
 MANIFEST = "manifest.json"
-STACK = ("torch", "transformers", "ray", "verl", "vllm")  # what the smoke check imports, in this order
+# what the smoke check imports, in this order: the stack, then the module verl's vLLM server process runs
+STACK = ("torch", "transformers", "ray", "verl", "vllm", "verl.workers.rollout.vllm_rollout.vllm_async_server")
 PIN_LINE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9.+!_-]+)$")
 MANYLINUX = re.compile(r"^manylinux_(\d+)_(\d+)_(\w+)$")
 LEGACY_MANYLINUX = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
@@ -167,6 +172,60 @@ def missing_wheels(record: dict[str, list[str]], pins: dict[str, str], python_ve
     return problems
 
 
+def declared_from_base(bundle: Path, python_version: str, platform: str) -> dict[str, list[tuple[Requirement, str]]]:
+    """Each requirement the bundle's wheels declare, with the extras that other wheels of the bundle ask of them
+    (``fastapi[standard]``), markers evaluated for the target, on a distribution that no wheel of the bundle
+    provides: the base's share of the stack, ``{name: [(requirement, declaring wheel's name)]}``."""
+    env = {"python_version": python_version, "python_full_version": f"{python_version}.0", "os_name": "posix",
+           "sys_platform": "linux", "platform_system": "Linux", "platform_machine": MANYLINUX.match(platform).group(3),
+           "implementation_name": "cpython", "platform_python_implementation": "CPython"}
+    metadata = {}
+    for path in sorted(bundle.glob("*.whl")):
+        with zipfile.ZipFile(path) as wheel:
+            meta = next(n for n in wheel.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1)
+            lines = BytesParser().parsebytes(wheel.read(meta), headersonly=True).get_all("Requires-Dist") or []
+        metadata[canonicalize_name(parse_wheel_filename(path.name)[0])] = [Requirement(line) for line in lines]
+    declared, todo, seen = {}, [(name, "") for name in metadata], set()
+    while todo:
+        name, extra = todo.pop()
+        if (name, extra) in seen:
+            continue
+        seen.add((name, extra))
+        for requirement in metadata[name]:
+            marker = requirement.marker
+            if marker is not None and not marker.evaluate({**env, "extra": extra}) or \
+                    extra and (marker is None or marker.evaluate({**env, "extra": ""})):  # taken without the extra
+                continue
+            wanted = canonicalize_name(requirement.name)
+            if wanted in metadata:
+                todo += [(wanted, e) for e in requirement.extras]
+            else:
+                declared.setdefault(wanted, []).append((requirement, str(name)))
+    return declared
+
+
+def base_gaps(declared: dict[str, list[tuple[Requirement, str]]], installed) -> list[str]:
+    """Which of ``declared`` the base lacks or has at a version outside a declared range; ``installed(name)``
+    gives a distribution's version or None."""
+    gaps = []
+    for name, requirements in sorted(declared.items()):
+        have = installed(name)
+        if have is None:
+            gaps.append(f"{name}: not installed (declared by {', '.join(sorted({w for _, w in requirements}))})")
+            continue
+        outside = [f"{r.specifier} ({w})" for r, w in requirements if not r.specifier.contains(have, prereleases=True)]
+        if outside:
+            gaps.append(f"{name} {have}: outside {'; '.join(outside)}")
+    return gaps
+
+
+def installed_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
@@ -262,30 +321,37 @@ SMOKE = """
 import importlib, sys, time
 from importlib.metadata import entry_points
 failed = 0
-for name in sys.argv[1:]:
+def timed(what, load):
+    global failed
     start = time.perf_counter()
     try:
-        module = importlib.import_module(name)
-        what = f"{getattr(module, '__version__', '')} from {module.__file__}"
+        result = load()
     except Exception as exc:
-        failed, what = failed + 1, f"FAILED {type(exc).__name__}: {exc}"
-    print(f"import {name:<13} {time.perf_counter() - start:6.1f} s  {what}", flush=True)
-plugins = sorted(f"{e.name} = {e.value}" for e in entry_points(group="verl.plugins"))
-print("verl.plugins:", ", ".join(plugins) or "none")
+        failed, result = failed + 1, f"FAILED {type(exc).__name__}: {exc}"
+    print(f"{what:<20} {time.perf_counter() - start:6.1f} s  {result}", flush=True)
+def module(name):
+    loaded = importlib.import_module(name)
+    return f"{getattr(loaded, '__version__', '')} from {loaded.__file__}".strip()
+for name in sys.argv[1:]:
+    timed(f"import {name.split('.')[-1]}", lambda: module(name))
+plugins = entry_points(group="verl.plugins")  # verl loads them at import but hides a failure (debug log)
+for plugin in plugins:
+    timed(f"plugin {plugin.name}", lambda: f"{plugin.value}: loaded" if plugin.load() else "")
+print(f"verl.plugins: {len(plugins)} entry point(s)")
 sys.exit(1 if failed or not plugins else 0)
 """
 
 
 def smoke(folder: Path | None, modules: tuple[str, ...] = STACK, python: str = sys.executable) -> int:
     """Import ``modules`` one by one in a fresh interpreter with ``folder`` first on ``PYTHONPATH``, printing
-    each one's seconds and origin, then list the ``verl.plugins`` entry points; non-zero if an import failed
-    or no plugin is installed."""
+    each one's seconds and origin, then load each ``verl.plugins`` entry point; non-zero if an import or a
+    plugin failed or no plugin is installed."""
     env = dict(os.environ)
     if folder is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(folder.resolve()), *filter(None, [env.get("PYTHONPATH")])])
     print(f"smoke: Python {sys.version.split()[0]}, PYTHONPATH={env.get('PYTHONPATH', '')}", flush=True)
     start = time.perf_counter()
-    code = subprocess.run([python, "-c", SMOKE, *modules], env=env).returncode
+    code = subprocess.run([python, "-P", "-c", SMOKE, *modules], env=env).returncode  # -P: not the cwd
     print(f"smoke: {time.perf_counter() - start:.1f} s, exit {code}")
     return code
 
@@ -313,6 +379,12 @@ def install(bundle: Path, target: Path | None) -> int:
     if built_for != here:
         print(f"{bundle}: built for Python {built_for}, this is Python {here} (build with --python-version {here})")
         return 1
+    manifest = json.loads((bundle / MANIFEST).read_text())
+    gaps = base_gaps(declared_from_base(bundle, manifest["python_version"], manifest["platform"]), installed_version)
+    print(f"what the bundle's wheels declare and this Python's base lacks: {len(gaps)} (the recipe ran without "
+          "accelerate, peft, wandb, tensorboard, pybind11, flashinfer; docs/gpu.md)")
+    for gap in gaps:
+        print(f"  {gap}")
     start = time.perf_counter()
     code = subprocess.run(install_command(bundle.resolve(), target)).returncode
     print(f"pip install: {time.perf_counter() - start:.1f} s, exit {code}", flush=True)

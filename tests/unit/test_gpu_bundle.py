@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -201,11 +203,39 @@ def plugin_folder(folder: Path) -> Path:
     return folder
 
 
-def test_the_smoke_check_imports_through_pythonpath_and_lists_the_plugins(tmp_path, capfd):
+def test_the_smoke_check_imports_through_pythonpath_and_loads_the_plugins(tmp_path, capfd):
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")], check=True)
+    python = str(tmp_path / "bare" / "bin" / "python")  # a base without this project's own entry points
     folder = plugin_folder(tmp_path / "site")
-    assert bundle_mod.smoke(folder, ("json", "fake_plugin_mod")) == 0
+    assert bundle_mod.smoke(folder, ("json", "fake_plugin_mod"), python) == 0
     out = capfd.readouterr().out
-    assert f"7.1 from {folder.resolve() / 'fake_plugin_mod.py'}" in out and "fake = fake_plugin_mod" in out
-    assert bundle_mod.smoke(folder, ("fake_plugin_mod", "no_such_module_here")) == 1
-    assert "import no_such_module_here" in (out := capfd.readouterr().out) and \
-        "FAILED ModuleNotFoundError: No module named 'no_such_module_here'" in out
+    assert f"7.1 from {folder.resolve() / 'fake_plugin_mod.py'}" in out
+    assert "plugin fake" in out and "fake_plugin_mod: loaded" in out and "verl.plugins: 1 entry point(s)" in out
+    assert bundle_mod.smoke(folder, ("fake_plugin_mod", "no_such_module_here"), python) == 1
+    assert "FAILED ModuleNotFoundError: No module named 'no_such_module_here'" in capfd.readouterr().out
+    (folder / "fake_plugin_mod.py").write_text("raise RuntimeError('plugin broke')\n")
+    assert bundle_mod.smoke(folder, ("json",), python) == 1
+    assert "FAILED RuntimeError: plugin broke" in capfd.readouterr().out
+    (tmp_path / "empty").mkdir()
+    assert bundle_mod.smoke(tmp_path / "empty", ("json",), python) == 1
+    assert "verl.plugins: 0 entry point(s)" in capfd.readouterr().out
+
+
+def wheel_with(folder: Path, filename: str, requires: list[str]) -> None:
+    """A wheel file whose only content is its METADATA (name, version, Requires-Dist lines)."""
+    name, version = filename.split("-")[:2]
+    with zipfile.ZipFile(folder / filename, "w") as wheel:
+        wheel.writestr(f"{name}-{version}.dist-info/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: "
+                       f"{version}\n" + "".join(f"Requires-Dist: {r}\n" for r in requires))
+
+
+def test_what_the_bundle_needs_from_the_base_follows_extras_and_markers(tmp_path):
+    wheel_with(tmp_path, "app-1.0-py3-none-any.whl", ["lib[fast]>=1", "numpy>=2,<2.4", "old; python_version < '3'",
+                                                     "arm; platform_machine == 'aarch64'", "dev; extra == 'test'"])
+    wheel_with(tmp_path, "lib-1.0-py3-none-any.whl", ["uvloop; extra == 'fast'", "slow; extra == 'slow'", "numpy"])
+    declared = bundle_mod.declared_from_base(tmp_path, "3.12", "manylinux_2_31_x86_64")
+    assert {n: sorted(f"{r} ({w})" for r, w in reqs) for n, reqs in declared.items()} == {
+        "numpy": ["numpy (lib)", "numpy<2.4,>=2 (app)"], "uvloop": ['uvloop; extra == "fast" (lib)']}
+    assert bundle_mod.base_gaps(declared, {"numpy": "2.4.6"}.get) == [
+        "numpy 2.4.6: outside <2.4,>=2 (app)", "uvloop: not installed (declared by lib)"]
+    assert bundle_mod.base_gaps(declared, {"numpy": "2.3.0", "uvloop": "0.21"}.get) == []
