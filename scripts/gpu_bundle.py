@@ -4,22 +4,28 @@ without internet (docs/gpu.md, "A GPU node without internet").
 
 On a machine with internet (any OS; the wheels are chosen for the target, not for this machine):
 
-    python scripts/gpu_bundle.py build BUNDLE --python-version 3.12 --platform manylinux_2_28_x86_64
+    python scripts/gpu_bundle.py build BUNDLE          # --python-version 3.12 --platform manylinux_2_31_x86_64
 
-downloads every pin as a binary wheel for that Python and platform (``pip download --no-deps
---only-binary=:all: --python-version 3.12 --implementation cp --platform <each manylinux tag that glibc 2.28
-runs>``), builds a wheel of antlr4-python3-runtime (published as a source archive only; pure Python) and of
-this checkout, copies the pins and writes ``BUNDLE/manifest.json`` (each wheel's name, version, tags, size and
-sha256; the Python and platform it was built for; the newest glibc a wheel needs), then checks it. Copy BUNDLE
-to the node; there, with Python 3.12 and torch 2.11.0+cu130 already installed (the base the pins were run on):
+first checks, by deploy/gpu_wheels.json (each pin's files on the index), that every pin has a wheel for that
+Python and platform (``manylinux_2_31``: glibc 2.31 or newer, the oldest llguidance 1.7.6 has a wheel for),
+then downloads each as a binary wheel (``pip download --no-deps --only-binary=:all: --python-version 3.12
+--implementation cp --platform <each manylinux tag that glibc runs>``), builds a wheel of
+antlr4-python3-runtime (published as a source archive only; pure Python) and of this checkout, copies the pins
+and writes ``BUNDLE/manifest.json`` (each wheel's name, version, tags, size and sha256; the Python and platform
+it was built for; the newest glibc a wheel needs), then checks it. Copy BUNDLE to the node; there, with the
+base the pins ran on (Python 3.12, torch 2.11.0+cu130 and what ``install`` lists as declared but absent):
 
-    python scripts/gpu_bundle.py install BUNDLE        # check, then pip install --no-index --find-links BUNDLE
+    python scripts/gpu_bundle.py install BUNDLE --target SITE   # then PYTHONPATH=SITE (and PATH=SITE/bin)
 
-``install`` passes ``--no-deps``: the pins are the set the recipe ran with, not pip's closure of every declared
-dependency (verl declares accelerate, peft, wandb, tensorboard and pybind11, which the runs did without).
-``python scripts/gpu_bundle.py check BUNDLE`` checks a bundle anywhere: every pin has exactly its wheel, the
-project's wheel is there, nothing else is, every file matches its size and sha256, and every wheel's tags fit
-the bundle's Python and platform. Each problem names the file or pin.
+checks the bundle, prints what its wheels declare that this Python lacks, runs ``pip install --no-index
+--no-deps --find-links BUNDLE --target SITE`` (without ``--target``: into this Python's site-packages), then
+the smoke check (``smoke SITE``: imports the stack and loads every ``verl.plugins`` entry point, timed).
+``--no-deps``: the pins are the set the recipe ran with, not pip's closure of every declared dependency
+(verl declares accelerate, peft, wandb, tensorboard and pybind11, which the runs did without).
+``check BUNDLE`` checks a bundle anywhere: every pin has exactly its wheel, the project's wheel is there,
+nothing else is, every file matches its size and sha256, and every wheel's tags fit the bundle's Python and
+platform. Each problem names the file or pin. ``wheels`` rewrites deploy/gpu_wheels.json from the index pip
+uses (after a pin changes); ``wheels --check`` only compares (both need the network; the tests read the file).
 """
 
 from __future__ import annotations
