@@ -42,6 +42,7 @@ import sys
 import time
 import urllib.request
 import zipfile
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from email.parser import BytesParser
 from pathlib import Path
@@ -210,7 +211,7 @@ def declared_from_base(bundle: Path, python_version: str, platform: str) -> dict
     return declared
 
 
-def base_gaps(declared: dict[str, list[tuple[Requirement, str]]], installed) -> list[str]:
+def base_gaps(declared: dict[str, list[tuple[Requirement, str]]], installed: Callable[[str], str | None]) -> list[str]:
     """Which of ``declared`` the base lacks or has at a version outside a declared range; ``installed(name)``
     gives a distribution's version or None."""
     gaps = []
