@@ -1,11 +1,14 @@
-"""scripts/gpu_bundle.py's manifest and its check against the pins, on fake bundles (no download here), and
-the pip commands build and install would run."""
+"""scripts/gpu_bundle.py: every pin has a wheel for the default target (by the committed record of the index,
+deploy/gpu_wheels.json; no network here), the manifest and its check against the pins on fake bundles, the pip
+commands build and install would run, and the smoke check through PYTHONPATH."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -110,7 +113,129 @@ def test_build_and_install_commands(tmp_path):
     assert antlr[-1] == "antlr4-python3-runtime==4.9.3" and antlr[3] == "wheel"
     assert project[-1] == str(bundle_mod.ROOT)
     folder = fake_bundle(tmp_path / "c")
-    install = bundle_mod.install_command(folder, "py")
+    install = bundle_mod.install_command(folder, python="py")
     assert install[:4] == ["py", "-m", "pip", "install"] and {"--no-index", "--no-deps"} <= set(install)
-    assert install[install.index("--find-links") + 1] == str(folder)
+    assert install[install.index("--find-links") + 1] == str(folder) and "--target" not in install
     assert install[-1] == str(folder / WHEELS["project"]) and install[install.index("-r") + 1] == str(folder / "gpu_pins.txt")
+    into = bundle_mod.install_command(folder, tmp_path / "site", "py")
+    assert into[into.index("--target") + 1] == str(tmp_path / "site") and into[-1] == install[-1]
+
+
+# ------------------------------------------------------------------ the pins against the index's wheels
+def committed_record() -> dict[str, list[str]]:
+    return json.loads(bundle_mod.WHEELS.read_text())
+
+
+def test_every_pin_has_a_wheel_for_the_default_target():
+    record, pins = committed_record(), bundle_mod.read_pins(bundle_mod.PINS)
+    assert sorted(record) == sorted(pins)  # the record is of these pins (a changed pin: refresh it)
+    assert bundle_mod.missing_wheels(record, pins, "3.12", bundle_mod.PLATFORM) == []
+
+
+def test_the_previous_default_platform_lacks_llguidance_and_build_refuses_it(tmp_path, capsys):
+    record, pins = committed_record(), bundle_mod.read_pins(bundle_mod.PINS)
+    assert bundle_mod.missing_wheels(record, pins, "3.12", "manylinux_2_28_x86_64") == [
+        "llguidance==1.7.6: no wheel for Python 3.12 on manylinux_2_28_x86_64 (its wheels for Python 3.12 are "
+        "for manylinux_2_31_aarch64, manylinux_2_31_x86_64, manylinux_2_34_i686, manylinux_2_39_riscv64)"]
+    assert bundle_mod.main(["build", str(tmp_path / "b"), "--platform", "manylinux_2_28_x86_64"]) == 1
+    assert "llguidance==1.7.6: no wheel" in capsys.readouterr().err and not (tmp_path / "b").exists()
+
+
+def test_a_record_that_does_not_match_the_pins_is_named():
+    record = {"ray": ["ray-2.60.0-cp312-cp312-manylinux2014_x86_64.whl"], "llguidance": ["llguidance-1.7.6.tar.gz"]}
+    problems = bundle_mod.missing_wheels(record, {"ray": "2.61.0", "vllm": "0.24.0", "llguidance": "1.7.6"},
+                                         "3.12", bundle_mod.PLATFORM)
+    assert problems == [
+        "llguidance==1.7.6: no wheel for Python 3.12 on manylinux_2_31_x86_64 (its wheels for Python 3.12 are "
+        "for no platform)",
+        "ray==2.61.0: gpu_wheels.json has ['2.60.0'] (python scripts/gpu_bundle.py wheels refreshes it)",
+        "vllm==0.24.0: gpu_wheels.json has no files (python scripts/gpu_bundle.py wheels refreshes it)"]
+
+
+def test_a_pins_files_are_read_from_the_indexs_json_page():
+    page = {"files": [{"filename": f} for f in (
+        "ray-2.60.0-cp312-cp312-manylinux2014_x86_64.whl", "ray-2.60.0-cp312-cp312-win_amd64.whl",
+        "ray-2.60.0-cp312-cp312-macosx_12_0_arm64.whl", "ray-2.60.0-py3-none-any.whl", "ray-2.59.0-py3-none-any.whl",
+        "ray-2.60.0.tar.gz", "ray-2.60.0-rc1.tar.gz", "ray-2.60.0.exe")]}
+    page["files"].append({"filename": "ray-2.60.0-cp311-cp311-manylinux2014_x86_64.whl", "yanked": "broken"})
+    assert bundle_mod.pin_files(page, "2.60.0") == ["ray-2.60.0-cp312-cp312-manylinux2014_x86_64.whl",
+                                                    "ray-2.60.0-py3-none-any.whl", "ray-2.60.0.tar.gz"]
+
+
+def test_the_committed_record_is_in_the_refresh_commands_format():
+    record = committed_record()
+    assert bundle_mod.WHEELS.read_text() == bundle_mod.record_text(record)
+    assert record["antlr4-python3-runtime"] == ["antlr4-python3-runtime-4.9.3.tar.gz"]  # SOURCE_ONLY: built here
+
+
+def test_wheel_tags_are_matched_as_pip_matches_them():
+    for fits in ("interegular-0.3.3-py37-none-any.whl", "six-1.0-py2.py3-none-any.whl",
+                 "tokenizers-0.22.2-cp39-abi3-manylinux_2_17_x86_64.manylinux2014_x86_64.whl",
+                 "llguidance-1.7.6-cp39-abi3-manylinux_2_31_x86_64.whl"):
+        assert bundle_mod.wheel_problem(fits, "3.12", "manylinux_2_31_x86_64") is None, fits
+    for misfit in ("llguidance-1.7.6-cp314-cp314t-manylinux_2_17_x86_64.manylinux2014_x86_64.whl",
+                   "x-1.0-cp313-abi3-manylinux_2_17_x86_64.whl", "x-1.0-py313-none-any.whl",
+                   "x-1.0-cp312-cp312-manylinux_2_31_aarch64.whl"):
+        assert bundle_mod.wheel_problem(misfit, "3.12", "manylinux_2_31_x86_64") is not None, misfit
+
+
+# ------------------------------------------------------------------ install into a folder, smoke check
+def test_install_refuses_a_bundle_built_for_another_python(tmp_path, capsys, monkeypatch):
+    other = "3.10" if sys.version_info[:2] != (3, 10) else "3.13"
+    folder = fake_bundle(tmp_path / "b", {k: WHEELS[k] for k in ("math-verify", "antlr4-python3-runtime", "project")})
+    (folder / "gpu_pins.txt").write_text("math-verify==0.9.0\nantlr4-python3-runtime==4.9.3\n")
+    bundle_mod.write_manifest(folder, other, "manylinux_2_31_x86_64")
+    monkeypatch.setattr(bundle_mod.subprocess, "run", lambda *a, **k: pytest.fail("pip must not run"))
+    assert bundle_mod.main(["install", str(folder), "--target", str(tmp_path / "site")]) == 1
+    here = "%d.%d" % sys.version_info[:2]
+    assert f"built for Python {other}, this is Python {here} (build with --python-version {here})" in \
+        capsys.readouterr().out
+
+
+def plugin_folder(folder: Path) -> Path:
+    """A folder as pip --target leaves it: a module and its distribution's verl.plugins entry point."""
+    folder.mkdir(parents=True)
+    (folder / "fake_plugin_mod.py").write_text("__version__ = '7.1'\n")
+    info = folder / "fake_plugin-7.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fake-plugin\nVersion: 7.1\n")
+    (info / "entry_points.txt").write_text("[verl.plugins]\nfake = fake_plugin_mod\n")
+    return folder
+
+
+def test_the_smoke_check_imports_through_pythonpath_and_loads_the_plugins(tmp_path, capfd):
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")], check=True)
+    python = str(tmp_path / "bare" / "bin" / "python")  # a base without this project's own entry points
+    folder = plugin_folder(tmp_path / "site")
+    assert bundle_mod.smoke(folder, ("json", "fake_plugin_mod"), python) == 0
+    out = capfd.readouterr().out
+    assert f"7.1 from {folder.resolve() / 'fake_plugin_mod.py'}" in out
+    assert "plugin fake" in out and "fake_plugin_mod: loaded" in out and "verl.plugins: 1 entry point(s)" in out
+    assert bundle_mod.smoke(folder, ("fake_plugin_mod", "no_such_module_here"), python) == 1
+    assert "FAILED ModuleNotFoundError: No module named 'no_such_module_here'" in capfd.readouterr().out
+    (folder / "fake_plugin_mod.py").write_text("raise RuntimeError('plugin broke')\n")
+    assert bundle_mod.smoke(folder, ("json",), python) == 1
+    assert "FAILED RuntimeError: plugin broke" in capfd.readouterr().out
+    (tmp_path / "empty").mkdir()
+    assert bundle_mod.smoke(tmp_path / "empty", ("json",), python) == 1
+    assert "verl.plugins: 0 entry point(s)" in capfd.readouterr().out
+
+
+def wheel_with(folder: Path, filename: str, requires: list[str]) -> None:
+    """A wheel file whose only content is its METADATA (name, version, Requires-Dist lines)."""
+    name, version = filename.split("-")[:2]
+    with zipfile.ZipFile(folder / filename, "w") as wheel:
+        wheel.writestr(f"{name}-{version}.dist-info/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: "
+                       f"{version}\n" + "".join(f"Requires-Dist: {r}\n" for r in requires))
+
+
+def test_what_the_bundle_needs_from_the_base_follows_extras_and_markers(tmp_path):
+    wheel_with(tmp_path, "app-1.0-py3-none-any.whl", ["lib[fast]>=1", "numpy>=2,<2.4", "old; python_version < '3'",
+                                                     "arm; platform_machine == 'aarch64'", "dev; extra == 'test'"])
+    wheel_with(tmp_path, "lib-1.0-py3-none-any.whl", ["uvloop; extra == 'fast'", "slow; extra == 'slow'", "numpy"])
+    declared = bundle_mod.declared_from_base(tmp_path, "3.12", "manylinux_2_31_x86_64")
+    assert {n: sorted(f"{r} ({w})" for r, w in reqs) for n, reqs in declared.items()} == {
+        "numpy": ["numpy (lib)", "numpy<2.4,>=2 (app)"], "uvloop": ['uvloop; extra == "fast" (lib)']}
+    assert bundle_mod.base_gaps(declared, {"numpy": "2.4.6"}.get) == [
+        "numpy 2.4.6: outside <2.4,>=2 (app)", "uvloop: not installed (declared by lib)"]
+    assert bundle_mod.base_gaps(declared, {"numpy": "2.3.0", "uvloop": "0.21"}.get) == []

@@ -75,6 +75,8 @@ VERSION_ALLOWED = {
     ("docs/verl_on_cpu.md", "2.13.0+cpu, verl "): "the environment line of the CPU observations",
     ("deploy/gpu_pins.txt", "verl=="): "the GPU stack as run on the H100/H200 (tests/unit/test_gpu_bundle.py "
                                       "requires it to equal the pin)",
+    ("deploy/gpu_wheels.json", '"verl": ["verl-'): "the index's files of that pin (refreshed by scripts/gpu_bundle.py "
+                                                 "wheels; tests/unit/test_gpu_bundle.py checks it against the pins)",
     ("docs/assets/bench_gpu_h200_coefficients.json", '"verl": "'): "the versions scripts/bench_gpu.py recorded",
     ("docs/assets/bench_gpu_h200_copy_and_step.json", '"verl": "'): "the versions scripts/bench_gpu.py recorded",
 }
