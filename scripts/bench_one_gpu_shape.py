@@ -21,6 +21,7 @@ memory. Without CUDA it prints why and exits 0.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import subprocess
@@ -42,7 +43,10 @@ QWEN3_1P7B_SHAPE = {
     "attention_dropout": 0.0, "initializer_range": 0.02, "torch_dtype": "bfloat16", "use_sliding_window": False,
     "bos_token_id": 0, "eos_token_id": 2,
 }
-PHASES = [("main_gen", "main gen"), ("correction_gen", "correction gen"), ("host", "IBPO host"),
+# the same model at a CPU test's width (the vocabulary, context and layout kept)
+TINY_WIDTH = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "head_dim": 16}
+PHASES = [("main_gen", "main gen"), ("correction_gen", "correction gen"), ("reward", "reward"), ("host", "IBPO host"),
           ("old_log_prob", "old log-prob"), ("update_actor", "actor update"), ("update_weights", "weight sync")]
 
 
@@ -53,44 +57,47 @@ def skip_reason() -> str | None:
         return "PyTorch is not installed"
     if not torch.cuda.is_available():
         return "no CUDA device (this runs the one-GPU launch script)"
-    try:
-        import vllm  # noqa: F401
-    except ImportError as exc:
-        return f"vLLM is not installed ({exc})"
+    if importlib.util.find_spec("vllm") is None:  # not imported here: the parent of a verl run needs none of it
+        return "vLLM is not installed"
     return None
 
 
-def qwen3_1p7b_config():
-    """``transformers``' config of :data:`QWEN3_1P7B_SHAPE`."""
+def qwen3_1p7b_config(tiny: bool = False):
+    """``transformers``' config of :data:`QWEN3_1P7B_SHAPE` (``tiny``: at :data:`TINY_WIDTH`)."""
     from transformers import AutoConfig
 
-    config = AutoConfig.for_model(**{k: v for k, v in QWEN3_1P7B_SHAPE.items() if k != "architectures"})
+    shape = {**QWEN3_1P7B_SHAPE, **(TINY_WIDTH if tiny else {})}
+    config = AutoConfig.for_model(**{k: v for k, v in shape.items() if k != "architectures"})
     config.architectures = QWEN3_1P7B_SHAPE["architectures"]
     return config
 
 
-def write_model_config(out: Path) -> Path:
-    """The shape's config.json and the project's tokenizer, no weights (vLLM's ``load_format=dummy``)."""
-    from verl_cpu.tiny_assets import build_tiny_tokenizer
+def write_model_config(out: Path, tiny: bool = False) -> Path:
+    """The shape's config.json and a tokenizer of its whole vocabulary with an exact round trip
+    (``verl_cpu.tiny_assets.build_full_vocab_tokenizer``: a random model's response decodes to as many tokens as
+    it generated, so correction prompts and joint rows reach the lengths the method gives them), no weights
+    (vLLM's ``load_format=dummy``)."""
+    from verl_cpu.tiny_assets import build_full_vocab_tokenizer
 
     out.mkdir(parents=True, exist_ok=True)
-    build_tiny_tokenizer(out)
-    qwen3_1p7b_config().save_pretrained(out)
+    if not (out / "tokenizer.json").exists():
+        build_full_vocab_tokenizer(out, QWEN3_1P7B_SHAPE["vocab_size"])
+    qwen3_1p7b_config(tiny).save_pretrained(out)
     return out
 
 
-def write_random_model(out: Path, seed: int = 0, device: str = "cpu") -> Path:
-    """A Qwen3-1.7B-shaped checkpoint with random weights and the project's tokenizer (ids < its vocab);
-    ``device="cuda"`` draws the weights on the GPU (seconds instead of a minute of CPU)."""
+def write_random_model(out: Path, seed: int = 0, device: str = "cpu", tiny: bool = False) -> Path:
+    """A Qwen3-1.7B-shaped checkpoint (``tiny``: at a CPU test's width) with random weights and its full-vocabulary
+    tokenizer; ``device="cuda"`` draws the weights on the GPU (seconds instead of a minute of CPU)."""
     import torch
     from transformers import AutoModelForCausalLM
 
     if (out / "config.json").exists() and any(out.glob("*.safetensors")):
         return out
-    write_model_config(out)
+    write_model_config(out, tiny)
     torch.manual_seed(seed)
     with torch.device(device):
-        model = AutoModelForCausalLM.from_config(qwen3_1p7b_config(), torch_dtype=torch.bfloat16)
+        model = AutoModelForCausalLM.from_config(qwen3_1p7b_config(tiny), torch_dtype=torch.bfloat16)
     model.save_pretrained(out)
     del model
     if device != "cpu":
@@ -157,7 +164,8 @@ def format_table(rows: list[dict], peak_mib: int) -> str:
     lines = [head, "|" + "---:|" * (len(PHASES) + 5)]
     for r in rows:
         saved = "n/a" if r["lookup_steps_saved"] is None else f"{100 * r['lookup_steps_saved']:.1f}%"
-        lines.append(f"| {r['step']} | {r['step_s']:.1f} | " + " | ".join(f"{r[k]:.1f}" for k, _ in PHASES) +
+        step = f"{r['step']} {r['method']}" if r.get("method") else r["step"]  # IBPO / GSPO where the run says
+        lines.append(f"| {step} | {r['step_s']:.1f} | " + " | ".join(f"{r[k]:.1f}" for k, _ in PHASES) +
                      f" | {r['correction_vs_main']:.2f} | {100 * r['correction_share_step']:.0f}% | {saved} |")
     lines.append(f"\npeak GPU memory (nvidia-smi, all processes): {peak_mib / 1024:.1f} GiB")
     lines.extend(corrections_line(r) for r in rows)

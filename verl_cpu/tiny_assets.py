@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import unicodedata
 from pathlib import Path
 from typing import Sequence
 
@@ -83,6 +84,46 @@ def build_tiny_tokenizer(out_dir: str | os.PathLike, vocab_size: int = 512, seed
     )
     fast.chat_template = CHAT_TEMPLATE
     fast.save_pretrained(out)
+    return fast
+
+
+def full_vocab_characters(count: int) -> list[str]:
+    """``count`` distinct single characters that text keeps as they are: printable ASCII, newline and tab first (the
+    prompts and templates spell with them), then code points upward from U+00A1 that are neither whitespace, a
+    control character nor a surrogate."""
+    chars = [chr(c) for c in range(0x20, 0x7F)] + ["\n", "\t"]
+    code = 0xA1
+    while len(chars) < count:
+        ch = chr(code)
+        if not (ch.isspace() or 0xD800 <= code <= 0xDFFF or unicodedata.category(ch) == "Cc"):
+            chars.append(ch)
+        code += 1
+    return chars[:count]
+
+
+def build_full_vocab_tokenizer(out_dir: str | os.PathLike, vocab_size: int):
+    """A chat tokenizer of exactly ``vocab_size`` ids (a real model's vocabulary: 151,936 for Qwen3-1.7B), saved
+    and returned as ``PreTrainedTokenizerFast``: the four specials of :data:`SPECIAL_TOKENS` (ids 0-3, as
+    :func:`build_tiny_tokenizer`'s), then one character per id (:func:`full_vocab_characters`); no merges, no
+    normaliser, no pre-tokeniser. Decoding ids gives their characters in order and encoding that text gives the
+    same ids back, whatever the sequence (unless its characters happen to spell a special token), so a random
+    model's response of n tokens is n tokens again inside a correction prompt. A character outside the
+    vocabulary encodes as ``<|endoftext|>``."""
+    from tokenizers import Tokenizer, decoders, models
+    from transformers import PreTrainedTokenizerFast
+
+    if vocab_size <= len(SPECIAL_TOKENS) + 98:
+        raise ValueError(f"vocab_size={vocab_size}: needs more than {len(SPECIAL_TOKENS) + 98} ids (the specials, "
+                         "printable ASCII, newline and tab)")
+    tokens = SPECIAL_TOKENS + full_vocab_characters(vocab_size - len(SPECIAL_TOKENS))
+    tok = Tokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, [], unk_token=SPECIAL_TOKENS[0]))
+    tok.decoder = decoders.Fuse()  # the characters joined as they are (no spaces between tokens)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=None, eos_token="<|im_end|>",
+                                   pad_token="<|pad|>", unk_token=SPECIAL_TOKENS[0],
+                                   additional_special_tokens=["<|endoftext|>", "<|im_start|>"],
+                                   clean_up_tokenization_spaces=False)
+    fast.chat_template = CHAT_TEMPLATE
+    fast.save_pretrained(Path(out_dir))
     return fast
 
 

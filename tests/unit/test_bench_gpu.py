@@ -35,15 +35,18 @@ spec.loader.exec_module(bench)
 
 
 # ------------------------------------------------------------------ plan and budget
-def test_default_plan_fits_eight_minutes_and_the_step_gets_a_slot_of_its_own():
-    plan = bench.plan_parts(480, [], [4, 8])
-    assert [(p.name, p.runs) for p in plan] == [("coefficients", True), ("copy", True), ("step", False)]
-    assert sum(p.estimate_s for p in plan if p.runs) <= 480
-    assert plan[2].reason == "does not fit: needs ~420 s, 220 s of --budget-s left"
-    only_step = bench.plan_parts(560, ["coefficients", "copy"], [4, 8])
-    assert [p.runs for p in only_step] == [False, False, True] and only_step[0].reason == "skipped (--skip)"
-    assert bench.STEP_MIN_S < only_step[2].estimate_s < 560
-    assert bench.plan_parts(480, [], [2, 4, 8, 16])[1].estimate_s == 4 * bench.PART_ESTIMATE_S["copy_per_draft_length"]
+def test_the_default_command_plans_the_step_in_six_minutes_and_the_copy_tail_when_the_budget_has_room():
+    args = bench.parse_args([])
+    assert (args.budget_s, args.skip, args.draft_lengths) == (360.0, ["coefficients"], [8])
+    plan = bench.plan_parts(args.budget_s, args.skip, args.draft_lengths)
+    assert [(p.name, p.runs) for p in plan] == [("coefficients", False), ("step", True), ("copy", False)]
+    assert bench.STEP_MIN_S < plan[1].estimate_s <= 360
+    assert plan[0].reason == "skipped (--skip)" and plan[2].reason == "does not fit: needs ~70 s, 30 s of --budget-s left"
+    tail = bench.plan_parts(430, ["coefficients"], [8])
+    assert [p.runs for p in tail] == [False, True, True]  # the step first: the copy workload is the optional tail
+    every = bench.plan_parts(480, [], [4, 8])
+    assert [p.runs for p in every] == [True, True, False] and sum(p.estimate_s for p in every if p.runs) <= 480
+    assert bench.plan_parts(480, [], [2, 4, 8, 16])[2].estimate_s == 4 * bench.PART_ESTIMATE_S["copy_per_draft_length"]
     with pytest.raises(ValueError, match=r"--skip \['prefill'\]"):
         bench.plan_parts(480, ["prefill"], [8])
 
@@ -150,7 +153,7 @@ def test_spec_row_uses_the_trainers_definitions_and_the_cost_model():
 # ------------------------------------------------------------------ the step's metrics
 def test_fixture_names_are_the_ones_the_code_emits():
     emitted = set(phase_seconds({})) | set(spec_counter_metrics(True, SpecCounters(1, 1, 1, 2))) | {  # every rate
-        "timing_s/step", "ibpo/num_wrong", "ibpo/num_corrections", *bench.STEP_KEYS.values()}
+        "timing_s/step", "ibpo/num_wrong", "ibpo/num_corrections", bench.IBPO_ENABLED_METRIC, *bench.STEP_KEYS.values()}
     names = {k for step in read_metrics_jsonl(FIXTURE).values() for k in step}
     assert names <= emitted, sorted(names - emitted)
 
@@ -163,8 +166,10 @@ def test_step_report_parses_the_recorded_metrics():
     assert (row["corrections"], row["wrong"]) == (16.0, 16.0)
     assert row["rollout_probs_diff_mean"] == 0.0011 and row["actor_peak_allocated_gb"] == 21.5
     assert row["spec_drafts"] == 900.0 and row["spec_acceptance_rate"] == 0.05 and row["spec_stats_reported"] == 1.0
+    assert row["reward"] == 0.2 and row["method"] == "IBPO"
     empty = bench.step_report({2: {"timing_s/step": 10.0}})[0]
     assert empty["rollout_probs_diff_mean"] is None and "spec_drafts" not in empty  # not reported, not 0
+    assert empty["method"] == ""  # a run without the bench method names none
 
 
 # ------------------------------------------------------------------ report: table, JSON, round trip
@@ -228,12 +233,14 @@ def test_table_shows_each_part():
     assert "| copy | copy, draft length 8: accepted / decode step, acceptance rate, agreement | 4.50, 0.60, 1.00 |" in table
     assert "| step | training/rollout_probs_diff_mean | 0.0011 |" in table
     assert "| coefficients / step | weight_sync_s | 0.4 |" in table
-    assert "| step | seconds: step, main gen, correction gen, actor update |" in table
+    assert "| step | step 1 seconds: step, main gen, correction gen, actor update (vLLM compiled) | 95.0, 18.0, 21.0, " \
+           "30.0 |" in table
+    assert "| 1 IBPO | 95.0 | 18.0 | 21.0 | 0.2 | 0.4 | 6.0 | 30.0 | 2.5 | 1.17 | 22% |" in table
     eager = report_with_everything()
-    eager.step_run["shape"] = {"prompts": 2, "group": 8, "response": 2048, "draft_k": 8, "eager": True}
-    assert ("| step | seconds: step, main gen, correction gen, actor update (vLLM eager: no CUDA graphs) |"
-            in bench.format_report(eager))  # eager-mode seconds never read as the graphs' seconds
-    assert "step: vLLM eager (--step-eager" in bench.format_report(eager) and "vLLM eager" not in table
+    eager.step_run["shape"] = {"prompts": 2, "group": 8, "response": 1024, "draft_k": 8, "vllm": "eager"}
+    assert ("| step | step 1 seconds: step, main gen, correction gen, actor update (vLLM eager) |"
+            in bench.format_report(eager))  # eager-mode seconds never read as a compiled engine's
+    assert "step: vLLM eager (--step-vllm)" in bench.format_report(eager) and "vLLM eager" not in table
     nothing = bench.Report({"gpu": "G", "commit": "c", "date": "d", "budget_s": 60.0}, [])
     nothing.step_run = {"status": "stopped at the budget after 200 s"}
     text = bench.format_report(nothing)
@@ -242,9 +249,10 @@ def test_table_shows_each_part():
 
 def test_main_without_cuda_prints_the_plan_and_exits_0(capsys, monkeypatch):
     monkeypatch.setattr(bench.shape, "skip_reason", lambda: "no CUDA device (test)")
-    assert bench.main(["--budget-s", "200", "--skip", "copy"]) == 0
+    assert bench.main(["--budget-s", "200"]) == 0
     out = capsys.readouterr().out
-    assert "skipped: no CUDA device (test)" in out and "step: does not fit: needs ~420 s, 80 s of --budget-s left" in out
+    assert "skipped: no CUDA device (test)" in out and "step: does not fit: needs ~330 s, 200 s of --budget-s left" in out
+    assert "copy: would run" in out and "coefficients: skipped (--skip)" in out
 
 
 # ------------------------------------------------------------------ stopping at the budget with what finished
@@ -291,8 +299,8 @@ def test_a_childs_log_is_stamped_and_its_start_up_reaches_the_report(tmp_path, m
     assert lines[2].endswith("bad \ufffd byte")  # undecodable output is replaced, not fatal
     text = "\n".join(bench.step_lines(bench.Report({}, [], step_run={"status": status, **target})))
     assert "(no step finished: stopped at the budget after 2 s)" in text
-    assert "step start-up: pre flight passed 0 s, ray started 0 s, first step logged 0 s (not seen: vllm engine " \
-           "ready)" in text
+    assert "step start-up: pre flight passed 0 s, ray started 0 s, first step logged 0 s (not seen: task runner " \
+           "started, vllm engine ready, workers ready, last step logged)" in text
     # a grandchild that outlives the child and keeps the pipe open holds the caller up only READER_JOIN_S
     monkeypatch.setattr(bench, "READER_JOIN_S", 0.5)
     start = time.monotonic()
