@@ -1,18 +1,21 @@
 #!/usr/bin/env python
 """What a GPU user needs to know, in one command that fits a short GPU slot: one table, a JSON beside it.
 
-    python scripts/bench_gpu.py                                   # the cost model and the copy workload, 8 minutes
-    python scripts/bench_gpu.py --skip coefficients copy --budget-s 560   # one IBPO step through the trainer only
-    python scripts/bench_gpu.py --skip coefficients copy --budget-s 560 --step-eager   # the same, vLLM eager
+    python scripts/bench_gpu.py                            # the step part: IBPO, IBPO, GSPO in one launch (6 minutes)
+    python scripts/bench_gpu.py --budget-s 430             # the same, then the copy workload on one k = 8 engine
+    python scripts/bench_gpu.py --step-vllm full-graphs    # a second slot: no compile, decode in full CUDA graphs
+    python scripts/bench_gpu.py --skip step --budget-s 480 --draft-lengths 4 8   # the cost model and the copy workload
 
-On an H200 (docs/gpu.md) the coefficients took ~110 s and an engine per draft length ~60 s, while verl's start-up
-alone took more than 290 s before the step's first request: the step does not fit beside the other two parts in
-one 8-minute slot, so the default budget plans the first two and the step runs in a slot of its own.
+The step part is designed to finish in 6 minutes on a fresh H100/H200, start-ups included (docs/gpu.md, "The step
+part in one slot", estimates it line by line from the H200 logs; it has not run on a GPU since). The coefficients
+were measured on an H200 at c9ae526 and ship as ``compute_budget.cost_model=measured:H200``, so the default skips
+them.
 
 No downloads: a Qwen3-1.7B-shaped model (``bench_one_gpu_shape.QWEN3_1P7B_SHAPE``) with random weights (vLLM's
-``load_format=dummy``; the actor and the trainer's checkpoint from ``transformers``' ``from_config``), the
-project's tokenizer and the synthetic task. Three parts, each skippable (``--skip``), run in this order while
-the budget lasts (:func:`plan_parts`; the estimates are planning guesses, :data:`PART_ESTIMATE_S`):
+``load_format=dummy``; the actor and the trainer's checkpoint from ``transformers``' ``from_config``), a tokenizer of
+its whole vocabulary with an exact round trip (``verl_cpu.tiny_assets.build_full_vocab_tokenizer``) and the
+synthetic task. Three parts, each skippable (``--skip``), planned in this order while the budget lasts
+(:func:`plan_parts`; the estimates are planning guesses, :data:`PART_ESTIMATE_S`):
 
 - **coefficients** (one vLLM engine and the actor in this process, no verl start-up): seconds per decode pass
   on a grid of batch sizes x context lengths (each cell timed whole and prefill-only; decode = the difference,
@@ -25,7 +28,7 @@ the budget lasts (:func:`plan_parts`; the estimates are planning guesses, :data:
   coefficient this run did not measure keeps its roofline value and says so in ``sources``).
 - **copy** (speculation's acceptance on a workload that copies): random weights never copy, so prompt-lookup
   drafts on ordinary generations are rejected by construction. The copy workload: for prompt x, y is the
-  model's own greedy continuation (T tokens, speculation off); the copy request shows ``x + y`` and then ``x``
+  model's own greedy continuation (T tokens; greedy, so speculation changes it only by bf16 numerics); the copy request shows ``x + y`` and then ``x``
   again and decodes greedily. It represents a correction that copies its target (IBPO's correction prompt
   shows the wrong response y; the toy's corrections were ~1.0x its length, docs/correction_pass.md) and
   SpecRL's drafts from an earlier response to the same prompt (verl PR #4535): the best case of model-free
@@ -35,19 +38,27 @@ the budget lasts (:func:`plan_parts`; the estimates are planning guesses, :data:
   also read vLLM's own spec-decode counters): seconds, decode steps (generated - accepted tokens, as the
   trainer's ``rollout/spec_*`` counters count them), accepted tokens per decode step, acceptance rate, speed-up
   over speculation off, and the cost model's seconds for the same work (with this run's coefficients).
-- **step** (one real IBPO step through ``recipe/ibpo/run_ibpo_qwen3_1p7b_1gpu.sh``, through
-  ``bench_one_gpu_shape.launch_command``): the script's shape at ``--step-prompts`` prompts x G = 8 and
-  ``--step-response`` tokens (forced, ``ignore_eos``), ``FAST_START=1``, ``ibpo.correct_groups=all`` (random
-  weights: every response wrong, every one corrected), ngram speculation with vLLM's stats on, sdpa attention.
-  From the run's metrics JSONL (:func:`step_report`): per-phase seconds, correction / main generation,
-  corrections run, ``rollout/spec_*``, ``training/rollout_probs_diff_mean`` (actor vs vLLM in bf16), the
-  actor's peak memory and ``nvidia-smi``'s peak over the run; its start-up timeline (:class:`StampedLog`: the
-  log's tail and when each :data:`STARTUP_MARKERS` line came), also when the budget stops it.
+- **step** (``recipe/ibpo/run_ibpo_qwen3_1p7b_1gpu.sh`` through ``bench_one_gpu_shape.launch_command``, one
+  launch for three steps): the bench-only method ``ibpo_then_gspo`` (``scripts/bench_methods``, registered through
+  ``RECIPE_METHOD_MODULES``, run with the script's ``METHOD``) trains IBPO, IBPO, then GSPO, so every start-up is
+  paid once and both methods' step times come from one machine and launch. The script's shape at
+  ``--step-prompts`` prompts x G = 8 and ``--step-response`` tokens (forced, ``ignore_eos``), ``FAST_START=1`` (the
+  actor without compile), vLLM ``--step-vllm`` (default eager), one agent-loop and one reward worker,
+  ``ibpo.correct_groups=all`` (random weights: every response wrong, every one corrected), ngram speculation
+  (``--step-draft-k``; 0: off) with vLLM's stats on, sdpa attention, vLLM's log at INFO (verl sets WARN).
+  From the run's metrics JSONL (:func:`step_report`), per step: which method ran, per-phase seconds, correction /
+  main generation and share of the step, corrections run / wrong responses, ``rollout/spec_*``,
+  ``training/rollout_probs_diff_mean`` (actor vs vLLM in bf16), the actor's peak memory and ``nvidia-smi``'s peak
+  over the run; its start-up timeline (:class:`StampedLog`: the log's tail and when each :data:`STARTUP_MARKERS`
+  line came), also when the budget stops it. ``tests/e2e/test_bench_gpu_step_cpu.py`` runs the same command on
+  CPU through ``verl_cpu``. With a step, the copy part runs after it (the optional tail) on one engine per draft
+  length, the first without a speculation-off engine.
 
 The coefficients and copy parts run in a child process of this script (vLLM's engine in-process there, so the
 actor's weights load into it directly), which leaves the GPU free for the step's verl run when it exits; it
-saves what it measured after each measurement. ``--budget-s``: a part starts only if its estimate fits what is
-left; each child's run is limited to its share; a watchdog writes the table and JSON of what is done (the
+saves what it measured after each measurement. This process imports neither vLLM nor verl (``skip_reason`` looks
+vLLM up with ``importlib.util.find_spec``). ``--budget-s``: a part starts only if its estimate fits what is left;
+each child's run is limited to its share; a watchdog writes the table and JSON of what is done (the
 child's saved results included) and exits at the budget whatever hangs.
 Without CUDA or vLLM it prints why and exits 0 (the planning, fit, parsing and table are tested on CPU:
 tests/unit/test_bench_gpu.py).
@@ -649,25 +660,46 @@ STEP_VLLM = {
     "compiled": ({}, []),  # verl's default: compiled model, piecewise and full graphs (the start-up of a real run)
 }
 STEP_COUNT = GSPO_FROM_STEP  # IBPO, IBPO, GSPO
+STEP_MAX_PROMPT = 1024  # the one-GPU script's MAX_PROMPT, passed explicitly: rollout.prompt_length is sized from it
+
+
+def correction_prompt_length(model: Path, max_prompt: int, candidate: int) -> int:
+    """``rollout.prompt_length`` that holds IBPO's correction prompts with ``model``'s tokenizer: the
+    full-vocabulary tokenizer spends one token per character, so the correction template's text is ~4x a BPE
+    tokenizer's (371 tokens, where the launch scripts' arithmetic allows 256, ``CORRECTION_TEMPLATE_TOKENS``);
+    the candidates, the part that grows with the response length, keep their exact lengths."""
+    from transformers import AutoTokenizer
+
+    from ibpo.correction_lengths import correction_prompt_tokens
+    from ibpo.options import IBPOConfig
+    from recipe.ibpo.start_checks import correction_template_tokens
+
+    ibpo = IBPOConfig()
+    template = correction_template_tokens(ibpo, AutoTokenizer.from_pretrained(model))
+    return correction_prompt_tokens(max_prompt, template, 1 + ibpo.num_references, candidate)
 
 
 def step_command(args, out: Path, model: Path, data: dict) -> tuple[list[str], dict]:
     """The one-GPU script at the bench's reduced shape (module docstring) through the shape bench's command: one
     launch of the bench-only ``ibpo_then_gspo`` method for IBPO, IBPO, GSPO, one agent-loop and one reward worker,
-    vLLM's INFO log on (its engine-ready line is a start-up marker; verl sets WARN)."""
+    vLLM's INFO log on (its engine-ready line is a start-up marker; verl sets WARN), ``rollout.prompt_length`` for
+    the tokenizer's correction prompts (:func:`correction_prompt_length`)."""
     k = args.step_draft_k
     vllm_env, vllm_extra = STEP_VLLM[args.step_vllm]
     spec = ([f"+actor_rollout_ref.rollout.engine_kwargs.vllm.speculative_config={{method:ngram,prompt_lookup_min:2,"
              f"prompt_lookup_max:5,num_speculative_tokens:{k}}}"] if k else [])
     extra = [*spec, *vllm_extra, "actor_rollout_ref.rollout.disable_log_stats=False",
              "++actor_rollout_ref.model.override_config.attn_implementation=sdpa",
-             "actor_rollout_ref.rollout.agent.num_workers=1", "reward.num_workers=1"]
+             "actor_rollout_ref.rollout.agent.num_workers=1", "reward.num_workers=1",
+             f"actor_rollout_ref.rollout.prompt_length="
+             f"{correction_prompt_length(model, STEP_MAX_PROMPT, args.step_response)}"]
     cmd, env = shape.launch_command(model, data, out, STEP_COUNT, extra)
     requests = args.step_prompts * 8
-    env.update({"TRAIN_BATCH": str(args.step_prompts), "MAX_RESPONSE": str(args.step_response),
+    env.update({"TRAIN_BATCH": str(args.step_prompts), "MAX_PROMPT": str(STEP_MAX_PROMPT),
+                "MAX_RESPONSE": str(args.step_response),
                 "UPDATE_READING": "one_update", "COMPUTE_BUDGET": "0", "FAST_START": "1",
                 "CUDAGRAPH_MAX": str(min(512, requests * (1 + k))), "METHOD": "ibpo_then_gspo",
-                "RECIPE_METHOD_MODULES": "ibpo_then_gspo", "VLLM_LOGGING_LEVEL": "INFO",
+                "RECIPE_METHOD_MODULES": "ibpo_then_gspo.method", "VLLM_LOGGING_LEVEL": "INFO",
                 "PYTHONPATH": os.pathsep.join(p for p in (str(BENCH_METHODS), str(ROOT), os.environ.get("PYTHONPATH"))
                                               if p),
                 **vllm_env})
@@ -769,7 +801,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--coefficients-json", type=Path, default=None,
                    help="an earlier run's bench_gpu.json: the copy part's cost-model seconds when --skip coefficients")
     p.add_argument("--step-prompts", type=positive_int, default=2, help="prompts of the step (x G = 8 responses)")
-    p.add_argument("--step-response", type=positive_int, default=1024, help="the step's response length (forced)")
+    p.add_argument("--step-response", type=positive_int, default=512, help="the step's response length (forced)")
     p.add_argument("--step-draft-k", type=nonnegative_int, default=8, help="ngram draft length of the step (0: off)")
     p.add_argument("--step-vllm", choices=list(STEP_VLLM), default="eager",
                    help="the step's vLLM: eager (no compile, no CUDA graphs: the shortest start-up, the slowest "

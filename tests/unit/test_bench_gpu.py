@@ -354,3 +354,28 @@ def test_source_tree_names_the_commit_whose_files_ran_even_when_git_is_older(tmp
     git("commit", "-qm", "two")
     assert later == git("rev-parse", "HEAD^{tree}").strip() != first_tree
     assert bench.source_tree_id(tmp_path / "nowhere") == "unknown"
+
+
+# ------------------------------------------------------------------ the step part's bench-only method
+def test_the_bench_method_runs_ibpos_block_and_the_registry_still_refuses_another_methods(monkeypatch):
+    from omegaconf import OmegaConf
+
+    from recipe.common import methods
+    from recipe.common.preflight.errors import SetupError
+
+    monkeypatch.setattr(methods, "_REGISTRY", dict(methods.registered_methods()))  # restored after the test
+    monkeypatch.setenv(methods.EXTRA_MODULES_ENV, "ibpo_then_gspo.method")  # as bench.step_command sets it
+    try:
+        entry = methods.registered_methods()["ibpo_then_gspo"]
+    finally:
+        sys.modules.pop("ibpo_then_gspo.method", None)
+    assert entry.block_key() == "ibpo" and entry.check is methods.registered_methods()["ibpo"].check
+    config = OmegaConf.create({"method": "ibpo_then_gspo", "ibpo": {"lam": 0.5},
+                               "algorithm": {"adv_estimator": "ibpo"}})
+    assert methods.method_of(config) == "ibpo_then_gspo"  # the `ibpo:` block and the ibpo estimator are its own
+    assert methods.method_options(config, "ibpo_then_gspo").lam == 0.5
+    with pytest.raises(SetupError, match="method=ibpo_then_gspo but the config has a `counterfactual:` block"):
+        methods.method_of(OmegaConf.merge(config, {"counterfactual": {}}))
+    with pytest.raises(SetupError, match="algorithm.adv_estimator=ibpo with method=counterfactual"):
+        methods.method_of(OmegaConf.create({"method": "counterfactual", "counterfactual": {},
+                                            "algorithm": {"adv_estimator": "ibpo"}}))

@@ -2,8 +2,9 @@
 GSPO (``ibpo.enable=False``: no correction pass, Δ = 0) from step :data:`GSPO_FROM_STEP` on, so that one launch pays
 every start-up once and gives IBPO's and GSPO's step times on the same machine.
 
-Not a product option: it is registered only where ``RECIPE_METHOD_MODULES`` names this module (with this folder on
-``PYTHONPATH``), and the one-GPU script runs it with ``METHOD=ibpo_then_gspo``. It reads the ``ibpo:`` block
+Not a product option: it is registered only where ``RECIPE_METHOD_MODULES`` names ``ibpo_then_gspo.method`` (with
+``scripts/bench_methods`` on ``PYTHONPATH``), and the one-GPU script runs it with ``METHOD=ibpo_then_gspo``; this
+package itself registers nothing (the bench reads its constants). It reads the ``ibpo:`` block
 (``Method.options_block``). Its GSPO step keeps the IBPO steps' ``rollout.prompt_length`` (sized for correction
 prompts), so verl pads its prompts wider than the GSPO script would; with remove-padding the actor's passes do not
 see that padding. It prints ``[bench] workers ready`` when verl's workers, vLLM's servers and the agent loop are up.
@@ -15,16 +16,13 @@ import dataclasses
 import functools
 import time
 
-from recipe.common.methods import register_method
-from recipe.ibpo.method import METHOD as IBPO
-
 GSPO_FROM_STEP = 3
 WORKERS_READY = "[bench] workers ready"
 IBPO_ENABLED_METRIC = "bench/ibpo_enabled"  # 1: the step ran IBPO, 0: GSPO
 
 
 @functools.cache
-def _trainer() -> type:
+def trainer() -> type:
     from recipe.ibpo.ibpo_ray_trainer import RayIBPOTrainer
 
     class IBPOThenGSPOTrainer(RayIBPOTrainer):
@@ -44,7 +42,3 @@ def _trainer() -> type:
 
     return IBPOThenGSPOTrainer
 
-
-METHOD = register_method(dataclasses.replace(
-    IBPO, name="ibpo_then_gspo", options_block=IBPO.name, trainer=_trainer, owned_estimators=(), block_file="",
-    block_header="", module=__name__))
