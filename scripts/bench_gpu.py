@@ -28,7 +28,8 @@ synthetic task. Three parts, each skippable (``--skip``), planned in this order 
   coefficient this run did not measure keeps its roofline value and says so in ``sources``).
 - **copy** (speculation's acceptance on a workload that copies): random weights never copy, so prompt-lookup
   drafts on ordinary generations are rejected by construction. The copy workload: for prompt x, y is the
-  model's own greedy continuation (T tokens; greedy, so speculation changes it only by bf16 numerics); the copy request shows ``x + y`` and then ``x``
+  model's own greedy continuation (T tokens; greedy, so speculation changes it only by bf16 numerics); the copy
+  request shows ``x + y`` and then ``x``
   again and decodes greedily. It represents a correction that copies its target (IBPO's correction prompt
   shows the wrong response y; the toy's corrections were ~1.0x its length, docs/correction_pass.md) and
   SpecRL's drafts from an earlier response to the same prompt (verl PR #4535): the best case of model-free
@@ -91,7 +92,7 @@ from option_types.cli import nonnegative_int, positive_float, positive_int  # no
 BENCH_METHODS = ROOT / "scripts" / "bench_methods"  # the step part's bench-only method (ibpo_then_gspo)
 sys.path.insert(0, str(BENCH_METHODS))
 import bench_one_gpu_shape as shape  # noqa: E402  (the model shape, the launch command, the peak-memory poller)
-from ibpo_then_gspo import GSPO_FROM_STEP, IBPO_ENABLED_METRIC, WORKERS_READY  # noqa: E402  (the step part's bench-only method)
+from ibpo_then_gspo import GSPO_FROM_STEP, IBPO_ENABLED_METRIC, WORKERS_READY  # noqa: E402  (the bench method)
 from bench_correction_pass import release_engine  # noqa: E402  (frees the GPU for the next engine)
 
 from compute_accounting.gpu_time import (  # noqa: E402
@@ -402,7 +403,7 @@ def format_report(report: Report) -> str:
                      f"in {fmt(report.actor.get('seconds'), '.3f')} s; peak allocated "
                      f"{fmt(report.actor.get('peak_gb'), '.1f')} GB")
     lines += ["", "## Speculation (ngram) by draft length", *speculation_lines(report.spec_rows)]
-    lines += ["", "## One IBPO step through the trainer", *step_lines(report)]
+    lines += ["", "## The step part: IBPO, IBPO, GSPO in one launch of the trainer", *step_lines(report)]
     lines += ["", "## Rows for docs/gpu.md (what this run did not measure stays unmeasured)", *docs_rows(report)]
     return "\n".join(lines)
 
@@ -427,7 +428,8 @@ def docs_rows(report: Report) -> list[str]:
         rows.append(("step", f"step {r['step']} seconds: step, main gen, correction gen, actor update (vLLM {mode})",
                      f"{r['step_s']:.1f}, "
                      f"{r['main_gen']:.1f}, {r['correction_gen']:.1f}, {r['update_actor']:.1f}"))
-        rows.append(("step", "training/rollout_probs_diff_mean", fmt(r["rollout_probs_diff_mean"], ".4g")))
+        rows.append(("step", f"step {r['step']} training/rollout_probs_diff_mean",
+                     fmt(r["rollout_probs_diff_mean"], ".4g")))
     if report.step_run.get("peak_mib"):
         rows.append(("step", "peak GPU memory (nvidia-smi, all processes)", f"{report.step_run['peak_mib'] / 1024:.1f} GiB"))
     rows.append(("whole command", "seconds, start-ups included", f"{m.get('used_s', 0.0):.0f}"))
@@ -785,7 +787,8 @@ def run_meta(args) -> dict:
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, default=Path("outputs/bench_gpu"))
-    p.add_argument("--budget-s", type=positive_float, default=360.0, help="whole command, start-ups included (default 6 min)")
+    p.add_argument("--budget-s", type=positive_float, default=360.0,
+                   help="whole command, start-ups included (default 6 min)")
     p.add_argument("--skip", nargs="*", default=["coefficients"], choices=list(PARTS),
                    help="parts not to run (default: coefficients, measured on an H200 at c9ae526 and shipped as "
                         "compute_budget.cost_model=measured:H200; `--skip` alone runs every part the budget fits)")

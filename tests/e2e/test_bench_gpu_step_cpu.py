@@ -54,4 +54,4 @@ def test_the_bench_step_runs_ibpo_ibpo_then_gspo_in_one_launch_on_cpu(tmp_path):
     report = bench.Report({"gpu": "CPU (test)", "commit": "test", "date": "test", "budget_s": 0.0}, [],
                           step_rows=rows, step_run={"shape": {"vllm": args.step_vllm}})
     table = bench.format_report(report)
-    assert "| 3 GSPO |" in table and "step 3: 0 corrections ran for" in table
+    assert "| 1 IBPO |" in table and "| 3 GSPO |" in table and "step 1: 8 corrections ran for 8 wrong responses" in table

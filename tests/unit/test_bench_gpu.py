@@ -41,7 +41,8 @@ def test_the_default_command_plans_the_step_in_six_minutes_and_the_copy_tail_whe
     plan = bench.plan_parts(args.budget_s, args.skip, args.draft_lengths)
     assert [(p.name, p.runs) for p in plan] == [("coefficients", False), ("step", True), ("copy", False)]
     assert bench.STEP_MIN_S < plan[1].estimate_s <= 360
-    assert plan[0].reason == "skipped (--skip)" and plan[2].reason == "does not fit: needs ~70 s, 30 s of --budget-s left"
+    assert plan[0].reason == "skipped (--skip)"
+    assert plan[2].reason == "does not fit: needs ~70 s, 30 s of --budget-s left"
     tail = bench.plan_parts(430, ["coefficients"], [8])
     assert [p.runs for p in tail] == [False, True, True]  # the step first: the copy workload is the optional tail
     every = bench.plan_parts(480, [], [4, 8])
@@ -231,7 +232,7 @@ def test_table_shows_each_part():
     assert "step: planned" in table
     assert "| coefficients | decode_step_s | 0.004 | NVIDIA H100 80GB HBM3 | abc1234 | 2026-11-26 |" in table
     assert "| copy | copy, draft length 8: accepted / decode step, acceptance rate, agreement | 4.50, 0.60, 1.00 |" in table
-    assert "| step | training/rollout_probs_diff_mean | 0.0011 |" in table
+    assert "| step | step 1 training/rollout_probs_diff_mean | 0.0011 |" in table
     assert "| coefficients / step | weight_sync_s | 0.4 |" in table
     assert "| step | step 1 seconds: step, main gen, correction gen, actor update (vLLM compiled) | 95.0, 18.0, 21.0, " \
            "30.0 |" in table
