@@ -17,28 +17,18 @@ its whole vocabulary with an exact round trip (``verl_cpu.tiny_assets.build_full
 synthetic task. Three parts, each skippable (``--skip``), planned in this order while the budget lasts
 (:func:`plan_parts`; the estimates are planning guesses, :data:`PART_ESTIMATE_S`):
 
-- **coefficients** (one vLLM engine and the actor in this process, no verl start-up): seconds per decode pass
-  on a grid of batch sizes x context lengths (each cell timed whole and prefill-only; decode = the difference,
-  per pass), fitted by non-negative least squares to ``decode_step_s + B·decode_s_per_token +
-  C·decode_s_per_context_token`` (:func:`compute_accounting.gpu_time.fit_decode_coefficients`); prefill tokens per
-  second from the prefill-only runs; the actor's forward + backward with gradient checkpointing (tokens per
-  second x 4 forward-equivalents = ``train_forward_tokens_per_s``); the seconds of loading the actor's weights
-  into the engine in-process (a lower bound of verl's weight sync; the step's ``update_weights`` replaces it).
-  Written as ``coefficients`` in the JSON (``compute_accounting.gpu_time.coefficients_from_json`` reads it; a
-  coefficient this run did not measure keeps its roofline value and says so in ``sources``).
-- **copy** (speculation's acceptance on a workload that copies): random weights never copy, so prompt-lookup
-  drafts on ordinary generations are rejected by construction. The copy workload: for prompt x, y is the
-  model's own greedy continuation (T tokens; greedy, so speculation changes it only by bf16 numerics); the copy
-  request shows ``x + y`` and then ``x``
-  again and decodes greedily. It represents a correction that copies its target (IBPO's correction prompt
-  shows the wrong response y; the toy's corrections were ~1.0x its length, docs/correction_pass.md) and
-  SpecRL's drafts from an earlier response to the same prompt (verl PR #4535): the best case of model-free
-  drafts. Whether the model repeats y after the second x is measured (``agreement``: the share of the target's
-  tokens reproduced before the first difference), not assumed. Per ngram draft length k (one engine each:
-  ``speculative_config`` is an engine argument, as in verl PR #5925 and NeMo-RL's speculative rollouts, which
-  also read vLLM's own spec-decode counters): seconds, decode steps (generated - accepted tokens, as the
-  trainer's ``rollout/spec_*`` counters count them), accepted tokens per decode step, acceptance rate, speed-up
-  over speculation off, and the cost model's seconds for the same work (with this run's coefficients).
+- **coefficients** (one vLLM engine and the actor in a child process, no verl start-up): seconds per decode pass
+  on a grid of batch sizes x context lengths, fitted by non-negative least squares to ``decode_step_s +
+  B·decode_s_per_token + C·decode_s_per_context_token`` (:func:`compute_accounting.gpu_time.fit_decode_coefficients`);
+  prefill tokens per second; the actor's forward + backward (``train_forward_tokens_per_s``); the in-process weight
+  load (a lower bound of verl's weight sync). Written as ``coefficients`` in the JSON
+  (``compute_accounting.gpu_time.coefficients_from_json`` reads it; what this run did not measure keeps its roofline
+  value and says so in ``sources``).
+- **copy** (speculation's acceptance where the model copies; random weights never do otherwise): for prompt x, y is
+  the model's greedy continuation; the copy request ``x + y + x`` decodes greedily (a correction copying its target;
+  SpecRL's drafts, verl PR #4535). Per ngram draft length k (one engine each): seconds, decode steps, accepted
+  tokens per decode step, acceptance rate (the trainer's ``rollout/spec_*`` definitions), ``agreement`` (whether
+  the model did repeat y), speed-up over speculation off (with the coefficients part) and the cost model's seconds.
 - **step** (``recipe/ibpo/run_ibpo_qwen3_1p7b_1gpu.sh`` through ``bench_one_gpu_shape.launch_command``, one
   launch for three steps): the bench-only method ``ibpo_then_gspo`` (``scripts/bench_methods``, registered through
   ``RECIPE_METHOD_MODULES``, run with the script's ``METHOD``) trains IBPO, IBPO, then GSPO, so every start-up is
@@ -662,43 +652,23 @@ STEP_VLLM = {
     "compiled": ({}, []),  # verl's default: compiled model, piecewise and full graphs (the start-up of a real run)
 }
 STEP_COUNT = GSPO_FROM_STEP  # IBPO, IBPO, GSPO
-STEP_MAX_PROMPT = 1024  # the one-GPU script's MAX_PROMPT, passed explicitly: rollout.prompt_length is sized from it
-
-
-def correction_prompt_length(model: Path, max_prompt: int, candidate: int) -> int:
-    """``rollout.prompt_length`` that holds IBPO's correction prompts with ``model``'s tokenizer: the
-    full-vocabulary tokenizer spends one token per character, so the correction template's text is ~4x a BPE
-    tokenizer's (371 tokens, where the launch scripts' arithmetic allows 256, ``CORRECTION_TEMPLATE_TOKENS``);
-    the candidates, the part that grows with the response length, keep their exact lengths."""
-    from transformers import AutoTokenizer
-
-    from ibpo.correction_lengths import correction_prompt_tokens
-    from ibpo.options import IBPOConfig
-    from recipe.ibpo.start_checks import correction_template_tokens
-
-    ibpo = IBPOConfig()
-    template = correction_template_tokens(ibpo, AutoTokenizer.from_pretrained(model))
-    return correction_prompt_tokens(max_prompt, template, 1 + ibpo.num_references, candidate)
+STEP_MAX_PROMPT = 1024  # the one-GPU script's MAX_PROMPT
 
 
 def step_command(args, out: Path, model: Path, data: dict) -> tuple[list[str], dict]:
     """The one-GPU script at the bench's reduced shape (module docstring) through the shape bench's command: one
     launch of the bench-only ``ibpo_then_gspo`` method for IBPO, IBPO, GSPO, one agent-loop and one reward worker,
-    vLLM's INFO log on (its engine-ready line is a start-up marker; verl sets WARN), ``rollout.prompt_length`` for
-    the tokenizer's correction prompts (:func:`correction_prompt_length`)."""
+    vLLM's INFO log on (its engine-ready line is a start-up marker; verl sets WARN)."""
     k = args.step_draft_k
     vllm_env, vllm_extra = STEP_VLLM[args.step_vllm]
     spec = ([f"+actor_rollout_ref.rollout.engine_kwargs.vllm.speculative_config={{method:ngram,prompt_lookup_min:2,"
              f"prompt_lookup_max:5,num_speculative_tokens:{k}}}"] if k else [])
     extra = [*spec, *vllm_extra, "actor_rollout_ref.rollout.disable_log_stats=False",
              "++actor_rollout_ref.model.override_config.attn_implementation=sdpa",
-             "actor_rollout_ref.rollout.agent.num_workers=1", "reward.num_workers=1",
-             f"actor_rollout_ref.rollout.prompt_length="
-             f"{correction_prompt_length(model, STEP_MAX_PROMPT, args.step_response)}"]
-    cmd, env = shape.launch_command(model, data, out, STEP_COUNT, extra)
+             "actor_rollout_ref.rollout.agent.num_workers=1", "reward.num_workers=1"]
+    cmd, env = shape.launch_command(model, data, out, STEP_COUNT, extra, STEP_MAX_PROMPT, args.step_response)
     requests = args.step_prompts * 8
-    env.update({"TRAIN_BATCH": str(args.step_prompts), "MAX_PROMPT": str(STEP_MAX_PROMPT),
-                "MAX_RESPONSE": str(args.step_response),
+    env.update({"TRAIN_BATCH": str(args.step_prompts),
                 "UPDATE_READING": "one_update", "COMPUTE_BUDGET": "0", "FAST_START": "1",
                 "CUDAGRAPH_MAX": str(min(512, requests * (1 + k))), "METHOD": "ibpo_then_gspo",
                 "RECIPE_METHOD_MODULES": "ibpo_then_gspo.method", "VLLM_LOGGING_LEVEL": "INFO",
@@ -947,6 +917,13 @@ def vllm_child(args, out: Path, budget: Budget, report: Report, watchdog: Watchd
         report.notes.append(f"vLLM/actor child {status} (log {out / 'vllm_parts.log'})")
 
 
+def vllm_child_parts(runs: set[str]) -> tuple[set[str], set[str]]:
+    """The vLLM/actor child's parts before the step and after it: the coefficients part first, the copy part on
+    its engine when no step runs, else after the step (the optional tail, on its own engines)."""
+    first = runs & ({"coefficients"} if "step" in runs else {"coefficients", "copy"})
+    return first, runs & {"copy"} - first
+
+
 def child_options(args) -> list[str]:
     """The measurement options of this command line, for the vLLM/actor child."""
     out = []
@@ -976,8 +953,7 @@ def main(argv=None) -> int:
     watchdog = Watchdog(report, out, budget)
     watchdog.start()
     runs = {p.name for p in plan if p.runs}
-    # the coefficients part first; the copy part shares its engine, or with a step it is the tail after the step
-    first = runs & ({"coefficients"} if "step" in runs else {"coefficients", "copy"})
+    first, tail = vllm_child_parts(runs)
     try:
         if first:
             vllm_child(args, out, budget, report, watchdog, first,
@@ -987,8 +963,8 @@ def main(argv=None) -> int:
                 run_step(args, out / "step", budget, report, watchdog, dict(os.environ))
             except Exception as exc:  # reported with what finished
                 report.notes.append(f"step part failed: {type(exc).__name__}: {exc}")
-        if runs - first - {"step"}:
-            vllm_child(args, out, budget, report, watchdog, runs - first - {"step"})
+        if tail:
+            vllm_child(args, out, budget, report, watchdog, tail)
     finally:
         watchdog.done.set()
     write_report(report, out, budget)

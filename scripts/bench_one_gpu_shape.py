@@ -29,6 +29,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -105,14 +106,35 @@ def write_random_model(out: Path, seed: int = 0, device: str = "cpu", tiny: bool
     return out
 
 
-def launch_command(model: Path, data: dict, out: Path, steps: int, extra: list[str]) -> tuple[list[str], dict]:
-    """The launch script's command and environment for a short shape run."""
+def correction_prompt_length(max_prompt: int, candidate: int) -> int:
+    """``rollout.prompt_length`` that holds IBPO's correction prompts with the full-vocabulary tokenizer
+    (:func:`write_model_config`), which spends exactly one token per character: the correction template's text is
+    then ~4x a BPE tokenizer's (371 tokens, where the launch scripts' arithmetic allows 256,
+    ``CORRECTION_TEMPLATE_TOKENS``); the candidates, the part that grows with the response length, keep their
+    exact lengths. The pre-flight measures the template with the run's tokenizer and refuses a shorter value."""
+    from ibpo.correction_lengths import correction_prompt_tokens
+    from ibpo.options import IBPOConfig
+    from recipe.ibpo.start_checks import correction_template_tokens
+
+    ibpo = IBPOConfig()
+    one_per_character = SimpleNamespace(encode=lambda text, add_special_tokens=False: list(text))
+    template = correction_template_tokens(ibpo, one_per_character)
+    return correction_prompt_tokens(max_prompt, template, 1 + ibpo.num_references, candidate)
+
+
+def launch_command(model: Path, data: dict, out: Path, steps: int, extra: list[str], max_prompt: int = 1024,
+                   max_response: int = 8192) -> tuple[list[str], dict]:
+    """The launch script's command and environment for a short shape run (its ``MAX_PROMPT`` and
+    ``MAX_RESPONSE``; candidates whole, ``rollout.prompt_length`` by :func:`correction_prompt_length`)."""
     env = {"MODEL_PATH": str(model), "TRAIN_FILES": f"['{data['train']}']", "VAL_FILES": f"['{data['val']}']",
            "CKPTS_DIR": str(out / "ckpts"), "TOTAL_STEPS": str(steps), "LOGGER": "['console','file']",
-           "VERL_FILE_LOGGER_PATH": str(out / "metrics.jsonl")}
+           "VERL_FILE_LOGGER_PATH": str(out / "metrics.jsonl"), "MAX_PROMPT": str(max_prompt),
+           "MAX_RESPONSE": str(max_response)}
     # random weights: every group is all-wrong; the paper's rule corrects them (mixed would correct none)
     overrides = ["trainer.val_before_train=False", "trainer.test_freq=-1", "trainer.save_freq=-1",
-                 "actor_rollout_ref.rollout.ignore_eos=True", "ibpo.correct_groups=all", *extra]
+                 "actor_rollout_ref.rollout.ignore_eos=True", "ibpo.correct_groups=all",
+                 f"actor_rollout_ref.rollout.prompt_length={correction_prompt_length(max_prompt, max_response)}",
+                 *extra]
     return ["bash", str(ROOT / "recipe" / "ibpo" / "run_ibpo_qwen3_1p7b_1gpu.sh"), *overrides], env
 
 

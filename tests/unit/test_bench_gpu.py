@@ -50,6 +50,11 @@ def test_the_default_command_plans_the_step_in_six_minutes_and_the_copy_tail_whe
     assert bench.plan_parts(480, [], [2, 4, 8, 16])[2].estimate_s == 4 * bench.PART_ESTIMATE_S["copy_per_draft_length"]
     with pytest.raises(ValueError, match=r"--skip \['prefill'\]"):
         bench.plan_parts(480, ["prefill"], [8])
+    # with a step the copy workload runs after it; without one it shares the coefficients part's engine
+    assert bench.vllm_child_parts({"step", "copy"}) == (set(), {"copy"})
+    assert bench.vllm_child_parts({"coefficients", "step", "copy"}) == ({"coefficients"}, {"copy"})
+    assert bench.vllm_child_parts({"coefficients", "copy"}) == ({"coefficients", "copy"}, set())
+    assert bench.vllm_child_parts({"step"}) == (set(), set())
 
 
 def test_budget_counts_from_the_start():

@@ -56,3 +56,26 @@ def test_the_project_tokenizer_does_not_round_trip_a_wide_vocabulary(tmp_path):
 def test_a_vocabulary_too_small_for_the_text_alphabet_is_refused(tmp_path):
     with pytest.raises(ValueError, match="vocab_size=50: needs more than 102 ids"):
         build_full_vocab_tokenizer(tmp_path, 50)
+
+
+def test_the_shape_benches_size_the_correction_prompts_by_this_tokenizers_count(tokenizer):
+    """``bench_one_gpu_shape.correction_prompt_length`` counts one token per character; the pre-flight counts with
+    the tokenizer itself (``recipe.ibpo.start_checks``): the two agree, so the benches' prompt_length passes it."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    from ibpo.correction_lengths import correction_prompt_tokens
+    from ibpo.options import IBPOConfig
+    from recipe.ibpo.start_checks import correction_template_tokens
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "bench_one_gpu_shape.py"
+    spec = importlib.util.spec_from_file_location("bench_one_gpu_shape", path)
+    shape = importlib.util.module_from_spec(spec)
+    sys.modules["bench_one_gpu_shape"] = shape
+    spec.loader.exec_module(shape)
+    template = correction_template_tokens(IBPOConfig(), tokenizer)
+    assert template > 256  # more than the launch scripts' arithmetic allows: why the benches set prompt_length
+    for max_prompt, candidate in ((1024, 512), (1024, 8192)):
+        assert shape.correction_prompt_length(max_prompt, candidate) == correction_prompt_tokens(
+            max_prompt, template, 2, candidate)
