@@ -6,10 +6,11 @@ correction pass. One command, a table at the end:
     python scripts/bench_one_gpu_shape.py --out outputs/shape_1p7b --speculation ngram --bound-factor 1.5
 
 It writes a Qwen3-1.7B-shaped model with *random* weights (``transformers`` ``from_config``, bf16, saved
-locally with the project's tokenizer: no hub access), the synthetic task's parquet files, and runs
-``recipe/ibpo/run_ibpo_qwen3_1p7b_1gpu.sh`` unchanged (its sizes: G = 8, 32 prompts, 8k responses in a 32k
-context with whole correction candidates) for ``--steps`` steps with responses forced to the full length
-(``rollout.ignore_eos=True``). Random weights never answer right, so every response is wrong and every group is
+locally with a tokenizer of its whole vocabulary and an exact round trip: no hub access), the synthetic task's
+parquet files, and runs ``recipe/ibpo/run_ibpo_qwen3_1p7b_1gpu.sh`` (its sizes: G = 8, 32 prompts, 8k responses in
+a 32k context with whole correction candidates; ``rollout.prompt_length`` raised for that tokenizer's longer
+correction template, :func:`correction_prompt_length`) for ``--steps`` steps with responses forced to the full
+length (``rollout.ignore_eos=True``). Random weights never answer right, so every response is wrong and every group is
 all-wrong: the package default ``ibpo.correct_groups=mixed`` would skip them all, so the bench passes the paper's
 rule, ``ibpo.correct_groups=all`` (Alg. 1: every wrong response gets a correction; a heavier correction pass than
 the 6 of 8 wrong the other tables use), and prints per step how many corrections ran (``ibpo/num_corrections`` of
