@@ -385,3 +385,25 @@ def test_the_bench_method_runs_ibpos_block_and_the_registry_still_refuses_anothe
     with pytest.raises(SetupError, match="algorithm.adv_estimator=ibpo with method=counterfactual"):
         methods.method_of(OmegaConf.create({"method": "counterfactual", "counterfactual": {},
                                             "algorithm": {"adv_estimator": "ibpo"}}))
+
+
+def test_the_parent_looks_vllm_up_without_importing_it(tmp_path, monkeypatch):
+    """The bench's own process only checks that vLLM is installed and reads its version from the metadata: an
+    import there cost 10-15 s of a GPU slot (and verl's run imports it again in every worker)."""
+    fake = tmp_path / "site" / "vllm"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(f"open({str(tmp_path / 'imported')!r}, 'w').close()\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.delitem(sys.modules, "vllm", raising=False)
+    monkeypatch.setattr(bench.shape, "skip_reason", bench.shape.skip_reason)  # the real one
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index: "GPU (test)")  # where nvidia-smi is absent
+    assert bench.shape.skip_reason() is None  # found by importlib.util.find_spec
+    monkeypatch.setattr(bench, "source_tree_id", lambda: "tree")
+    meta = bench.run_meta(SimpleNamespace(budget_s=1.0, out=tmp_path))
+    assert meta["versions"]["vllm"] == "absent"  # no installed metadata for the fake package: not imported to ask
+    assert not (tmp_path / "imported").exists() and "vllm" not in sys.modules
+    monkeypatch.setattr(bench.importlib.util, "find_spec", lambda name: None)
+    assert bench.shape.skip_reason() == "vLLM is not installed"
