@@ -28,7 +28,8 @@ synthetic task. Three parts, each skippable (``--skip``), planned in this order 
   the model's greedy continuation; the copy request ``x + y + x`` decodes greedily (a correction copying its target;
   SpecRL's drafts, verl PR #4535). Per ngram draft length k (one engine each): seconds, decode steps, accepted
   tokens per decode step, acceptance rate (the trainer's ``rollout/spec_*`` definitions), ``agreement`` (whether
-  the model did repeat y), speed-up over speculation off (with the coefficients part) and the cost model's seconds.
+  the model did repeat y), speed-up over speculation off (where it shares the coefficients part's engine: no step
+  between them) and the cost model's seconds.
 - **step** (``recipe/ibpo/run_ibpo_qwen3_1p7b_1gpu.sh`` through ``bench_one_gpu_shape.launch_command``, one
   launch for three steps): the bench-only method ``ibpo_then_gspo`` (``scripts/bench_methods``, registered through
   ``RECIPE_METHOD_MODULES``, run with the script's ``METHOD``) trains IBPO, IBPO, then GSPO, so every start-up is
