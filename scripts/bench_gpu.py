@@ -372,6 +372,9 @@ def step_lines(report: Report) -> list[str]:
         lines.append(f"step: vLLM {mode} (--step-vllm): its generation seconds are {mode} decode's, not a compiled "
                      "engine's")
     lines += startup_line(run)
+    if any(r.get("spec_stats_reported") for r in report.step_rows):
+        lines.append("rollout/spec_*: random weights propose few ngram drafts and accept ~none (near-uniform tokens over "
+                     "151,936 ids): they show what drafting costs, not a trained model's acceptance (the copy part does)")
     for r in report.step_rows:
         lines.append(f"step {r['step']}: correction / main generation {r['correction_vs_main']:.2f}; "
                      f"training/rollout_probs_diff_mean {fmt(r['rollout_probs_diff_mean'], '.4g')}; actor peak "

@@ -234,6 +234,7 @@ def test_table_shows_each_part():
     assert "| copy | off | 4.00 | 1.00x |" in table and "| copy | 8 | 2.00 | 2.00x | 1500 | 4.50 | 0.60 | 1.00 | 1.80 |" in table
     assert "step 1: 16 corrections ran for 16 wrong responses" in table
     assert "training/rollout_probs_diff_mean 0.0011" in table and "40.0 GiB" in table
+    assert "rollout/spec_*: random weights propose few ngram drafts and accept ~none" in table
     assert "step: planned" in table
     assert "| coefficients | decode_step_s | 0.004 | NVIDIA H100 80GB HBM3 | abc1234 | 2026-11-26 |" in table
     assert "| copy | copy, draft length 8: accepted / decode step, acceptance rate, agreement | 4.50, 0.60, 1.00 |" in table
