@@ -3,7 +3,8 @@
 The tokenizer is a byte-level BPE trained in a second on synthetic arithmetic chat text, wrapped in
 ``PreTrainedTokenizerFast`` with a ChatML chat template (the format Qwen models use), so verl's agent
 loop can apply ``apply_chat_template`` exactly as it does for a real model. The model is a randomly
-initialised Qwen2 causal LM with ~0.1M parameters.
+initialised Qwen2 causal LM with ~0.1M parameters. :func:`build_full_vocab_tokenizer` is a tokenizer as wide as a
+real model's vocabulary with an exact decode/encode round trip (the GPU bench's random Qwen3-1.7B-shaped models).
 
     python -m verl_cpu.tiny_assets --out /tmp/tiny   # writes /tmp/tiny/{tokenizer,model}
 """
@@ -87,35 +88,28 @@ def build_tiny_tokenizer(out_dir: str | os.PathLike, vocab_size: int = 512, seed
     return fast
 
 
-def full_vocab_characters(count: int) -> list[str]:
-    """``count`` distinct single characters that text keeps as they are: printable ASCII, newline and tab first (the
-    prompts and templates spell with them), then code points upward from U+00A1 that are neither whitespace, a
-    control character nor a surrogate."""
-    chars = [chr(c) for c in range(0x20, 0x7F)] + ["\n", "\t"]
-    code = 0xA1
-    while len(chars) < count:
-        ch = chr(code)
-        if not (ch.isspace() or 0xD800 <= code <= 0xDFFF or unicodedata.category(ch) == "Cc"):
-            chars.append(ch)
-        code += 1
-    return chars[:count]
-
-
 def build_full_vocab_tokenizer(out_dir: str | os.PathLike, vocab_size: int):
     """A chat tokenizer of exactly ``vocab_size`` ids (a real model's vocabulary: 151,936 for Qwen3-1.7B), saved
     and returned as ``PreTrainedTokenizerFast``: the four specials of :data:`SPECIAL_TOKENS` (ids 0-3, as
-    :func:`build_tiny_tokenizer`'s), then one character per id (:func:`full_vocab_characters`); no merges, no
+    :func:`build_tiny_tokenizer`'s), then one character per id (printable ASCII, newline and tab, then code points
+    upward from U+00A1 that are neither whitespace, a control character nor a surrogate); no merges, no
     normaliser, no pre-tokeniser. Decoding ids gives their characters in order and encoding that text gives the
     same ids back, whatever the sequence (unless its characters happen to spell a special token), so a random
-    model's response of n tokens is n tokens again inside a correction prompt. A character outside the
-    vocabulary encodes as ``<|endoftext|>``."""
+    model's response of n tokens is n tokens again inside a correction prompt. Text costs one token per
+    character; a character outside the vocabulary encodes as ``<|endoftext|>``."""
     from tokenizers import Tokenizer, decoders, models
     from transformers import PreTrainedTokenizerFast
 
-    if vocab_size <= len(SPECIAL_TOKENS) + 98:
-        raise ValueError(f"vocab_size={vocab_size}: needs more than {len(SPECIAL_TOKENS) + 98} ids (the specials, "
-                         "printable ASCII, newline and tab)")
-    tokens = SPECIAL_TOKENS + full_vocab_characters(vocab_size - len(SPECIAL_TOKENS))
+    chars = [chr(c) for c in range(0x20, 0x7F)] + ["\n", "\t"]
+    if vocab_size < len(SPECIAL_TOKENS) + len(chars):
+        raise ValueError(f"vocab_size={vocab_size}: needs at least {len(SPECIAL_TOKENS) + len(chars)} ids (the "
+                         "specials, printable ASCII, newline and tab)")
+    code = 0xA1
+    while len(SPECIAL_TOKENS) + len(chars) < vocab_size:
+        if not (chr(code).isspace() or 0xD800 <= code <= 0xDFFF or unicodedata.category(chr(code)) == "Cc"):
+            chars.append(chr(code))
+        code += 1
+    tokens = SPECIAL_TOKENS + chars[:vocab_size - len(SPECIAL_TOKENS)]
     tok = Tokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, [], unk_token=SPECIAL_TOKENS[0]))
     tok.decoder = decoders.Fuse()  # the characters joined as they are (no spaces between tokens)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=None, eos_token="<|im_end|>",

@@ -54,8 +54,9 @@ def test_the_project_tokenizer_does_not_round_trip_a_wide_vocabulary(tmp_path):
 
 
 def test_a_vocabulary_too_small_for_the_text_alphabet_is_refused(tmp_path):
-    with pytest.raises(ValueError, match="vocab_size=50: needs more than 102 ids"):
+    with pytest.raises(ValueError, match="vocab_size=50: needs at least 101 ids"):
         build_full_vocab_tokenizer(tmp_path, 50)
+    assert len(build_full_vocab_tokenizer(tmp_path, 101)) == 101  # the specials and the text alphabet exactly
 
 
 def test_the_shape_benches_size_the_correction_prompts_by_this_tokenizers_count(tokenizer):
