@@ -1,53 +1,56 @@
 #!/usr/bin/env python
 """What a GPU user needs to know, in one command that fits a short GPU slot: one table, a JSON beside it.
 
-    python scripts/bench_gpu.py                                   # the cost model and the copy workload, 8 minutes
-    python scripts/bench_gpu.py --skip coefficients copy --budget-s 560   # one IBPO step through the trainer only
-    python scripts/bench_gpu.py --skip coefficients copy --budget-s 560 --step-eager   # the same, vLLM eager
+    python scripts/bench_gpu.py                            # the step part: IBPO, IBPO, GSPO in one launch (6 minutes)
+    python scripts/bench_gpu.py --budget-s 430             # the same, then the copy workload on one k = 8 engine
+    python scripts/bench_gpu.py --step-vllm full-graphs    # a second slot: no compile, decode in full CUDA graphs
+    python scripts/bench_gpu.py --skip step --budget-s 480 --draft-lengths 4 8   # the cost model and the copy workload
 
-On an H200 (docs/gpu.md) the coefficients took ~110 s and an engine per draft length ~60 s, while verl's start-up
-alone took more than 290 s before the step's first request: the step does not fit beside the other two parts in
-one 8-minute slot, so the default budget plans the first two and the step runs in a slot of its own.
+The step part is designed to finish in 6 minutes on a fresh H100/H200, start-ups included (docs/gpu.md, "The step
+part in one slot", estimates it line by line from the H200 logs; it has not run on a GPU since). The coefficients
+were measured on an H200 at c9ae526 and ship as ``compute_budget.cost_model=measured:H200``, so the default skips
+them.
 
 No downloads: a Qwen3-1.7B-shaped model (``bench_one_gpu_shape.QWEN3_1P7B_SHAPE``) with random weights (vLLM's
-``load_format=dummy``; the actor and the trainer's checkpoint from ``transformers``' ``from_config``), the
-project's tokenizer and the synthetic task. Three parts, each skippable (``--skip``), run in this order while
-the budget lasts (:func:`plan_parts`; the estimates are planning guesses, :data:`PART_ESTIMATE_S`):
+``load_format=dummy``; the actor and the trainer's checkpoint from ``transformers``' ``from_config``), a tokenizer of
+its whole vocabulary with an exact round trip (``verl_cpu.tiny_assets.build_full_vocab_tokenizer``) and the
+synthetic task. Three parts, each skippable (``--skip``), planned in this order while the budget lasts
+(:func:`plan_parts`; the estimates are planning guesses, :data:`PART_ESTIMATE_S`):
 
-- **coefficients** (one vLLM engine and the actor in this process, no verl start-up): seconds per decode pass
-  on a grid of batch sizes x context lengths (each cell timed whole and prefill-only; decode = the difference,
-  per pass), fitted by non-negative least squares to ``decode_step_s + B·decode_s_per_token +
-  C·decode_s_per_context_token`` (:func:`compute_accounting.gpu_time.fit_decode_coefficients`); prefill tokens per
-  second from the prefill-only runs; the actor's forward + backward with gradient checkpointing (tokens per
-  second x 4 forward-equivalents = ``train_forward_tokens_per_s``); the seconds of loading the actor's weights
-  into the engine in-process (a lower bound of verl's weight sync; the step's ``update_weights`` replaces it).
-  Written as ``coefficients`` in the JSON (``compute_accounting.gpu_time.coefficients_from_json`` reads it; a
-  coefficient this run did not measure keeps its roofline value and says so in ``sources``).
-- **copy** (speculation's acceptance on a workload that copies): random weights never copy, so prompt-lookup
-  drafts on ordinary generations are rejected by construction. The copy workload: for prompt x, y is the
-  model's own greedy continuation (T tokens, speculation off); the copy request shows ``x + y`` and then ``x``
-  again and decodes greedily. It represents a correction that copies its target (IBPO's correction prompt
-  shows the wrong response y; the toy's corrections were ~1.0x its length, docs/correction_pass.md) and
-  SpecRL's drafts from an earlier response to the same prompt (verl PR #4535): the best case of model-free
-  drafts. Whether the model repeats y after the second x is measured (``agreement``: the share of the target's
-  tokens reproduced before the first difference), not assumed. Per ngram draft length k (one engine each:
-  ``speculative_config`` is an engine argument, as in verl PR #5925 and NeMo-RL's speculative rollouts, which
-  also read vLLM's own spec-decode counters): seconds, decode steps (generated - accepted tokens, as the
-  trainer's ``rollout/spec_*`` counters count them), accepted tokens per decode step, acceptance rate, speed-up
-  over speculation off, and the cost model's seconds for the same work (with this run's coefficients).
-- **step** (one real IBPO step through ``recipe/ibpo/run_ibpo_qwen3_1p7b_1gpu.sh``, through
-  ``bench_one_gpu_shape.launch_command``): the script's shape at ``--step-prompts`` prompts x G = 8 and
-  ``--step-response`` tokens (forced, ``ignore_eos``), ``FAST_START=1``, ``ibpo.correct_groups=all`` (random
-  weights: every response wrong, every one corrected), ngram speculation with vLLM's stats on, sdpa attention.
-  From the run's metrics JSONL (:func:`step_report`): per-phase seconds, correction / main generation,
-  corrections run, ``rollout/spec_*``, ``training/rollout_probs_diff_mean`` (actor vs vLLM in bf16), the
-  actor's peak memory and ``nvidia-smi``'s peak over the run; its start-up timeline (:class:`StampedLog`: the
-  log's tail and when each :data:`STARTUP_MARKERS` line came), also when the budget stops it.
+- **coefficients** (one vLLM engine and the actor in a child process, no verl start-up): seconds per decode pass
+  on a grid of batch sizes x context lengths, fitted by non-negative least squares to ``decode_step_s +
+  B·decode_s_per_token + C·decode_s_per_context_token`` (:func:`compute_accounting.gpu_time.fit_decode_coefficients`);
+  prefill tokens per second; the actor's forward + backward (``train_forward_tokens_per_s``); the in-process weight
+  load (a lower bound of verl's weight sync). Written as ``coefficients`` in the JSON
+  (``compute_accounting.gpu_time.coefficients_from_json`` reads it; what this run did not measure keeps its roofline
+  value and says so in ``sources``).
+- **copy** (speculation's acceptance where the model copies; random weights never do otherwise): for prompt x, y is
+  the model's greedy continuation; the copy request ``x + y + x`` decodes greedily (a correction copying its target;
+  SpecRL's drafts, verl PR #4535). Per ngram draft length k (one engine each): seconds, decode steps, accepted
+  tokens per decode step, acceptance rate (the trainer's ``rollout/spec_*`` definitions), ``agreement`` (whether
+  the model did repeat y), speed-up over speculation off (where it shares the coefficients part's engine: no step
+  between them) and the cost model's seconds.
+- **step** (``recipe/ibpo/run_ibpo_qwen3_1p7b_1gpu.sh`` through ``bench_one_gpu_shape.launch_command``, one
+  launch for three steps): the bench-only method ``ibpo_then_gspo`` (``scripts/bench_methods``, registered through
+  ``RECIPE_METHOD_MODULES``, run with the script's ``METHOD``) trains IBPO, IBPO, then GSPO, so every start-up is
+  paid once and both methods' step times come from one machine and launch. The script's shape at
+  ``--step-prompts`` prompts x G = 8 and ``--step-response`` tokens (forced, ``ignore_eos``), ``FAST_START=1`` (the
+  actor without compile), vLLM ``--step-vllm`` (default eager), one agent-loop and one reward worker,
+  ``ibpo.correct_groups=all`` (random weights: every response wrong, every one corrected), ngram speculation
+  (``--step-draft-k``; 0: off) with vLLM's stats on, sdpa attention, vLLM's log at INFO (verl sets WARN).
+  From the run's metrics JSONL (:func:`step_report`), per step: which method ran, per-phase seconds, correction /
+  main generation and share of the step, corrections run / wrong responses, ``rollout/spec_*``,
+  ``training/rollout_probs_diff_mean`` (actor vs vLLM in bf16), the actor's peak memory and ``nvidia-smi``'s peak
+  over the run; its start-up timeline (:class:`StampedLog`: the log's tail and when each :data:`STARTUP_MARKERS`
+  line came), also when the budget stops it. ``tests/e2e/test_bench_gpu_step_cpu.py`` runs the same command on
+  CPU through ``verl_cpu``. With a step, the copy part runs after it (the optional tail) on one engine per draft
+  length, the first without a speculation-off engine.
 
 The coefficients and copy parts run in a child process of this script (vLLM's engine in-process there, so the
 actor's weights load into it directly), which leaves the GPU free for the step's verl run when it exits; it
-saves what it measured after each measurement. ``--budget-s``: a part starts only if its estimate fits what is
-left; each child's run is limited to its share; a watchdog writes the table and JSON of what is done (the
+saves what it measured after each measurement. This process imports neither vLLM nor verl (``skip_reason`` looks
+vLLM up with ``importlib.util.find_spec``). ``--budget-s``: a part starts only if its estimate fits what is left;
+each child's run is limited to its share; a watchdog writes the table and JSON of what is done (the
 child's saved results included) and exits at the budget whatever hangs.
 Without CUDA or vLLM it prints why and exits 0 (the planning, fit, parsing and table are tested on CPU:
 tests/unit/test_bench_gpu.py).
@@ -57,6 +60,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.metadata
 import json
 import os
 import re
@@ -74,9 +78,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
-from option_types.cli import positive_float, positive_int  # noqa: E402
+from option_types.cli import nonnegative_int, positive_float, positive_int  # noqa: E402
 
+BENCH_METHODS = ROOT / "scripts" / "bench_methods"  # the step part's bench-only method (ibpo_then_gspo)
+sys.path.insert(0, str(BENCH_METHODS))
 import bench_one_gpu_shape as shape  # noqa: E402  (the model shape, the launch command, the peak-memory poller)
+from ibpo_then_gspo import GSPO_FROM_STEP, IBPO_ENABLED_METRIC, WORKERS_READY  # noqa: E402  (the bench method)
 from bench_correction_pass import release_engine  # noqa: E402  (frees the GPU for the next engine)
 
 from compute_accounting.gpu_time import (  # noqa: E402
@@ -92,14 +99,14 @@ from compute_accounting.gpu_time import (  # noqa: E402
 )
 from recipe.ibpo.correction.rollout import SPEC_PROM_COUNTERS, SpecCounters, spec_counter_metrics  # noqa: E402
 
-PARTS = ("coefficients", "copy", "step")
-# Planning estimates (seconds) from the H200 runs of 2026-11-27 (docs/gpu.md; c9ae526 and 74eb390): the
-# coefficients part 114 s whole (vLLM's import ~20 s, its engine ~67 s with compile and graphs, grid, actor and
-# weight load ~27 s); an engine for the copy part ~60 s before its two workloads; verl's start-up with FAST_START=1
-# more than 292 s before the step's first request (stopped there at the budget), so the step's 420 s is a lower
-# bound plus a guess for the step itself.
-PART_ESTIMATE_S = {"coefficients": 120.0, "copy_per_draft_length": 70.0, "step": 420.0}
-STEP_MIN_S = 330.0  # below this the step cannot finish (its start-up alone took > 292 s): skipped, not started
+PARTS = ("coefficients", "step", "copy")
+# Planning estimates (seconds). The coefficients part: 114 s on an H200 at c9ae526 (vLLM's import ~20 s, its engine
+# ~67 s with compile and graphs, grid, actor and weight load ~27 s); an engine for the copy part ~60 s there before
+# its two workloads (74eb390). The step part (IBPO, IBPO, GSPO in one launch, vLLM eager, 1 + 1 workers): ~330 s,
+# an estimate line by line from the H200 logs of 86eda05 and 74eb390 (docs/gpu.md, "The step part in one slot"),
+# not a measurement; its start-up alone is estimated at ~225 s, so below STEP_MIN_S it is not started.
+PART_ESTIMATE_S = {"coefficients": 120.0, "copy_per_draft_length": 70.0, "step": 330.0}
+STEP_MIN_S = 240.0
 MODEL_SHAPE = "Qwen3-1.7B"
 
 
@@ -271,6 +278,7 @@ def step_report(metrics: dict[int, dict[str, float]]) -> list[dict]:
     rows = []
     for row in shape.step_rows(metrics):
         m = metrics[row["step"]]
+        row["method"] = {1.0: "IBPO", 0.0: "GSPO"}.get(m.get(IBPO_ENABLED_METRIC), "")  # "": not the bench method
         row.update({k: m.get(key) for k, key in STEP_KEYS.items()})
         row.update({key.split("/", 1)[1]: v for key, v in sorted(m.items()) if key.startswith("rollout/spec_")})
         rows.append(row)
@@ -359,9 +367,14 @@ def step_lines(report: Report) -> list[str]:
     if not report.step_rows:
         return [f"(no step finished{': ' + run['status'] if run.get('status') else ''})", *startup_line(run)]
     lines = shape.format_table(report.step_rows, int(report.step_run.get("peak_mib", 0))).splitlines()
-    if run.get("shape", {}).get("eager"):
-        lines.append("step: vLLM eager (--step-eager: no CUDA graphs, no compile); its generation seconds are eager's")
+    mode = run.get("shape", {}).get("vllm", "compiled")
+    if mode != "compiled":
+        lines.append(f"step: vLLM {mode} (--step-vllm): its generation seconds are {mode} decode's, not a compiled "
+                     "engine's")
     lines += startup_line(run)
+    if any(r.get("spec_stats_reported") for r in report.step_rows):
+        lines.append("rollout/spec_*: random weights propose few ngram drafts and accept ~none (near-uniform tokens over "
+                     "151,936 ids): they show what drafting costs, not a trained model's acceptance (the copy part does)")
     for r in report.step_rows:
         lines.append(f"step {r['step']}: correction / main generation {r['correction_vs_main']:.2f}; "
                      f"training/rollout_probs_diff_mean {fmt(r['rollout_probs_diff_mean'], '.4g')}; actor peak "
@@ -384,7 +397,7 @@ def format_report(report: Report) -> str:
                      f"in {fmt(report.actor.get('seconds'), '.3f')} s; peak allocated "
                      f"{fmt(report.actor.get('peak_gb'), '.1f')} GB")
     lines += ["", "## Speculation (ngram) by draft length", *speculation_lines(report.spec_rows)]
-    lines += ["", "## One IBPO step through the trainer", *step_lines(report)]
+    lines += ["", "## The step part: IBPO, IBPO, GSPO in one launch of the trainer", *step_lines(report)]
     lines += ["", "## Rows for docs/gpu.md (what this run did not measure stays unmeasured)", *docs_rows(report)]
     return "\n".join(lines)
 
@@ -405,10 +418,12 @@ def docs_rows(report: Report) -> list[str]:
                          "acceptance rate, agreement", f"{r['spec_accepted_per_decode_step']:.2f}, "
                          f"{r['spec_acceptance_rate']:.2f}, {r['agreement']:.2f}"))
     for r in report.step_rows:
-        eager = " (vLLM eager: no CUDA graphs)" if report.step_run.get("shape", {}).get("eager") else ""
-        rows.append(("step", f"seconds: step, main gen, correction gen, actor update{eager}", f"{r['step_s']:.1f}, "
+        mode = report.step_run.get("shape", {}).get("vllm", "compiled")
+        rows.append(("step", f"step {r['step']} seconds: step, main gen, correction gen, actor update (vLLM {mode})",
+                     f"{r['step_s']:.1f}, "
                      f"{r['main_gen']:.1f}, {r['correction_gen']:.1f}, {r['update_actor']:.1f}"))
-        rows.append(("step", "training/rollout_probs_diff_mean", fmt(r["rollout_probs_diff_mean"], ".4g")))
+        rows.append(("step", f"step {r['step']} training/rollout_probs_diff_mean",
+                     fmt(r["rollout_probs_diff_mean"], ".4g")))
     if report.step_run.get("peak_mib"):
         rows.append(("step", "peak GPU memory (nvidia-smi, all processes)", f"{report.step_run['peak_mib'] / 1024:.1f} GiB"))
     rows.append(("whole command", "seconds, start-ups included", f"{m.get('used_s', 0.0):.0f}"))
@@ -566,15 +581,17 @@ def measure_weight_load(llm, model) -> float:
 
 def vllm_parts(args, model_dir: Path, budget: Budget, report: Report, runs: set[str], save=lambda: None) -> None:
     """The coefficients part and the copy part's speculation-off rows on one engine, then one engine per
-    draft length for the copy part; ``save()`` after each measurement (a kill keeps what finished)."""
+    draft length for the copy part (without the coefficients part, the first engine is the first draft length's);
+    ``save()`` after each measurement (a kill keeps what finished)."""
     cells = decode_grid(args.batches, args.contexts, args.new_tokens)
     xs = random_prompts(args.copy_prompts, args.copy_prompt_len, seed=100)
-    reserve = (part_estimate("step", []) if "step" in runs else 0.0) + (
-        part_estimate("copy", args.draft_lengths) if "copy" in runs else 0.0)
+    reserve = part_estimate("copy", args.draft_lengths) if "copy" in runs else 0.0
     longest = max(max(args.contexts) + args.new_tokens, 2 * args.copy_prompt_len + 2 * args.copy_tokens) + 16
     seqs = max([*args.batches, args.copy_prompts])
     cost_model = given_coefficients(args)  # read once, before the first engine: a bad file fails at once
-    llm = build_engine(model_dir, longest, [*args.batches, args.copy_prompts], seqs)
+    # without the coefficients part the copy part's first engine is its first draft length's (one engine for k = 8)
+    first_k = 0 if "coefficients" in runs or not args.draft_lengths else args.draft_lengths[0]
+    llm = build_engine(model_dir, longest, [*args.batches, args.copy_prompts * (1 + first_k)], seqs, draft_k=first_k)
     targets = None
     try:
         if "coefficients" in runs:
@@ -592,12 +609,12 @@ def vllm_parts(args, model_dir: Path, budget: Budget, report: Report, runs: set[
             save()
         if "copy" in runs:
             targets = timed_generate(llm, xs, args.copy_tokens)[1]  # y: the model's own greedy continuation
-            copy_rows(llm, 0, xs, targets, args.copy_tokens, report, cost_model)
+            copy_rows(llm, first_k, xs, targets, args.copy_tokens, report, cost_model)
             save()
     finally:
         release_engine(llm)
         llm = None  # the last reference: the next engine starts with this one's memory free
-    for k in args.draft_lengths if targets is not None else []:
+    for k in [k for k in args.draft_lengths if k != first_k] if targets is not None else []:
         if budget.left() < PART_ESTIMATE_S["copy_per_draft_length"] + (reserve - part_estimate("copy", args.draft_lengths)):
             report.notes.append(f"speculation stopped before draft length {k} (budget)")
             break
@@ -629,19 +646,39 @@ def given_coefficients(args) -> GpuTimeCoefficients | None:
     return None if args.coefficients_json is None else coefficients_from_json(args.coefficients_json)
 
 
+# The step's vLLM (--step-vllm): the one-GPU script's environment and overrides for each. FAST_START=1 always (the
+# actor without torch.compile; CUDA graphs, where captured, for the step's batch sizes only).
+STEP_VLLM = {
+    "eager": ({"ENFORCE_EAGER": "1"}, []),  # no compile, no CUDA graphs: the shortest start-up, the slowest decode
+    # no compile, decode passes in full CUDA graphs (prefill eager): most of the graphs' decode speed without compile
+    "full-graphs": ({}, ["+actor_rollout_ref.rollout.engine_kwargs.vllm.compilation_config={mode:0,"
+                         "cudagraph_mode:FULL_DECODE_ONLY}"]),
+    "compiled": ({}, []),  # verl's default: compiled model, piecewise and full graphs (the start-up of a real run)
+}
+STEP_COUNT = GSPO_FROM_STEP  # IBPO, IBPO, GSPO
+STEP_MAX_PROMPT = 1024  # the one-GPU script's MAX_PROMPT
+
+
 def step_command(args, out: Path, model: Path, data: dict) -> tuple[list[str], dict]:
-    """The one-GPU script at the bench's reduced shape (module docstring), through the shape bench's command."""
+    """The one-GPU script at the bench's reduced shape (module docstring) through the shape bench's command: one
+    launch of the bench-only ``ibpo_then_gspo`` method for IBPO, IBPO, GSPO, one agent-loop and one reward worker,
+    vLLM's INFO log on (its engine-ready line is a start-up marker; verl sets WARN)."""
     k = args.step_draft_k
-    extra = ["+actor_rollout_ref.rollout.engine_kwargs.vllm.speculative_config={method:ngram,prompt_lookup_min:2,"
-             f"prompt_lookup_max:5,num_speculative_tokens:{k}}}", "actor_rollout_ref.rollout.disable_log_stats=False",
-             "++actor_rollout_ref.model.override_config.attn_implementation=sdpa"]
-    cmd, env = shape.launch_command(model, data, out, 1, extra)
+    vllm_env, vllm_extra = STEP_VLLM[args.step_vllm]
+    spec = ([f"+actor_rollout_ref.rollout.engine_kwargs.vllm.speculative_config={{method:ngram,prompt_lookup_min:2,"
+             f"prompt_lookup_max:5,num_speculative_tokens:{k}}}"] if k else [])
+    extra = [*spec, *vllm_extra, "actor_rollout_ref.rollout.disable_log_stats=False",
+             "++actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+             "actor_rollout_ref.rollout.agent.num_workers=1", "reward.num_workers=1"]
+    cmd, env = shape.launch_command(model, data, out, STEP_COUNT, extra, STEP_MAX_PROMPT, args.step_response)
     requests = args.step_prompts * 8
-    env.update({"TRAIN_BATCH": str(args.step_prompts), "MAX_RESPONSE": str(args.step_response),
+    env.update({"TRAIN_BATCH": str(args.step_prompts),
                 "UPDATE_READING": "one_update", "COMPUTE_BUDGET": "0", "FAST_START": "1",
-                "CUDAGRAPH_MAX": str(min(512, requests * (1 + k)))})
-    if args.step_eager:
-        env["ENFORCE_EAGER"] = "1"
+                "CUDAGRAPH_MAX": str(min(512, requests * (1 + k))), "METHOD": "ibpo_then_gspo",
+                "RECIPE_METHOD_MODULES": "ibpo_then_gspo.method", "VLLM_LOGGING_LEVEL": "INFO",
+                "PYTHONPATH": os.pathsep.join(p for p in (str(BENCH_METHODS), str(ROOT), os.environ.get("PYTHONPATH"))
+                                              if p),
+                **vllm_env})
     return cmd, env
 
 
@@ -664,7 +701,7 @@ def run_step(args, out: Path, budget: Budget, report: Report, watchdog: Watchdog
     # filled while the step runs (its log's tail and start-up times): what the watchdog writes if it fires first
     report.step_run = {"status": "running", "log": str(out / "train.log"), "log_tail": [], "startup_s": {},
                        "shape": {"prompts": args.step_prompts, "group": 8, "response": args.step_response,
-                                 "draft_k": args.step_draft_k, "eager": bool(args.step_eager)}}
+                                 "draft_k": args.step_draft_k, "vllm": args.step_vllm}}
     status = run_child(cmd, limit, watchdog, out / "train.log", env={**base_env, **env}, target=report.step_run)
     monitor.stop()
     report.step_run.update({"status": status, "seconds": time.monotonic() - start, "peak_mib": monitor.peak_mib})
@@ -705,10 +742,10 @@ def run_meta(args) -> dict:
     except (OSError, subprocess.SubprocessError):
         commit = "unknown"
     versions = {}
-    for name in ("torch", "vllm", "verl", "transformers"):
+    for name in ("torch", "vllm", "verl", "transformers"):  # from the installed metadata: nothing imported here
         try:
-            versions[name] = __import__(name).__version__
-        except Exception:  # a missing package is reported, not fatal
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:  # a missing package is reported, not fatal
             versions[name] = "absent"
     try:  # nvidia-smi: this process keeps no CUDA context (the children need the memory)
         gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
@@ -724,30 +761,33 @@ def run_meta(args) -> dict:
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, default=Path("outputs/bench_gpu"))
-    p.add_argument("--budget-s", type=positive_float, default=480.0, help="whole command, start-ups included (default 8 min)")
-    p.add_argument("--skip", nargs="*", default=[], choices=list(PARTS))
+    p.add_argument("--budget-s", type=positive_float, default=360.0,
+                   help="whole command, start-ups included (default 6 min)")
+    p.add_argument("--skip", nargs="*", default=["coefficients"], choices=list(PARTS),
+                   help="parts not to run (default: coefficients, measured on an H200 at c9ae526 and shipped as "
+                        "compute_budget.cost_model=measured:H200; `--skip` alone runs every part the budget fits)")
     p.add_argument("--batches", type=positive_int, nargs="+", default=[1, 8, 32, 64], help="decode grid: sequences per pass")
     p.add_argument("--contexts", type=positive_int, nargs="+", default=[256, 2048], help="decode grid: prompt tokens")
     p.add_argument("--new-tokens", type=positive_int, default=64, help="decode grid: tokens generated per sequence")
     p.add_argument("--actor-seqs", type=positive_int, default=2)
     p.add_argument("--actor-len", type=positive_int, default=4096)
-    p.add_argument("--draft-lengths", type=int, nargs="*", default=[4, 8], help="ngram num_speculative_tokens")
+    p.add_argument("--draft-lengths", type=int, nargs="*", default=[8], help="ngram num_speculative_tokens")
     p.add_argument("--copy-prompts", type=positive_int, default=16)
     p.add_argument("--copy-prompt-len", type=positive_int, default=256)
     p.add_argument("--copy-tokens", type=positive_int, default=512, help="T: the target's and the copy's length")
     p.add_argument("--coefficients-json", type=Path, default=None,
                    help="an earlier run's bench_gpu.json: the copy part's cost-model seconds when --skip coefficients")
     p.add_argument("--step-prompts", type=positive_int, default=2, help="prompts of the step (x G = 8 responses)")
-    p.add_argument("--step-response", type=positive_int, default=2048, help="the step's response length (forced)")
-    p.add_argument("--step-draft-k", type=positive_int, default=8)
-    p.add_argument("--step-eager", action="store_true",
-                   help="the step's vLLM without CUDA graphs or compile (the scripts' ENFORCE_EAGER=1): a shorter "
-                        "start-up, a slower decode; its generation seconds are then eager-mode seconds")
+    p.add_argument("--step-response", type=positive_int, default=512, help="the step's response length (forced)")
+    p.add_argument("--step-draft-k", type=nonnegative_int, default=8, help="ngram draft length of the step (0: off)")
+    p.add_argument("--step-vllm", choices=list(STEP_VLLM), default="eager",
+                   help="the step's vLLM: eager (no compile, no CUDA graphs: the shortest start-up, the slowest "
+                        "decode), full-graphs (no compile, decode in full CUDA graphs) or compiled (verl's default)")
     p.add_argument("--inner-vllm", default=None, help=argparse.SUPPRESS)  # the child's partial-results file
     p.add_argument("--inner-parts", nargs="*", default=[], help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if any(k < 1 for k in args.draft_lengths):  # draft lengths: >= 1, with their own message
-        p.error("--draft-lengths: each must be >= 1 (speculation off is always measured)")
+        p.error("--draft-lengths: each must be >= 1 (speculation off: the coefficients part's engine)")
     return args
 
 
@@ -793,8 +833,11 @@ def inner_vllm_main(args) -> int:
 STARTUP_MARKERS = {
     "pre_flight_passed": re.compile(r"\[recipe\] pre-flight checks passed"),
     "ray_started": re.compile(r"Started a local Ray instance"),
-    "vllm_engine_ready": re.compile(r"init engine \(profile"),
+    "task_runner_started": re.compile(r"TaskRunner hostname:"),  # recipe.common.main.MethodTaskRunner.run
+    "vllm_engine_ready": re.compile(r"init engine \(profile"),  # vLLM's INFO line (step_command sets INFO)
+    "workers_ready": re.compile(re.escape(WORKERS_READY)),  # the bench method's own, after verl's init_workers
     "first_step_logged": re.compile(r"\bstep:1 - "),
+    "last_step_logged": re.compile(rf"\bstep:{STEP_COUNT} - "),
 }
 
 
@@ -860,20 +903,29 @@ def run_child(cmd: list[str], limit_s: float, watchdog: Watchdog, log_path: Path
         reader.join(timeout=READER_JOIN_S)
 
 
-def vllm_child(args, out: Path, budget: Budget, report: Report, watchdog: Watchdog, runs: set[str]) -> None:
-    """Runs :func:`inner_vllm_main` with what the parts before the step may use of the budget."""
+def vllm_child(args, out: Path, budget: Budget, report: Report, watchdog: Watchdog, parts: set[str],
+               reserve_s: float = 0.0) -> None:
+    """Runs :func:`inner_vllm_main` for ``parts`` (coefficients, copy) with the budget less ``reserve_s`` (the
+    step's estimate when the step comes after)."""
     shape.write_model_config(out / "model")
     partial = out / "vllm_parts.partial.json"
     partial.unlink(missing_ok=True)
     watchdog.partial = partial
-    limit = budget.left() - (part_estimate("step", []) if "step" in runs else 0.0)
+    limit = budget.left() - reserve_s
     argv = [sys.executable, str(Path(__file__).resolve()), *child_options(args), "--out", str(out),
-            "--budget-s", str(limit), "--inner-vllm", str(partial), "--inner-parts", *sorted(runs & {"coefficients", "copy"})]
+            "--budget-s", str(limit), "--inner-vllm", str(partial), "--inner-parts", *sorted(parts)]
     status = run_child(argv, limit + 30.0, watchdog, out / "vllm_parts.log")
     merge_partial(report, partial)
     watchdog.partial = None
     if not status.startswith("exited 0"):
         report.notes.append(f"vLLM/actor child {status} (log {out / 'vllm_parts.log'})")
+
+
+def vllm_child_parts(runs: set[str]) -> tuple[set[str], set[str]]:
+    """The vLLM/actor child's parts before the step and after it: the coefficients part first, the copy part on
+    its engine when no step runs, else after the step (the optional tail, on its own engines)."""
+    first = runs & ({"coefficients"} if "step" in runs else {"coefficients", "copy"})
+    return first, runs & {"copy"} - first
 
 
 def child_options(args) -> list[str]:
@@ -905,14 +957,18 @@ def main(argv=None) -> int:
     watchdog = Watchdog(report, out, budget)
     watchdog.start()
     runs = {p.name for p in plan if p.runs}
+    first, tail = vllm_child_parts(runs)
     try:
-        if runs & {"coefficients", "copy"}:
-            vllm_child(args, out, budget, report, watchdog, runs)
+        if first:
+            vllm_child(args, out, budget, report, watchdog, first,
+                       reserve_s=part_estimate("step", []) if "step" in runs else 0.0)
         if "step" in runs:
             try:
                 run_step(args, out / "step", budget, report, watchdog, dict(os.environ))
             except Exception as exc:  # reported with what finished
                 report.notes.append(f"step part failed: {type(exc).__name__}: {exc}")
+        if tail:
+            vllm_child(args, out, budget, report, watchdog, tail)
     finally:
         watchdog.done.set()
     write_report(report, out, budget)

@@ -6,10 +6,11 @@ correction pass. One command, a table at the end:
     python scripts/bench_one_gpu_shape.py --out outputs/shape_1p7b --speculation ngram --bound-factor 1.5
 
 It writes a Qwen3-1.7B-shaped model with *random* weights (``transformers`` ``from_config``, bf16, saved
-locally with the project's tokenizer: no hub access), the synthetic task's parquet files, and runs
-``recipe/ibpo/run_ibpo_qwen3_1p7b_1gpu.sh`` unchanged (its sizes: G = 8, 32 prompts, 8k responses in a 32k
-context with whole correction candidates) for ``--steps`` steps with responses forced to the full length
-(``rollout.ignore_eos=True``). Random weights never answer right, so every response is wrong and every group is
+locally with a tokenizer of its whole vocabulary and an exact round trip: no hub access), the synthetic task's
+parquet files, and runs ``recipe/ibpo/run_ibpo_qwen3_1p7b_1gpu.sh`` (its sizes: G = 8, 32 prompts, 8k responses in
+a 32k context with whole correction candidates; ``rollout.prompt_length`` raised for that tokenizer's longer
+correction template, :func:`correction_prompt_length`) for ``--steps`` steps with responses forced to the full
+length (``rollout.ignore_eos=True``). Random weights never answer right, so every response is wrong and every group is
 all-wrong: the package default ``ibpo.correct_groups=mixed`` would skip them all, so the bench passes the paper's
 rule, ``ibpo.correct_groups=all`` (Alg. 1: every wrong response gets a correction; a heavier correction pass than
 the 6 of 8 wrong the other tables use), and prints per step how many corrections ran (``ibpo/num_corrections`` of
@@ -21,6 +22,7 @@ memory. Without CUDA it prints why and exits 0.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import subprocess
@@ -28,6 +30,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -42,7 +45,10 @@ QWEN3_1P7B_SHAPE = {
     "attention_dropout": 0.0, "initializer_range": 0.02, "torch_dtype": "bfloat16", "use_sliding_window": False,
     "bos_token_id": 0, "eos_token_id": 2,
 }
-PHASES = [("main_gen", "main gen"), ("correction_gen", "correction gen"), ("host", "IBPO host"),
+# the same model at a CPU test's width (the vocabulary, context and layout kept)
+TINY_WIDTH = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "head_dim": 16}
+PHASES = [("main_gen", "main gen"), ("correction_gen", "correction gen"), ("reward", "reward"), ("host", "IBPO host"),
           ("old_log_prob", "old log-prob"), ("update_actor", "actor update"), ("update_weights", "weight sync")]
 
 
@@ -53,44 +59,47 @@ def skip_reason() -> str | None:
         return "PyTorch is not installed"
     if not torch.cuda.is_available():
         return "no CUDA device (this runs the one-GPU launch script)"
-    try:
-        import vllm  # noqa: F401
-    except ImportError as exc:
-        return f"vLLM is not installed ({exc})"
+    if importlib.util.find_spec("vllm") is None:  # not imported here: the parent of a verl run needs none of it
+        return "vLLM is not installed"
     return None
 
 
-def qwen3_1p7b_config():
-    """``transformers``' config of :data:`QWEN3_1P7B_SHAPE`."""
+def qwen3_1p7b_config(tiny: bool = False):
+    """``transformers``' config of :data:`QWEN3_1P7B_SHAPE` (``tiny``: at :data:`TINY_WIDTH`)."""
     from transformers import AutoConfig
 
-    config = AutoConfig.for_model(**{k: v for k, v in QWEN3_1P7B_SHAPE.items() if k != "architectures"})
+    shape = {**QWEN3_1P7B_SHAPE, **(TINY_WIDTH if tiny else {})}
+    config = AutoConfig.for_model(**{k: v for k, v in shape.items() if k != "architectures"})
     config.architectures = QWEN3_1P7B_SHAPE["architectures"]
     return config
 
 
-def write_model_config(out: Path) -> Path:
-    """The shape's config.json and the project's tokenizer, no weights (vLLM's ``load_format=dummy``)."""
-    from verl_cpu.tiny_assets import build_tiny_tokenizer
+def write_model_config(out: Path, tiny: bool = False) -> Path:
+    """The shape's config.json and a tokenizer of its whole vocabulary with an exact round trip
+    (``verl_cpu.tiny_assets.build_full_vocab_tokenizer``: a random model's response decodes to as many tokens as
+    it generated, so correction prompts and joint rows reach the lengths the method gives them), no weights
+    (vLLM's ``load_format=dummy``)."""
+    from verl_cpu.tiny_assets import build_full_vocab_tokenizer
 
     out.mkdir(parents=True, exist_ok=True)
-    build_tiny_tokenizer(out)
-    qwen3_1p7b_config().save_pretrained(out)
+    if not (out / "tokenizer.json").exists():
+        build_full_vocab_tokenizer(out, QWEN3_1P7B_SHAPE["vocab_size"])
+    qwen3_1p7b_config(tiny).save_pretrained(out)
     return out
 
 
-def write_random_model(out: Path, seed: int = 0, device: str = "cpu") -> Path:
-    """A Qwen3-1.7B-shaped checkpoint with random weights and the project's tokenizer (ids < its vocab);
-    ``device="cuda"`` draws the weights on the GPU (seconds instead of a minute of CPU)."""
+def write_random_model(out: Path, seed: int = 0, device: str = "cpu", tiny: bool = False) -> Path:
+    """A Qwen3-1.7B-shaped checkpoint (``tiny``: at a CPU test's width) with random weights and its full-vocabulary
+    tokenizer; ``device="cuda"`` draws the weights on the GPU (seconds instead of a minute of CPU)."""
     import torch
     from transformers import AutoModelForCausalLM
 
     if (out / "config.json").exists() and any(out.glob("*.safetensors")):
         return out
-    write_model_config(out)
+    write_model_config(out, tiny)
     torch.manual_seed(seed)
     with torch.device(device):
-        model = AutoModelForCausalLM.from_config(qwen3_1p7b_config(), torch_dtype=torch.bfloat16)
+        model = AutoModelForCausalLM.from_config(qwen3_1p7b_config(tiny), torch_dtype=torch.bfloat16)
     model.save_pretrained(out)
     del model
     if device != "cpu":
@@ -98,14 +107,35 @@ def write_random_model(out: Path, seed: int = 0, device: str = "cpu") -> Path:
     return out
 
 
-def launch_command(model: Path, data: dict, out: Path, steps: int, extra: list[str]) -> tuple[list[str], dict]:
-    """The launch script's command and environment for a short shape run."""
+def correction_prompt_length(max_prompt: int, candidate: int) -> int:
+    """``rollout.prompt_length`` that holds IBPO's correction prompts with the full-vocabulary tokenizer
+    (:func:`write_model_config`), which spends exactly one token per character: the correction template's text is
+    then ~4x a BPE tokenizer's (371 tokens, where the launch scripts' arithmetic allows 256,
+    ``CORRECTION_TEMPLATE_TOKENS``); the candidates, the part that grows with the response length, keep their
+    exact lengths. The pre-flight measures the template with the run's tokenizer and refuses a shorter value."""
+    from ibpo.correction_lengths import correction_prompt_tokens
+    from ibpo.options import IBPOConfig
+    from recipe.ibpo.start_checks import correction_template_tokens
+
+    ibpo = IBPOConfig()
+    one_per_character = SimpleNamespace(encode=lambda text, add_special_tokens=False: list(text))
+    template = correction_template_tokens(ibpo, one_per_character)
+    return correction_prompt_tokens(max_prompt, template, 1 + ibpo.num_references, candidate)
+
+
+def launch_command(model: Path, data: dict, out: Path, steps: int, extra: list[str], max_prompt: int = 1024,
+                   max_response: int = 8192) -> tuple[list[str], dict]:
+    """The launch script's command and environment for a short shape run (its ``MAX_PROMPT`` and
+    ``MAX_RESPONSE``; candidates whole, ``rollout.prompt_length`` by :func:`correction_prompt_length`)."""
     env = {"MODEL_PATH": str(model), "TRAIN_FILES": f"['{data['train']}']", "VAL_FILES": f"['{data['val']}']",
            "CKPTS_DIR": str(out / "ckpts"), "TOTAL_STEPS": str(steps), "LOGGER": "['console','file']",
-           "VERL_FILE_LOGGER_PATH": str(out / "metrics.jsonl")}
+           "VERL_FILE_LOGGER_PATH": str(out / "metrics.jsonl"), "MAX_PROMPT": str(max_prompt),
+           "MAX_RESPONSE": str(max_response)}
     # random weights: every group is all-wrong; the paper's rule corrects them (mixed would correct none)
     overrides = ["trainer.val_before_train=False", "trainer.test_freq=-1", "trainer.save_freq=-1",
-                 "actor_rollout_ref.rollout.ignore_eos=True", "ibpo.correct_groups=all", *extra]
+                 "actor_rollout_ref.rollout.ignore_eos=True", "ibpo.correct_groups=all",
+                 f"actor_rollout_ref.rollout.prompt_length={correction_prompt_length(max_prompt, max_response)}",
+                 *extra]
     return ["bash", str(ROOT / "recipe" / "ibpo" / "run_ibpo_qwen3_1p7b_1gpu.sh"), *overrides], env
 
 
@@ -157,7 +187,8 @@ def format_table(rows: list[dict], peak_mib: int) -> str:
     lines = [head, "|" + "---:|" * (len(PHASES) + 5)]
     for r in rows:
         saved = "n/a" if r["lookup_steps_saved"] is None else f"{100 * r['lookup_steps_saved']:.1f}%"
-        lines.append(f"| {r['step']} | {r['step_s']:.1f} | " + " | ".join(f"{r[k]:.1f}" for k, _ in PHASES) +
+        step = f"{r['step']} {r['method']}" if r.get("method") else r["step"]  # IBPO / GSPO where the run says
+        lines.append(f"| {step} | {r['step_s']:.1f} | " + " | ".join(f"{r[k]:.1f}" for k, _ in PHASES) +
                      f" | {r['correction_vs_main']:.2f} | {100 * r['correction_share_step']:.0f}% | {saved} |")
     lines.append(f"\npeak GPU memory (nvidia-smi, all processes): {peak_mib / 1024:.1f} GiB")
     lines.extend(corrections_line(r) for r in rows)

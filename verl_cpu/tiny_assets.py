@@ -3,7 +3,8 @@
 The tokenizer is a byte-level BPE trained in a second on synthetic arithmetic chat text, wrapped in
 ``PreTrainedTokenizerFast`` with a ChatML chat template (the format Qwen models use), so verl's agent
 loop can apply ``apply_chat_template`` exactly as it does for a real model. The model is a randomly
-initialised Qwen2 causal LM with ~0.1M parameters.
+initialised Qwen2 causal LM with ~0.1M parameters. :func:`build_full_vocab_tokenizer` is a tokenizer as wide as a
+real model's vocabulary with an exact decode/encode round trip (the GPU bench's random Qwen3-1.7B-shaped models).
 
     python -m verl_cpu.tiny_assets --out /tmp/tiny   # writes /tmp/tiny/{tokenizer,model}
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import unicodedata
 from pathlib import Path
 from typing import Sequence
 
@@ -83,6 +85,39 @@ def build_tiny_tokenizer(out_dir: str | os.PathLike, vocab_size: int = 512, seed
     )
     fast.chat_template = CHAT_TEMPLATE
     fast.save_pretrained(out)
+    return fast
+
+
+def build_full_vocab_tokenizer(out_dir: str | os.PathLike, vocab_size: int):
+    """A chat tokenizer of exactly ``vocab_size`` ids (a real model's vocabulary: 151,936 for Qwen3-1.7B), saved
+    and returned as ``PreTrainedTokenizerFast``: the four specials of :data:`SPECIAL_TOKENS` (ids 0-3, as
+    :func:`build_tiny_tokenizer`'s), then one character per id (printable ASCII, newline and tab, then code points
+    upward from U+00A1 that are neither whitespace, a control character nor a surrogate); no merges, no
+    normaliser, no pre-tokeniser. Decoding ids gives their characters in order and encoding that text gives the
+    same ids back, whatever the sequence (unless its characters happen to spell a special token), so a random
+    model's response of n tokens is n tokens again inside a correction prompt. Text costs one token per
+    character; a character outside the vocabulary encodes as ``<|endoftext|>``."""
+    from tokenizers import Tokenizer, decoders, models
+    from transformers import PreTrainedTokenizerFast
+
+    chars = [chr(c) for c in range(0x20, 0x7F)] + ["\n", "\t"]
+    if vocab_size < len(SPECIAL_TOKENS) + len(chars):
+        raise ValueError(f"vocab_size={vocab_size}: needs at least {len(SPECIAL_TOKENS) + len(chars)} ids (the "
+                         "specials, printable ASCII, newline and tab)")
+    code = 0xA1
+    while len(SPECIAL_TOKENS) + len(chars) < vocab_size:
+        if not (chr(code).isspace() or 0xD800 <= code <= 0xDFFF or unicodedata.category(chr(code)) == "Cc"):
+            chars.append(chr(code))
+        code += 1
+    tokens = SPECIAL_TOKENS + chars[:vocab_size - len(SPECIAL_TOKENS)]
+    tok = Tokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, [], unk_token=SPECIAL_TOKENS[0]))
+    tok.decoder = decoders.Fuse()  # the characters joined as they are (no spaces between tokens)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=None, eos_token="<|im_end|>",
+                                   pad_token="<|pad|>", unk_token=SPECIAL_TOKENS[0],
+                                   additional_special_tokens=["<|endoftext|>", "<|im_start|>"],
+                                   clean_up_tokenization_spaces=False)
+    fast.chat_template = CHAT_TEMPLATE
+    fast.save_pretrained(Path(out_dir))
     return fast
 
 

@@ -51,7 +51,14 @@ class Method:
     register_resolvers: Callable[[], None] | None = None
     # the actor worker class the method's trainer calls (None: verl's own)
     actor_worker: Callable[[], type] | None = None
+    # the config key of its option block when it runs another method's options with a trainer of its own (the GPU
+    # bench's IBPO-then-GSPO reads ``ibpo:``); "" = its own name
+    options_block: str = ""
     module: str = field(default="", compare=False)  # the module that registered it
+
+    def block_key(self) -> str:
+        """The config key of this method's option block."""
+        return self.options_block or self.name
 
 
 _REGISTRY: dict[str, Method] = {}
@@ -109,9 +116,10 @@ def method_options(config: DictConfig, method: str) -> Any:
     start check or the pre-flight reads a method's options. A block is validated once per process (the
     pre-flight, the trainer and its start checks read the same values); an invalid one raises every time."""
     entry = registered_methods()[method]
-    block = config.get(method)
+    block = config.get(entry.block_key())
     if block is None:
-        raise SetupError(f"config has no `{method}:` block; start from {entry.config_dir / entry.config_name}.yaml")
+        raise SetupError(f"config has no `{entry.block_key()}:` block; start from "
+                         f"{entry.config_dir / entry.config_name}.yaml")
     options = OmegaConf.to_container(block, resolve=True)
     key = (method, entry.options, json.dumps(options, sort_keys=True, default=repr))
     if key not in _VALIDATED:
@@ -129,15 +137,16 @@ def method_of(config: DictConfig) -> str:
         raise SetupError(f"method={method!r} must be one of {sorted(methods)} (top-level key of the method's "
                          "trainer config): it picks the trainer")
     estimator = (config.get("algorithm") or {}).get("adv_estimator")
+    own_block = methods[method].block_key()
     for owner in methods.values():
-        if estimator in owner.owned_estimators and owner.name != method:
+        if estimator in owner.owned_estimators and owner.block_key() != own_block:
             raise SetupError(f"algorithm.adv_estimator={estimator} with method={method}: the {estimator} estimator "
                              f"normalises the reward {owner.name}'s trainer shapes, which only method={owner.name} "
                              f"runs; use algorithm.adv_estimator=grpo (or method={owner.name})")
-    for other in methods:
-        if other != method and config.get(other) is not None:
-            raise SetupError(f"method={method} but the config has a `{other}:` block; one method per run "
-                             f"(start from {methods[other].config_name}.yaml for `{other}`)")
+    for other in methods.values():
+        if other.block_key() != own_block and config.get(other.block_key()) is not None:
+            raise SetupError(f"method={method} but the config has a `{other.block_key()}:` block; one method per run "
+                             f"(start from {other.config_name}.yaml for `{other.name}`)")
     method_options(config, method)
     return method
 

@@ -82,6 +82,8 @@ else
     TEST_FREQ=-1
 fi
 LOGGER=${LOGGER:-"['console','file']"}
+# the registered method; only scripts/bench_gpu.py sets another (its bench-only ibpo_then_gspo, same `ibpo:` block)
+METHOD=${METHOD:-ibpo}
 # Start-up options for a short run or a GPU check (docs/gpu.md, "Start-up"); what each saves at start and costs
 # per step is unmeasured (no GPU in the session that added them):
 #   FAST_START=1    the actor's FSDP engine without torch.compile (its first pass compiles otherwise) and vLLM's
@@ -105,7 +107,7 @@ fi
 if [ "${FAST_START}" = "0" ]; then env_unused CUDAGRAPH_MAX "it sizes FAST_START=1's CUDA graphs"; fi
 if [ "${ENFORCE_EAGER}" = "1" ]; then START_OPTS+=(actor_rollout_ref.rollout.enforce_eager=True); fi
 
-python3 -m recipe.main method=ibpo \
+python3 -m recipe.main method="${METHOD}" \
     data.train_files="${TRAIN_FILES}" \
     data.val_files="${VAL_FILES}" \
     data.train_batch_size=${TRAIN_BATCH} \

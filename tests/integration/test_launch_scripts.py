@@ -308,8 +308,9 @@ def test_shape_bench_command_runs_the_papers_rule_and_corrects_every_wrong_respo
 
 
 def test_gpu_bench_step_composes_against_verl(tmp_path):
-    """scripts/bench_gpu.py's one IBPO step: the one-GPU script at the bench's reduced shape, FAST_START, the
-    paper's rule and ngram speculation with vLLM's stats, composed against verl's config."""
+    """scripts/bench_gpu.py's step part: one launch of the one-GPU script at the bench's reduced shape for three
+    steps with the bench-only method (IBPO, IBPO, GSPO), FAST_START, vLLM eager, one agent-loop and one reward
+    worker, the paper's rule and ngram speculation with vLLM's stats, composed against verl's config."""
     import importlib.util
     import sys
 
@@ -321,25 +322,29 @@ def test_gpu_bench_step_composes_against_verl(tmp_path):
     args = bench.parse_args([])
     cmd, env = bench.step_command(args, tmp_path, tmp_path / "model", {"train": "/d/t.parquet", "val": "/d/v.parquet"})
     (argv,) = recorded_invocations("run_ibpo_qwen3_1p7b_1gpu.sh", tmp_path / "b", env, args=cmd[2:])
+    assert argv[:3] == ["-m", "recipe.main", "method=ibpo_then_gspo"]
+    assert env["RECIPE_METHOD_MODULES"] == "ibpo_then_gspo.method" and env["VLLM_LOGGING_LEVEL"] == "INFO"
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(bench.BENCH_METHODS)
     cfg = composed(argv)
     rollout, actor = cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.actor
     assert method_options(cfg, "ibpo").correct_groups == "all" and method_options(cfg, "ibpo").enable
-    assert (cfg.data.train_batch_size, rollout.n, cfg.data.max_response_length) == (2, 8, 2048)
-    assert actor.ppo_mini_batch_size == 2 and cfg.trainer.total_training_steps == 1
+    assert (cfg.data.train_batch_size, rollout.n, cfg.data.max_response_length) == (2, 8, 512)
+    assert actor.ppo_mini_batch_size == 2 and cfg.trainer.total_training_steps == 3
     assert actor.use_torch_compile is False and actor.fsdp_config.use_torch_compile is False
-    assert max(rollout.cudagraph_capture_sizes) == 2 * 8 * (1 + 8)  # requests x (1 + k) tokens per decode pass
+    assert rollout.enforce_eager is True and rollout.agent.num_workers == 1 and cfg.reward.num_workers == 1
+    assert rollout.prompt_length == bench.shape.correction_prompt_length(1024, 512)
     assert dict(rollout.engine_kwargs.vllm.speculative_config) == {
         "method": "ngram", "prompt_lookup_min": 2, "prompt_lookup_max": 5, "num_speculative_tokens": 8}
     assert rollout.disable_log_stats is False and rollout.ignore_eos is True
     assert cfg.actor_rollout_ref.model.override_config.attn_implementation == "sdpa"
     assert cfg.compute_budget.limit == 0 and cfg.trainer.test_freq == -1 and cfg.trainer.val_before_train is False
-    assert rollout.enforce_eager is False
-    eager_args = bench.parse_args(["--step-eager"])
-    cmd, env = bench.step_command(eager_args, tmp_path, tmp_path / "model",
+    graphs_args = bench.parse_args(["--step-vllm", "full-graphs"])
+    cmd, env = bench.step_command(graphs_args, tmp_path, tmp_path / "model",
                                   {"train": "/d/t.parquet", "val": "/d/v.parquet"})
-    (argv,) = recorded_invocations("run_ibpo_qwen3_1p7b_1gpu.sh", tmp_path / "e", env, args=cmd[2:])
-    eager = composed(argv).actor_rollout_ref.rollout
-    assert eager.enforce_eager is True and eager.engine_kwargs.vllm.speculative_config.num_speculative_tokens == 8
+    (argv,) = recorded_invocations("run_ibpo_qwen3_1p7b_1gpu.sh", tmp_path / "g", env, args=cmd[2:])
+    graphs = composed(argv).actor_rollout_ref.rollout
+    assert graphs.enforce_eager is False and max(graphs.cudagraph_capture_sizes) == 2 * 8 * (1 + 8)
+    assert dict(graphs.engine_kwargs.vllm.compilation_config) == {"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY"}
 
 
 def refused(script: str, tmp_path: Path, env_vars: dict) -> str:

@@ -35,17 +35,26 @@ spec.loader.exec_module(bench)
 
 
 # ------------------------------------------------------------------ plan and budget
-def test_default_plan_fits_eight_minutes_and_the_step_gets_a_slot_of_its_own():
-    plan = bench.plan_parts(480, [], [4, 8])
-    assert [(p.name, p.runs) for p in plan] == [("coefficients", True), ("copy", True), ("step", False)]
-    assert sum(p.estimate_s for p in plan if p.runs) <= 480
-    assert plan[2].reason == "does not fit: needs ~420 s, 220 s of --budget-s left"
-    only_step = bench.plan_parts(560, ["coefficients", "copy"], [4, 8])
-    assert [p.runs for p in only_step] == [False, False, True] and only_step[0].reason == "skipped (--skip)"
-    assert bench.STEP_MIN_S < only_step[2].estimate_s < 560
-    assert bench.plan_parts(480, [], [2, 4, 8, 16])[1].estimate_s == 4 * bench.PART_ESTIMATE_S["copy_per_draft_length"]
+def test_the_default_command_plans_the_step_in_six_minutes_and_the_copy_tail_when_the_budget_has_room():
+    args = bench.parse_args([])
+    assert (args.budget_s, args.skip, args.draft_lengths) == (360.0, ["coefficients"], [8])
+    plan = bench.plan_parts(args.budget_s, args.skip, args.draft_lengths)
+    assert [(p.name, p.runs) for p in plan] == [("coefficients", False), ("step", True), ("copy", False)]
+    assert bench.STEP_MIN_S < plan[1].estimate_s <= 360
+    assert plan[0].reason == "skipped (--skip)"
+    assert plan[2].reason == "does not fit: needs ~70 s, 30 s of --budget-s left"
+    tail = bench.plan_parts(430, ["coefficients"], [8])
+    assert [p.runs for p in tail] == [False, True, True]  # the step first: the copy workload is the optional tail
+    every = bench.plan_parts(480, [], [4, 8])
+    assert [p.runs for p in every] == [True, True, False] and sum(p.estimate_s for p in every if p.runs) <= 480
+    assert bench.plan_parts(480, [], [2, 4, 8, 16])[2].estimate_s == 4 * bench.PART_ESTIMATE_S["copy_per_draft_length"]
     with pytest.raises(ValueError, match=r"--skip \['prefill'\]"):
         bench.plan_parts(480, ["prefill"], [8])
+    # with a step the copy workload runs after it; without one it shares the coefficients part's engine
+    assert bench.vllm_child_parts({"step", "copy"}) == (set(), {"copy"})
+    assert bench.vllm_child_parts({"coefficients", "step", "copy"}) == ({"coefficients"}, {"copy"})
+    assert bench.vllm_child_parts({"coefficients", "copy"}) == ({"coefficients", "copy"}, set())
+    assert bench.vllm_child_parts({"step"}) == (set(), set())
 
 
 def test_budget_counts_from_the_start():
@@ -150,7 +159,7 @@ def test_spec_row_uses_the_trainers_definitions_and_the_cost_model():
 # ------------------------------------------------------------------ the step's metrics
 def test_fixture_names_are_the_ones_the_code_emits():
     emitted = set(phase_seconds({})) | set(spec_counter_metrics(True, SpecCounters(1, 1, 1, 2))) | {  # every rate
-        "timing_s/step", "ibpo/num_wrong", "ibpo/num_corrections", *bench.STEP_KEYS.values()}
+        "timing_s/step", "ibpo/num_wrong", "ibpo/num_corrections", bench.IBPO_ENABLED_METRIC, *bench.STEP_KEYS.values()}
     names = {k for step in read_metrics_jsonl(FIXTURE).values() for k in step}
     assert names <= emitted, sorted(names - emitted)
 
@@ -163,8 +172,10 @@ def test_step_report_parses_the_recorded_metrics():
     assert (row["corrections"], row["wrong"]) == (16.0, 16.0)
     assert row["rollout_probs_diff_mean"] == 0.0011 and row["actor_peak_allocated_gb"] == 21.5
     assert row["spec_drafts"] == 900.0 and row["spec_acceptance_rate"] == 0.05 and row["spec_stats_reported"] == 1.0
+    assert row["reward"] == 0.2 and row["method"] == "IBPO"
     empty = bench.step_report({2: {"timing_s/step": 10.0}})[0]
     assert empty["rollout_probs_diff_mean"] is None and "spec_drafts" not in empty  # not reported, not 0
+    assert empty["method"] == ""  # a run without the bench method names none
 
 
 # ------------------------------------------------------------------ report: table, JSON, round trip
@@ -223,17 +234,20 @@ def test_table_shows_each_part():
     assert "| copy | off | 4.00 | 1.00x |" in table and "| copy | 8 | 2.00 | 2.00x | 1500 | 4.50 | 0.60 | 1.00 | 1.80 |" in table
     assert "step 1: 16 corrections ran for 16 wrong responses" in table
     assert "training/rollout_probs_diff_mean 0.0011" in table and "40.0 GiB" in table
+    assert "rollout/spec_*: random weights propose few ngram drafts and accept ~none" in table
     assert "step: planned" in table
     assert "| coefficients | decode_step_s | 0.004 | NVIDIA H100 80GB HBM3 | abc1234 | 2026-11-26 |" in table
     assert "| copy | copy, draft length 8: accepted / decode step, acceptance rate, agreement | 4.50, 0.60, 1.00 |" in table
-    assert "| step | training/rollout_probs_diff_mean | 0.0011 |" in table
+    assert "| step | step 1 training/rollout_probs_diff_mean | 0.0011 |" in table
     assert "| coefficients / step | weight_sync_s | 0.4 |" in table
-    assert "| step | seconds: step, main gen, correction gen, actor update |" in table
+    assert "| step | step 1 seconds: step, main gen, correction gen, actor update (vLLM compiled) | 95.0, 18.0, 21.0, " \
+           "30.0 |" in table
+    assert "| 1 IBPO | 95.0 | 18.0 | 21.0 | 0.2 | 0.4 | 6.0 | 30.0 | 2.5 | 1.17 | 22% |" in table
     eager = report_with_everything()
-    eager.step_run["shape"] = {"prompts": 2, "group": 8, "response": 2048, "draft_k": 8, "eager": True}
-    assert ("| step | seconds: step, main gen, correction gen, actor update (vLLM eager: no CUDA graphs) |"
-            in bench.format_report(eager))  # eager-mode seconds never read as the graphs' seconds
-    assert "step: vLLM eager (--step-eager" in bench.format_report(eager) and "vLLM eager" not in table
+    eager.step_run["shape"] = {"prompts": 2, "group": 8, "response": 1024, "draft_k": 8, "vllm": "eager"}
+    assert ("| step | step 1 seconds: step, main gen, correction gen, actor update (vLLM eager) |"
+            in bench.format_report(eager))  # eager-mode seconds never read as a compiled engine's
+    assert "step: vLLM eager (--step-vllm)" in bench.format_report(eager) and "vLLM eager" not in table
     nothing = bench.Report({"gpu": "G", "commit": "c", "date": "d", "budget_s": 60.0}, [])
     nothing.step_run = {"status": "stopped at the budget after 200 s"}
     text = bench.format_report(nothing)
@@ -242,9 +256,10 @@ def test_table_shows_each_part():
 
 def test_main_without_cuda_prints_the_plan_and_exits_0(capsys, monkeypatch):
     monkeypatch.setattr(bench.shape, "skip_reason", lambda: "no CUDA device (test)")
-    assert bench.main(["--budget-s", "200", "--skip", "copy"]) == 0
+    assert bench.main(["--budget-s", "200"]) == 0
     out = capsys.readouterr().out
-    assert "skipped: no CUDA device (test)" in out and "step: does not fit: needs ~420 s, 80 s of --budget-s left" in out
+    assert "skipped: no CUDA device (test)" in out and "step: does not fit: needs ~330 s, 200 s of --budget-s left" in out
+    assert "copy: would run" in out and "coefficients: skipped (--skip)" in out
 
 
 # ------------------------------------------------------------------ stopping at the budget with what finished
@@ -291,8 +306,8 @@ def test_a_childs_log_is_stamped_and_its_start_up_reaches_the_report(tmp_path, m
     assert lines[2].endswith("bad \ufffd byte")  # undecodable output is replaced, not fatal
     text = "\n".join(bench.step_lines(bench.Report({}, [], step_run={"status": status, **target})))
     assert "(no step finished: stopped at the budget after 2 s)" in text
-    assert "step start-up: pre flight passed 0 s, ray started 0 s, first step logged 0 s (not seen: vllm engine " \
-           "ready)" in text
+    assert "step start-up: pre flight passed 0 s, ray started 0 s, first step logged 0 s (not seen: task runner " \
+           "started, vllm engine ready, workers ready, last step logged)" in text
     # a grandchild that outlives the child and keeps the pipe open holds the caller up only READER_JOIN_S
     monkeypatch.setattr(bench, "READER_JOIN_S", 0.5)
     start = time.monotonic()
@@ -346,3 +361,50 @@ def test_source_tree_names_the_commit_whose_files_ran_even_when_git_is_older(tmp
     git("commit", "-qm", "two")
     assert later == git("rev-parse", "HEAD^{tree}").strip() != first_tree
     assert bench.source_tree_id(tmp_path / "nowhere") == "unknown"
+
+
+# ------------------------------------------------------------------ the step part's bench-only method
+def test_the_bench_method_runs_ibpos_block_and_the_registry_still_refuses_another_methods(monkeypatch):
+    from omegaconf import OmegaConf
+
+    from recipe.common import methods
+    from recipe.common.preflight.errors import SetupError
+
+    monkeypatch.setattr(methods, "_REGISTRY", dict(methods.registered_methods()))  # restored after the test
+    monkeypatch.setenv(methods.EXTRA_MODULES_ENV, "ibpo_then_gspo.method")  # as bench.step_command sets it
+    try:
+        entry = methods.registered_methods()["ibpo_then_gspo"]
+    finally:
+        sys.modules.pop("ibpo_then_gspo.method", None)
+    assert entry.block_key() == "ibpo" and entry.check is methods.registered_methods()["ibpo"].check
+    config = OmegaConf.create({"method": "ibpo_then_gspo", "ibpo": {"lam": 0.5},
+                               "algorithm": {"adv_estimator": "ibpo"}})
+    assert methods.method_of(config) == "ibpo_then_gspo"  # the `ibpo:` block and the ibpo estimator are its own
+    assert methods.method_options(config, "ibpo_then_gspo").lam == 0.5
+    with pytest.raises(SetupError, match="method=ibpo_then_gspo but the config has a `counterfactual:` block"):
+        methods.method_of(OmegaConf.merge(config, {"counterfactual": {}}))
+    with pytest.raises(SetupError, match="algorithm.adv_estimator=ibpo with method=counterfactual"):
+        methods.method_of(OmegaConf.create({"method": "counterfactual", "counterfactual": {},
+                                            "algorithm": {"adv_estimator": "ibpo"}}))
+
+
+def test_the_parent_looks_vllm_up_without_importing_it(tmp_path, monkeypatch):
+    """The bench's own process only checks that vLLM is installed and reads its version from the metadata: an
+    import there cost 10-15 s of a GPU slot (and verl's run imports it again in every worker)."""
+    fake = tmp_path / "site" / "vllm"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(f"open({str(tmp_path / 'imported')!r}, 'w').close()\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.delitem(sys.modules, "vllm", raising=False)
+    monkeypatch.setattr(bench.shape, "skip_reason", bench.shape.skip_reason)  # the real one
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index: "GPU (test)")  # where nvidia-smi is absent
+    assert bench.shape.skip_reason() is None  # found by importlib.util.find_spec
+    monkeypatch.setattr(bench, "source_tree_id", lambda: "tree")
+    meta = bench.run_meta(SimpleNamespace(budget_s=1.0, out=tmp_path))
+    assert meta["versions"]["vllm"] == "absent"  # no installed metadata for the fake package: not imported to ask
+    assert not (tmp_path / "imported").exists() and "vllm" not in sys.modules
+    monkeypatch.setattr(bench.importlib.util, "find_spec", lambda name: None)
+    assert bench.shape.skip_reason() == "vLLM is not installed"

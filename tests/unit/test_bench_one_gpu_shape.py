@@ -31,6 +31,8 @@ def test_launch_command_runs_the_launch_script_unchanged(tmp_path):
     assert cmd[:2] == ["bash", str(ROOT / "recipe" / "ibpo" / "run_ibpo_qwen3_1p7b_1gpu.sh")]
     assert "actor_rollout_ref.rollout.ignore_eos=True" in cmd and cmd[-1] == "ibpo.correction_max_tokens_factor=1.5"
     assert env["TOTAL_STEPS"] == "3" and env["TRAIN_FILES"] == "['/d/t.parquet']"
+    assert (env["MAX_PROMPT"], env["MAX_RESPONSE"]) == ("1024", "8192")  # the script's own lengths, candidates whole
+    assert f"actor_rollout_ref.rollout.prompt_length={shape.correction_prompt_length(1024, 8192)}" in cmd
     assert env["VERL_FILE_LOGGER_PATH"].endswith("metrics.jsonl")
 
 
@@ -41,7 +43,7 @@ def test_table_shares():
     assert rows[0]["correction_vs_main"] == pytest.approx(1.5) and rows[0]["correction_share_step"] == pytest.approx(0.3)
     assert rows[0]["correction_share_gen"] == pytest.approx(0.6)
     table = shape.format_table(rows, 40960)
-    assert "| 1 | 100.0 | 20.0 | 30.0 | 0.0 | 0.0 | 40.0 | 0.0 | 1.50 | 30% | 50.0% |" in table
+    assert "| 1 | 100.0 | 20.0 | 30.0 | 0.0 | 0.0 | 0.0 | 40.0 | 0.0 | 1.50 | 30% | 50.0% |" in table
     assert "40.0 GiB" in table
     assert rows[0]["spec_accepted_per_decode_step"] is None  # no speculation: nothing claimed
     spec = shape.step_rows({1: {"rollout/spec_accepted_per_decode_step": 0.7, "rollout/spec_drafted_step_share": 0.4,
