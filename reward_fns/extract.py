@@ -197,6 +197,21 @@ _HTML_TAG_RE = re.compile(r"</?(?:b|strong|i|em|u|span|div|p|mark|center|code|br
                           re.IGNORECASE)
 
 
+# RULE "markup beside the box": a tag is markup, not a relation: the answer tags RL recipes prompt for
+# (``<answer>\boxed{70}</answer>``), a reasoning-section tag (``</REASONING_END>``), any tag named by two or more
+# characters (never ``<sup>``/``<sub>``, which carry math); removed. A chat-template token a model leaks
+# (``<|im_start|>``, ``<|im_end|>``, ``<|endoftext|>``, ``<|eot_id|>``, DeepSeek's ``<|end▁of▁sentence|>``) marks a turn
+# boundary: read as a line break, so what follows it is the next line (RULE "next line").
+_MARKUP_TAG_RE = re.compile(r"</?(?!su[bp]>)[A-Za-z_][\w-]{1,40}/?>")  # no attributes: "<or 71>" is no tag
+_CHAT_TOKEN_RE = re.compile(r"<\|[\w.▁-]{1,40}\|>")
+
+
+def _markup_tag(match: re.Match) -> str:
+    """A tag removed as markup, unless its name is a hedge or a number (``<or>``, ``<seventy>`` are kept)."""
+    name = match.group()
+    return name if _TAIL_HEDGE_RE.search(name) or _NUMBER_WORD_RE.search(name) else ""
+
+
 def boxes_embedded(text: str) -> bool:
     """Whether the final box(es) are an operand of a larger expression, or hedged on their line (then the box is
     not the answer): ``\\boxed{70}+1``, ``2\\boxed{35}``, ``$\\boxed{70}$ (or 71)``, ``\\boxed{70} OR 71``."""
@@ -395,7 +410,8 @@ def extract_math_answer(final_text: str) -> tuple[str | None, str]:
     ``how == "boxed_embedded"``: the stated answer is the expression, not the box, and is scored wrong.
     Returns ``(answer, how)`` with ``how`` in ``{"boxed", "boxed_list", "boxed_embedded", "answer_line", "none"}``.
     """
-    final_text = _HTML_TAG_RE.sub("", _without_html_comments(final_text))
+    final_text = _MARKUP_TAG_RE.sub(_markup_tag, _HTML_TAG_RE.sub("", _without_html_comments(final_text)))
+    final_text = _CHAT_TOKEN_RE.sub("\n", final_text)
     contents = [strip_grouping_braces(normalise_answer(c)) for c in final_boxes(final_text)]
     contents = [c for c in contents if c]
     if contents and boxes_embedded(final_text):
@@ -516,6 +532,21 @@ _LIST_TEXT_RE = re.compile(r"\s*(?:and|or)?\s*")
 _LIST_WORD_RE = re.compile(r"\\(?:text|mbox|textrm)\{\s*(?:and|or)\s*\}|(?<![A-Za-z])(?:and|or)(?![A-Za-z])")
 _LHS_RE = re.compile(rf"\s*(?:(?:{_NAME}\s*){{1,4}}(?:\(\s*{_NAME}\s*\))?|\(\s*{_NAME}(?:\s*,\s*{_NAME})*\s*\))\s*")
 _PERCENT_RE = re.compile(r"\s*\\?%\s*$")
+# RULE "percent": the percent mark in every spelling a response uses: \%, %, \text{\%}, percent, \text{ percent}
+_PERCENT_MARK_RE = re.compile(r"(?:\s|\\[,;! ]|~)*(?:\\?%|\\(?:text|textrm|mathrm|mbox)\s*\{\s*(?:\\?%|percent)\s*\}"
+                              r"|(?<![A-Za-z])percent)\s*$")
+
+
+def percent_value(text: str, *, spelled: bool = True) -> str | None:
+    """RULE "percent": the value a percent states (``28\\%``, ``28 \\%``, ``28%``, ``28 percent``,
+    ``28 \\text{ percent}`` → ``"28"``), or ``None`` when ``text`` has no percent mark at its end. With
+    ``spelled=False`` only a ``%`` sign counts (a gold written with the word is parsed by math-verify as its
+    number, which every spelling already meets)."""
+    match = _PERCENT_MARK_RE.search(text)
+    if match is None or (not spelled and "%" not in match.group()):
+        return None
+    value = text[:match.start()].strip()
+    return value or None
 
 
 def split_top_level(expr: str, separators: str = ",;") -> list[str]:
@@ -533,19 +564,58 @@ def split_top_level(expr: str, separators: str = ",;") -> list[str]:
     return parts
 
 
+# RULE "one relation, several spellings": each spelling of a relation is read as one token, so a gold written
+# ``x \ge 3`` admits ``x \geq 3`` and ``x >= 3`` (math-verify parses all three alike), never ``x > 3``.
+_RELATION_SPELLINGS = {"\\geq": "\\ge", "\\geqq": "\\ge", "\\geqslant": "\\ge", ">=": "\\ge", "≥": "\\ge",
+                       "⩾": "\\ge", "\\leq": "\\le", "\\leqq": "\\le", "\\leqslant": "\\le", "<=": "\\le",
+                       "≤": "\\le", "⩽": "\\le", "\\neq": "\\ne", "!=": "\\ne", "≠": "\\ne", "\\lt": "<",
+                       "\\gt": ">"}
+_TWO_CHAR_RELATION_RE = re.compile(r"[<>!]=")
+_EQUALS_RE = re.compile(r"(?<![<>!=])=(?!=)")  # an equals sign that is not part of >=, <=, !=, ==
+
+
 def _relation_tokens(expr: str) -> set[str]:
     tokens = {"\\" + c for c in _COMMAND_RE.findall(expr) if c in RELATION_COMMANDS}
-    tokens.update(ch for ch in expr if ch in RELATION_CHARS)
+    tokens.update(_TWO_CHAR_RELATION_RE.findall(expr))
+    tokens.update(ch for ch in _TWO_CHAR_RELATION_RE.sub(" ", expr) if ch in RELATION_CHARS)
     tokens.update(w.lower() for w in _HEDGE_RE.findall(expr))
-    return tokens
+    return {_RELATION_SPELLINGS.get(t, t) for t in tokens}
 
 
 def _max_equals(expr: str) -> int:
-    return max(part.count("=") for part in split_top_level(_LIST_WORD_RE.sub(",", expr)))
+    return max(len(_EQUALS_RE.findall(part)) for part in split_top_level(_LIST_WORD_RE.sub(",", expr)))
 
 
-# A number carrying a subscript: 70_{8}, {70}_8, 1010_2, 3.5_{10} (not a name's index: x_1, a1_2, \log_2)
-_NUMBER_SUBSCRIPT_RE = re.compile(r"(?<![A-Za-z_\\\d.])\d+(?:\.\d+)?\s*\}?\s*_")
+# A number carrying a subscript: 70_{8}, {70}_8, 1010_2, 3.5_{10} (not a name's index: x_1, a1_2, \log_2); the
+# subscript (group 1) is the numeral's base
+_NUMBER_SUBSCRIPT_RE = re.compile(r"(?<![A-Za-z_\\\d.])\d+(?:\.\d+)?\s*\}?\s*_\s*(\{(?:[^{}]|\{[^{}]*\})*\}|\w)?")
+_BASE_WORDS = {"two": "2", "three": "3", "four": "4", "five": "5", "six": "6", "seven": "7", "eight": "8",
+               "nine": "9", "ten": "10", "eleven": "11", "twelve": "12", "thirteen": "13", "fourteen": "14",
+               "fifteen": "15", "sixteen": "16"}
+
+
+def numeral_bases(expr: str) -> list[str]:
+    """RULE "bases": the base written under each subscripted numeral of ``expr``, in order (``101_2`` → ``["2"]``,
+    ``77_{(8)}``, ``77_{\\text{eight}}`` → ``["8"]``, ``{70}_{10}`` → ``["10"]``); a subscript that is not a base
+    is kept as written (``70_{x}`` → ``["x"]``). A name's index (``x_1``, ``\\log_2``) is not a numeral's."""
+    bases = []
+    for match in _NUMBER_SUBSCRIPT_RE.finditer(expr):
+        base = re.sub(r"\\(?:text|mathrm|textrm|mbox)\s*|[{}()\s]", "", match.group(1) or "").lower()
+        bases.append(_BASE_WORDS.get(base, base))
+    return bases
+
+
+def base_problem(answer: str, gold: str) -> str | None:
+    """RULE "bases": a numeral's base is part of its value. An answer's subscripted numerals must carry the
+    gold's bases, in order (``101_3`` is not ``101_2``); an answer without subscripts is read in the gold's bases
+    (``\\boxed{204}`` for ``204_5``: the question names the base); against a gold without bases only ``_{10}``
+    is admitted (``77_{10}`` is 77). ``None`` when the bases agree."""
+    answer_bases, gold_bases = numeral_bases(answer), numeral_bases(gold)
+    if not answer_bases or answer_bases == gold_bases or (not gold_bases and set(answer_bases) == {"10"}):
+        return None
+    if not gold_bases:
+        return "a subscript on a number (a base or an index: 70_{8} is 56, not 70; math-verify drops it)"
+    return f"a numeral in base {', '.join(answer_bases)} where the gold is in base {', '.join(gold_bases)}"
 
 
 def answer_problem(answer: str, gold: str) -> str | None:
@@ -564,8 +634,9 @@ def answer_problem(answer: str, gold: str) -> str | None:
     extra = _relation_tokens(answer) - _relation_tokens(gold)
     if extra:
         return "relation, approximation or hedge in the answer: " + " ".join(sorted(extra))
-    if _NUMBER_SUBSCRIPT_RE.search(answer) and not _NUMBER_SUBSCRIPT_RE.search(gold):
-        return "a subscript on a number (a base or an index: 70_{8} is 56, not 70; math-verify drops it)"
+    bases = base_problem(answer, gold)
+    if bases is not None:
+        return bases
     gold_texts = "".join(_TEXT_GROUP_RE.findall(gold))
     texts = "".join(_TEXT_GROUP_RE.findall(answer))
     beside_math = bool(_TEXT_GROUP_RE.sub("", answer).strip())
@@ -584,11 +655,11 @@ def answer_problem(answer: str, gold: str) -> str | None:
         return answer_problem(inner, gold)
     gold_equals = _max_equals(gold)
     for item in split_top_level(_LIST_WORD_RE.sub(",", answer)):
-        equals = item.count("=")
+        equals = len(_EQUALS_RE.findall(item))
         if equals > max(1, gold_equals):
             return "chained equation"
         if equals == 1 and gold_equals == 0:
-            lhs = item.split("=", 1)[0]
+            lhs = _EQUALS_RE.split(item, 1)[0]
             if not _LHS_RE.fullmatch(lhs):
                 return "equation whose left side is not a variable"
     return None
@@ -662,7 +733,9 @@ _END_MARK_RE = re.compile(r"\s*\\(?:qed|blacksquare|square|Box|qedsymbol)\s*$")
 # ``\text{ km/h}``, ``\mathrm{km}/\mathrm{h}``) or as plain words (``70 marbles``, ``70 square units``, ``70 cm^2``),
 # a COMPOUND unit (``km/h``, ``m/s^2``, ``m/s²``, ``miles per hour``, ``N \cdot m``: words joined by ``/``, ``per``
 # or ``\cdot``, never a number: ``km/2`` is a division), or an explanatory parenthesis holding no number
-# (``70 (the total number of apples)``). Whatever is stripped must hold no hedge (:func:`_unit_is_hedge`).
+# (``70 (the total number of apples)``): words, at least one of three letters or two words, so a function's or a
+# factor's argument is never a remark (``\sec^2(y)``, ``x^2(x-y)``). Whatever is stripped must hold no hedge
+# (:func:`_unit_is_hedge`).
 _UNIT_WORD = r"[A-Za-z]{1,15}(?:\^\{?-?[123]\}?|[²³])?"
 _COMPOUND_UNIT = rf"{_UNIT_WORD}(?:[ \t]*(?:/|\\cdot|·)[ \t]*{_UNIT_WORD}|[ \t]+per[ \t]+{_UNIT_WORD}){{1,3}}"
 _TEXT_UNIT = r"\\(?:text|textrm|mathrm|mbox)\s*\{\s*[A-Za-z][A-Za-z ./]{0,30}\}"
@@ -670,7 +743,7 @@ _TRAILING_UNIT_RE = re.compile(
     rf"(?<=[\d}}])(?:\s|\\[,;! ]|~)*({_TEXT_UNIT}(?:\s*(?:/|\\cdot)\s*{_TEXT_UNIT}){{0,3}}(?:\^\{{?-?[123]\}}?)?)\s*$"
     rf"|(?<=[\d$])\s+\(?({_COMPOUND_UNIT}|[A-Za-z]{{2,15}}(?:\s+[A-Za-z]{{2,15}}){{0,2}})\)?"
     r"(?:\^\{?[23]\}?|[²³])?\s*$"
-    r"|(?<=[\d$}])\s*\(([A-Za-z][A-Za-z ,.'/-]{0,60})\)\s*$")
+    r"|(?<=[\d$}])\s*\(((?=[^()]*(?:[A-Za-z]{3}|[A-Za-z]{2}\s|\s[A-Za-z]{2}))[A-Za-z][A-Za-z ,.'/-]{0,60})\)\s*$")
 
 
 def _unit_is_hedge(unit: str) -> bool:
@@ -736,7 +809,33 @@ def _label_side(side: str) -> bool:
 
 
 def _gold_items(gold: str) -> list[str]:
-    return [g for g in split_top_level(_LIST_WORD_RE.sub(",", gold)) if g.strip()]
+    return [g for g in split_top_level(_LIST_WORD_RE.sub(",", _thousands_marks(gold))) if g.strip()]
+
+
+# MATH's thousands separator: ``10,\!000`` (a comma and a negative thin space), read as ``10{,}000``
+_MATH_THOUSANDS_RE = re.compile(r"(?<=\d),\s*\\!\s*(?=\d{3}(?!\d))")
+
+
+def _thousands_marks(s: str) -> str:
+    """``s`` with MATH's thousands separator ``,\\!`` written ``{,}`` (one separator, never a list comma)."""
+    return _MATH_THOUSANDS_RE.sub("{,}", s)
+
+
+def join_thousands(s: str) -> str:
+    """RULE "thousands": every number written in groups of three (``1 000 000``, ``1{,}000``, ``10,\\!000``,
+    ``1,000``) as one integer. A plain comma joins groups only outside brackets: inside a tuple, interval or set
+    it separates items (``(3,100)`` is a pair, as math-verify reads it). Linear: the bracket depth is counted
+    once, left to right, as the matches come."""
+    s = _thousands_marks(s)
+    depth, pos, out = 0, 0, []
+    for match in _THOUSANDS_RE.finditer(s):
+        gap = s[pos:match.start()]
+        depth += sum(gap.count(c) for c in ("(", "[", "\\{")) - sum(gap.count(c) for c in (")", "]", "\\}"))
+        text = match.group()
+        out += [gap, text if depth > 0 and re.search(r"\d,\d", text) else re.sub(r"\D", "", text)]
+        depth += text.count("(") - text.count(")")
+        pos = match.end()
+    return "".join(out) + s[pos:]
 
 
 def rewrite_admitted_forms(answer: str, gold: str) -> str:
@@ -744,7 +843,7 @@ def rewrite_admitted_forms(answer: str, gold: str) -> str:
     rules"); everything else is left for :func:`answer_problem` to judge. Pure, linear-ish in the answer."""
     if len(answer) > MAX_ANSWER_CHARS:
         return answer  # rejected by answer_problem; no rewrite scans it
-    s = _unicode_math(answer)
+    s = _thousands_marks(_unicode_math(answer))
     s = _LATEX_SPACE_RE.sub(lambda m: m.group() if m.group() == "\\\\" else " ", s).strip()  # \\ is a row break
     gold_has = lambda token: token in gold  # noqa: E731
     for _ in range(2):
@@ -760,8 +859,8 @@ def rewrite_admitted_forms(answer: str, gold: str) -> str:
     if not re.search(r"\d[eE]", gold):  # RULE "numbers": 9.31e-10 is 9.31 \times 10^{-10}, never Euler's e
         s = _E_NOTATION_RE.sub(r"\1 \\times 10^{\2}", s)
     single_gold = len(_gold_items(gold)) == 1
-    if single_gold and not re.search(r"\d(?: |\{,\}|,)\d", gold):
-        s = _THOUSANDS_RE.sub(lambda m: re.sub(r"\D", "", m.group()), s)  # RULE "thousands": 1 000 000, 1{,}000
+    if single_gold and not re.search(r"\d(?: |\{,\}|,)\d", _thousands_marks(gold)):
+        s = join_thousands(s)  # RULE "thousands": 1 000 000, 1{,}000, 10,\!000
     before_items = s
     items = split_top_level(s)
     if not any(gold_has(t) for t in ("\\equiv", "≡", "mod")):
