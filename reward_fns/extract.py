@@ -212,6 +212,28 @@ def _markup_tag(match: re.Match) -> str:
     return name if _TAIL_HEDGE_RE.search(name) or _NUMBER_WORD_RE.search(name) else ""
 
 
+# RULE "modulus after the box": ``\equiv \boxed{9} \pmod{11}`` -- the qualifier of a congruence, right after the box
+_MODULUS_AFTER_BOX_RE = re.compile(r"[ \t]*(?:\\[,;! ]|~)*[ \t]*(\\pmod\s*(?:\{\s*\w+\s*\}|\w+)|\\(?:bmod|mod)\s*(?:\{\s*\w+\s*\}|\w+)"
+                                   r"|\\?\(\s*(?:\\bmod|\\mod|\\text\s*\{\s*mod\s*\}|\\mathrm\s*\{\s*mod\s*\}|mod)"
+                                   r"\s*(?:\\[,;! ]|~)*\s*\w+\s*\\?\))")
+_EQUIV_BEFORE_BOX_RE = re.compile(r"(?:\\equiv|≡)[ \t]*(?:\\[,;! ]|~)*[ \t]*\Z")
+
+
+def box_modulus(text: str) -> tuple[str, str, int] | None:
+    """RULE "modulus after the box": ``(prefix, qualifier, end)`` of a modulus written right after the final box
+    (``\\pmod{11}``, ``\\pmod 11``, ``\\bmod 11``, ``(\\mathrm{mod}\\ 11)``), the qualifier prefixed by ``\\equiv`` when
+    one stands right before the box (``x \\equiv \\boxed{9} \\pmod{11}`` reads ``\\equiv 9 \\pmod{11}``, a congruence
+    that RULE "congruence" reads as 9); ``None`` when no modulus follows a single final box."""
+    group = _final_box_group(text)
+    if len(group) != 1:
+        return None
+    match = _MODULUS_AFTER_BOX_RE.match(text, group[0][2])
+    if match is None:
+        return None
+    equiv = _EQUIV_BEFORE_BOX_RE.search(text, max(0, group[0][0] - 16), group[0][0])
+    return ("\\equiv " if equiv else ""), match.group(1).strip(), match.end()
+
+
 def boxes_embedded(text: str) -> bool:
     """Whether the final box(es) are an operand of a larger expression, or hedged on their line (then the box is
     not the answer): ``\\boxed{70}+1``, ``2\\boxed{35}``, ``$\\boxed{70}$ (or 71)``, ``\\boxed{70} OR 71``."""
@@ -219,7 +241,10 @@ def boxes_embedded(text: str) -> bool:
     if not group:
         return False
     start, end = group[0][0], group[-1][2]
-    if line_after_box_hedged(text, end):
+    modulus = box_modulus(text)
+    end = modulus[2] if modulus else end
+    value = ", ".join(text[content_start:box_end - 1] for _s, content_start, box_end in group)
+    if line_after_box_hedged(text, end, value):
         return True
     after = _AFTER_DECORATION_RE.match(text, end).end()
     return bool(_AFTER_BOX_RE.match(text, after) or _BEFORE_BOX_RE.search(text[max(0, start - 24):start]))
@@ -275,14 +300,15 @@ def value_changing_text(text: str) -> bool:
                 or re.match(r"[^(\[]*[)\]]", text))
 
 
-def line_after_box_hedged(text: str, end: int) -> bool:
+def line_after_box_hedged(text: str, end: int, value: str | None = None) -> bool:
     """RULE "hedge after the box": whether the rest of the box's line (from ``end``) holds a second value or a
-    hedge: a digit or spelled-out number (``(or 71)``, ``[or 71]``, ``— 71``, ``\\quad\\text{or}\\quad 71``),
-    a hedge word in any case (``OR``, ``(maybe)``, ``(approximately)``, ``. Or``, ``— wait, no``), a relation,
-    or a question mark. Allowed: decoration and a unit (``^\\circ``, ``\\text{ cm}^2``, a footnote mark),
-    punctuation, explanatory words (``(in dollars)``, ``is the final answer.``). The next line is outside the
-    answer (RULE "next line"), unless it opens with a closing ``\\]``/``\\)``/``\\end{}`` of the box's math.
-    One pass over the line: linear."""
+    hedge. In the box's own sentence: a digit or spelled-out number (``(or 71)``, ``[or 71]``, ``— 71``,
+    ``\\quad\\text{or}\\quad 71``), a hedge word in any case (``OR``, ``(maybe)``, ``(approximately)``,
+    ``— wait, no``), a relation, or a question mark. Allowed: decoration and a unit (``^\\circ``,
+    ``\\text{ cm}^2``, a footnote mark), punctuation, explanatory words (``(in dollars)``, ``is the final
+    answer.``). A later sentence on the line is judged by :func:`_later_sentence_hedged` against the box's
+    ``value``. The next line is outside the answer (RULE "next line"), unless it opens with a closing
+    ``\\]``/``\\)``/``\\end{}`` of the box's math. One pass over the line: linear."""
     line_end = text.find("\n", end)
     line_end = len(text) if line_end < 0 else line_end
     closer = _CLOSER_ON_NEXT_LINE_RE.match(text, end)
@@ -292,6 +318,12 @@ def line_after_box_hedged(text: str, end: int) -> bool:
     tail = text[end:line_end]
     cut = _BOX_OPEN_RE.search(tail)  # a later box is unbalanced (truncated): skipped, as in the extraction
     tail = tail[:cut.start()] if cut else tail
+    first_end = _SENTENCE_STOP_RE.search(tail)
+    first, later = (tail[:first_end.end()], tail[first_end.end():]) if first_end else (tail, "")
+    if value is not None and later.strip():
+        if any(_later_sentence_hedged(sentence, value) for sentence in _SENTENCE_STOP_RE.split(later)):
+            return True
+        tail = first
     if not tail.strip(" \t$.,;:!*}"):
         return False
     tail = _TAIL_UNIT_EXPONENT_RE.sub(" ", tail)
@@ -300,6 +332,51 @@ def line_after_box_hedged(text: str, end: int) -> bool:
     return bool(re.search(r"[0-9?]", plain) or _NUMBER_WORD_RE.search(plain) or _TAIL_HEDGE_RE.search(plain)
                 or (first_word and value_changing_text(first_word.group(1)))
                 or _relation_tokens(tail) - {"\\to", "\\Rightarrow", "\\implies"})
+
+
+# A sentence ends at a full stop followed by a space or the end (``3.5`` is a number, not two sentences).
+_SENTENCE_STOP_RE = re.compile(r"\.(?=\s|$)")
+# RULE "restatement after the box": a later sentence that points back at the working ("Note that", "Here we used")
+_WORKING_OPENER_RE = re.compile(r"(?i)^[\s$*]*(?:note|notice|recall|here|check(?:ing)?|verification|explanation|"
+                                r"in\s+the\s+(?:above|calculation|computation)|we\s+(?:have\s+)?used)(?![A-Za-z])")
+# ... claims no answer in it ("Note that the answer is 71", "Note that 71 works too")
+_CLAIM_WORD_RE = re.compile(r"(?i)(?<![A-Za-z])(?:answers?|results?|solutions?|final|correct|right|true|valid|"
+                            r"works?|too|another|alternative|should|would|could|might|must|equals?)(?![A-Za-z])")
+_INLINE_MATH_RE = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]")
+_BARE_NUMBER_RE = re.compile(r"(?<![\w.])-?\d+(?:(?:,|\.)\d+)*(?:_\{?\w+\}?)?")
+
+
+def _later_sentence_hedged(sentence: str, value: str) -> bool:
+    """RULE "restatement after the box": a later sentence on the box's line refuses the box when it holds a
+    hedge word, a ``?`` or a relation, or a value other than the box's -- unless it points back at the working
+    (:data:`_WORKING_OPENER_RE`) and claims no answer (:data:`_CLAIM_WORD_RE`). So the MATH/Minerva
+    ``Final Answer: The final answer is 14400. I hope it is correct.`` and ``So 70 apples.`` restate the box,
+    ``Note that $13_5$ divided by $2_5$ is $4_5$`` is the solution, and ``So 71 apples.`` is a second value."""
+    plain = _LATEX_COMMAND_NAME_RE.sub(" ", sentence)
+    if "?" in sentence or _TAIL_HEDGE_RE.search(plain) or _NUMBER_WORD_RE.search(plain) \
+            or _relation_tokens(sentence) - {"\\to", "\\Rightarrow", "\\implies"}:
+        return True
+    values = [next(g for g in m.groups() if g is not None) for m in _INLINE_MATH_RE.finditer(sentence)]
+    values += _BARE_NUMBER_RE.findall(_INLINE_MATH_RE.sub(" ", sentence))
+    box, core = _restated_key(value), _restated_key(_numeric_core(value))
+    if all(_restated_key(v) in (box, core) for v in values):
+        return False
+    return not (_WORKING_OPENER_RE.match(sentence) and not _CLAIM_WORD_RE.search(plain))
+
+
+def _restated_key(text: str) -> str:
+    """``text`` as compared for a restatement: no spaces, LaTeX spaces, ``$``, ``\\left``/``\\right``, a leading
+    ``name =``, thousands separators, final punctuation; ``\\dfrac``/``\\tfrac`` read ``\\frac``, ``\\%`` read ``%``."""
+    t = re.sub(r"\\(?:left|right)(?![A-Za-z])|\\[,;:! ]|~|\$", "", text)
+    t = re.sub(r"^\s*[A-Za-z](?:_\{?\w+\}?)?\s*=(?!=)", "", join_thousands(t))
+    t = re.sub(r"\\[dt]frac", r"\\frac", t).replace("\\%", "%")
+    return re.sub(r"\s+", "", t).rstrip(".,;")
+
+
+def _numeric_core(value: str) -> str:
+    """The number a box states without its percent, degree or unit (``28\\%``, ``90^\\circ``, ``70 \\text{ cm}`` →
+    the number), so ``So 70 apples.`` restates ``\\boxed{70 \\text{ apples}}``."""
+    return re.sub(r"\s*(?:\\?%|\^\s*\{?\s*\\circ\s*\}?|°|\\(?:text|mathrm|mbox)\s*\{[^{}]*\})\s*$", "", value)
 
 
 def math_final_text(text: str) -> str | None:
@@ -417,7 +494,8 @@ def extract_math_answer(final_text: str) -> tuple[str | None, str]:
     if contents and boxes_embedded(final_text):
         return ", ".join(contents), "boxed_embedded"
     if len(contents) == 1:
-        return contents[0], "boxed"
+        modulus = box_modulus(final_text)
+        return (f"{modulus[0]}{contents[0]} {modulus[1]}" if modulus else contents[0]), "boxed"
     if contents:
         return ", ".join(contents), "boxed_list"
     line = last_answer_line(final_text)
@@ -861,6 +939,8 @@ def rewrite_admitted_forms(answer: str, gold: str) -> str:
     single_gold = len(_gold_items(gold)) == 1
     if single_gold and not re.search(r"\d(?: |\{,\}|,)\d", _thousands_marks(gold)):
         s = join_thousands(s)  # RULE "thousands": 1 000 000, 1{,}000, 10,\!000
+    if "mod" in gold and not any(gold_has(t) for t in ("\\equiv", "≡")):
+        s = re.sub(r"^\s*(?:\\equiv|≡)\s*", "", s)  # RULE "modulus after the box": the gold's own qualifier
     before_items = s
     items = split_top_level(s)
     if not any(gold_has(t) for t in ("\\equiv", "≡", "mod")):
