@@ -667,20 +667,15 @@ def _max_equals(expr: str) -> int:
 # A number carrying a subscript: 70_{8}, {70}_8, 1010_2, 3.5_{10} (not a name's index: x_1, a1_2, \log_2); the
 # subscript (group 1) is the numeral's base
 _NUMBER_SUBSCRIPT_RE = re.compile(r"(?<![A-Za-z_\\\d.])\d+(?:\.\d+)?\s*\}?\s*_\s*(\{(?:[^{}]|\{[^{}]*\})*\}|\w)?")
-_BASE_WORDS = {"two": "2", "three": "3", "four": "4", "five": "5", "six": "6", "seven": "7", "eight": "8",
-               "nine": "9", "ten": "10", "eleven": "11", "twelve": "12", "thirteen": "13", "fourteen": "14",
-               "fifteen": "15", "sixteen": "16"}
 
 
 def numeral_bases(expr: str) -> list[str]:
     """RULE "bases": the base written under each subscripted numeral of ``expr``, in order (``101_2`` → ``["2"]``,
-    ``77_{(8)}``, ``77_{\\text{eight}}`` → ``["8"]``, ``{70}_{10}`` → ``["10"]``); a subscript that is not a base
-    is kept as written (``70_{x}`` → ``["x"]``). A name's index (``x_1``, ``\\log_2``) is not a numeral's."""
-    bases = []
-    for match in _NUMBER_SUBSCRIPT_RE.finditer(expr):
-        base = re.sub(r"\\(?:text|mathrm|textrm|mbox)\s*|[{}()\s]", "", match.group(1) or "").lower()
-        bases.append(_BASE_WORDS.get(base, base))
-    return bases
+    ``77_{(8)}`` → ``["8"]``, ``{70}_{10}`` → ``["10"]``); any other subscript is kept as written
+    (``70_{x}`` → ``["x"]``, ``1_{\\text{two}}`` → ``["two"]``: not base 2, so never paid as it). A name's index
+    (``x_1``, ``\\log_2``) is not a numeral's."""
+    return [re.sub(r"\\(?:text|mathrm|textrm|mbox)\s*|[{}()\s]", "", m.group(1) or "").lower()
+            for m in _NUMBER_SUBSCRIPT_RE.finditer(expr)]
 
 
 def base_problem(answer: str, gold: str) -> str | None:
@@ -937,7 +932,7 @@ def rewrite_admitted_forms(answer: str, gold: str) -> str:
     if not re.search(r"\d[eE]", gold):  # RULE "numbers": 9.31e-10 is 9.31 \times 10^{-10}, never Euler's e
         s = _E_NOTATION_RE.sub(r"\1 \\times 10^{\2}", s)
     single_gold = len(_gold_items(gold)) == 1
-    if single_gold and not re.search(r"\d(?: |\{,\}|,)\d", _thousands_marks(gold)):
+    if single_gold and not re.search(r"\d(?: |\{,\}|,)\d", gold):
         s = join_thousands(s)  # RULE "thousands": 1 000 000, 1{,}000, 10,\!000
     if "mod" in gold and not any(gold_has(t) for t in ("\\equiv", "≡")):
         s = re.sub(r"^\s*(?:\\equiv|≡)\s*", "", s)  # RULE "modulus after the box": the gold's own qualifier
