@@ -334,8 +334,9 @@ def line_after_box_hedged(text: str, end: int, value: str | None = None) -> bool
                 or _relation_tokens(tail) - {"\\to", "\\Rightarrow", "\\implies"})
 
 
-# A sentence ends at a full stop followed by a space or the end (``3.5`` is a number, not two sentences).
-_SENTENCE_STOP_RE = re.compile(r"\.(?=\s|$)")
+# A sentence ends at a full stop (before any closing ``$``) or at the close of display math (``$$``, ``\]``),
+# followed by a space or the end: ``3.5`` is a number, not two sentences.
+_SENTENCE_STOP_RE = re.compile(r"(?:\.\$*|\$\$|\\\])(?=\s|$)")
 # RULE "restatement after the box": a later sentence that points back at the working ("Note that", "Here we used")
 _WORKING_OPENER_RE = re.compile(r"(?i)^[\s$*]*(?:note|notice|recall|here|check(?:ing)?|verification|explanation|"
                                 r"in\s+the\s+(?:above|calculation|computation)|we\s+(?:have\s+)?used)(?![A-Za-z])")
@@ -648,6 +649,7 @@ _RELATION_SPELLINGS = {"\\geq": "\\ge", "\\geqq": "\\ge", "\\geqslant": "\\ge", 
                        "⩾": "\\ge", "\\leq": "\\le", "\\leqq": "\\le", "\\leqslant": "\\le", "<=": "\\le",
                        "≤": "\\le", "⩽": "\\le", "\\neq": "\\ne", "!=": "\\ne", "≠": "\\ne", "\\lt": "<",
                        "\\gt": ">"}
+_ORDER_RELATIONS = frozenset({"<", ">", "\\le", "\\ge"})
 _TWO_CHAR_RELATION_RE = re.compile(r"[<>!]=")
 _EQUALS_RE = re.compile(r"(?<![<>!=])=(?!=)")  # an equals sign that is not part of >=, <=, !=, ==
 
@@ -705,6 +707,8 @@ def answer_problem(answer: str, gold: str) -> str | None:
     if len(answer) > MAX_ANSWER_CHARS:
         return f"answer longer than {MAX_ANSWER_CHARS} characters"
     extra = _relation_tokens(answer) - _relation_tokens(gold)
+    if _relation_tokens(gold) & _ORDER_RELATIONS:  # an inequality gold: math-verify compares the relations
+        extra -= _ORDER_RELATIONS                   # (5 \ge x is x \le 5; x > 5 is not x \ge 5)
     if extra:
         return "relation, approximation or hedge in the answer: " + " ".join(sorted(extra))
     bases = base_problem(answer, gold)
