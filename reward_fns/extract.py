@@ -202,7 +202,7 @@ _HTML_TAG_RE = re.compile(r"</?(?:b|strong|i|em|u|span|div|p|mark|center|code|br
 # characters (never ``<sup>``/``<sub>``, which carry math); removed. A chat-template token a model leaks
 # (``<|im_start|>``, ``<|im_end|>``, ``<|endoftext|>``, ``<|eot_id|>``, DeepSeek's ``<|end▁of▁sentence|>``) marks a turn
 # boundary: read as a line break, so what follows it is the next line (RULE "next line").
-_MARKUP_TAG_RE = re.compile(r"</?(?!su[bp]>)[A-Za-z_][\w-]{1,40}/?>")  # no attributes: "<or 71>" is no tag
+_MARKUP_TAG_RE = re.compile(r"</?(?!su[bp]>)[A-Za-z_][A-Za-z_-]{1,40}/?>")  # no attributes, no digits: "<x71>"
 _CHAT_TOKEN_RE = re.compile(r"<\|[\w.▁-]{1,40}\|>")
 
 
@@ -337,9 +337,11 @@ def line_after_box_hedged(text: str, end: int, value: str | None = None) -> bool
 # A sentence ends at a full stop (before any closing ``$``) or at the close of display math (``$$``, ``\]``),
 # followed by a space or the end: ``3.5`` is a number, not two sentences.
 _SENTENCE_STOP_RE = re.compile(r"(?:\.\$*|\$\$|\\\])(?=\s|$)")
-# RULE "restatement after the box": a later sentence that points back at the working ("Note that", "Here we used")
-_WORKING_OPENER_RE = re.compile(r"(?i)^[\s$*]*(?:note|notice|recall|here|check(?:ing)?|verification|explanation|"
-                                r"in\s+the\s+(?:above|calculation|computation)|we\s+(?:have\s+)?used)(?![A-Za-z])")
+# RULE "restatement after the box": a later sentence that points back at the working: it opens with a note
+# ("Note that", "Recall", "Here") and names the working ("in the above calculation", "we have used", "follows from")
+_WORKING_OPENER_RE = re.compile(r"(?i)^[\s$*]*(?:note|notice|recall|here|verification|explanation)(?![A-Za-z])")
+_WORKING_PHRASE_RE = re.compile(r"(?i)(?<![A-Za-z])(?:in\s+the\s+above|above\s+(?:calculation|computation)|"
+                                r"we\s+(?:have\s+)?used|follows\s+from)(?![A-Za-z])")
 # ... claims no answer in it ("Note that the answer is 71", "Note that 71 works too")
 _CLAIM_WORD_RE = re.compile(r"(?i)(?<![A-Za-z])(?:answers?|results?|solutions?|final|correct|right|true|valid|"
                             r"works?|too|another|alternative|should|would|could|might|must|equals?)(?![A-Za-z])")
@@ -349,10 +351,13 @@ _BARE_NUMBER_RE = re.compile(r"(?<![\w.])-?\d+(?:(?:,|\.)\d+)*(?:_\{?\w+\}?)?")
 
 def _later_sentence_hedged(sentence: str, value: str) -> bool:
     """RULE "restatement after the box": a later sentence on the box's line refuses the box when it holds a
-    hedge word, a ``?`` or a relation, or a value other than the box's -- unless it points back at the working
-    (:data:`_WORKING_OPENER_RE`) and claims no answer (:data:`_CLAIM_WORD_RE`). So the MATH/Minerva
+    hedge word, a ``?`` or a relation; a restatement of the box's value with a word that changes it (``So 2 pi.``);
+    or a value other than the box's -- unless it is a note on the working (:data:`_WORKING_OPENER_RE` and
+    :data:`_WORKING_PHRASE_RE`) that claims no answer (:data:`_CLAIM_WORD_RE`). So the MATH/Minerva
     ``Final Answer: The final answer is 14400. I hope it is correct.`` and ``So 70 apples.`` restate the box,
-    ``Note that $13_5$ divided by $2_5$ is $4_5$`` is the solution, and ``So 71 apples.`` is a second value."""
+    ``Note that in the above calculation we have used that $13_5$ divided by $2_5$ is $4_5$`` is the solution,
+    and ``So 71 apples.``, ``Note that 71 is it.`` are second values."""
+    sentence = _TAIL_UNIT_EXPONENT_RE.sub(" ", sentence)  # a unit's exponent (\text{ cm}^2) is no value
     plain = _LATEX_COMMAND_NAME_RE.sub(" ", sentence)
     if "?" in sentence or _TAIL_HEDGE_RE.search(plain) or _NUMBER_WORD_RE.search(plain) \
             or _relation_tokens(sentence) - {"\\to", "\\Rightarrow", "\\implies"}:
@@ -361,8 +366,9 @@ def _later_sentence_hedged(sentence: str, value: str) -> bool:
     values += _BARE_NUMBER_RE.findall(_INLINE_MATH_RE.sub(" ", sentence))
     box, core = _restated_key(value), _restated_key(_numeric_core(value))
     if all(_restated_key(v) in (box, core) for v in values):
-        return False
-    return not (_WORKING_OPENER_RE.match(sentence) and not _CLAIM_WORD_RE.search(plain))
+        return any(value_changing_text(word) for word in re.findall(r"[A-Za-z]+", plain))  # "So 2 pi."
+    return not (_WORKING_OPENER_RE.match(sentence) and _WORKING_PHRASE_RE.search(sentence)
+                and not _CLAIM_WORD_RE.search(plain))
 
 
 def _restated_key(text: str) -> str:

@@ -3,7 +3,7 @@ TRL's reward tests), converted to our API by scripts/external_math_suites.py and
 path and commit in tests/fixtures/reward/external_math_suites.json. Each upstream expectation holds here, or the
 case is a documented difference (``DIFFERENCES``) with the reward_fns/README.md line that decides it; no pair an
 upstream suite asserts NOT equal scores correct except the two documented ones (math-verify's parser tests whose
-values are equal); docs/external_math_suites.md is the report of this very run."""
+values are equal); reward_fns/external_suites.md is the report of this very run."""
 
 import importlib.util
 import json
@@ -63,8 +63,8 @@ def test_the_report_in_docs_is_this_run(scored):
     suites, cases, verdicts = scored
     table = [line for line in suites.report(cases, verdicts).splitlines() if line.startswith("| ") and "(" in line
              and "|---" not in line and line.count("|") == 7]
-    committed = (ROOT / "docs" / "external_math_suites.md").read_text(encoding="utf-8")
-    assert table and all(row in committed for row in table), "regenerate docs/external_math_suites.md"
+    committed = (ROOT / "reward_fns" / "external_suites.md").read_text(encoding="utf-8")
+    assert table and all(row in committed for row in table), "regenerate reward_fns/external_suites.md"
 
 
 def test_a_short_prediction_is_boxed_where_a_model_would_box_it():

@@ -28,7 +28,8 @@ RULES = [
      [r"for a quotient of $\boxed{204_5}$. Note that in the above calculation we have used that $13_5$ divided by "
       r"$2_5$ is $4_5$, which follows from $4_5\times2_5=8_{10}=13_5$.", r"$\boxed{204_5}$. So $204_5$."],
      [r"$\boxed{204_6}$. Note that $13_5$ is smaller.", r"$\boxed{204_5}$. Note that the answer is $13_5$.",
-      r"$\boxed{204_5}$. So $13_5$.", r"$\boxed{204_5}$. Or $13_5$."]),
+      r"$\boxed{204_5}$. So $13_5$.", r"$\boxed{204_5}$. Or $13_5$.", r"$\boxed{204_5}$. Note that $13_5$ is it.",
+      r"$\boxed{204_5}$. Note that $x = 13_5$.", r"$\boxed{204_5}$. Here we used $13_5$, the correct answer."]),
     # before: any digit later on the box's line refused it
     ("restatement after the box", "14400",
      [r"So $\boxed{14400}$. Final Answer: The final answer is 14400. I hope it is correct.",
@@ -47,7 +48,9 @@ RULES = [
       r"\[\boxed{20\%}\] Or $21\%$."]),
     ("restatement in words", "70", [r"$\boxed{70}$. So 70 apples.", r"$\boxed{70}$. So $x = 70$."],
      [r"$\boxed{70}$. So 71 apples.", r"$\boxed{70}$. So $x = 71$.", r"$\boxed{70}$. So -70 apples.",
-      r"$\boxed{70}$. So 7.0 apples.", r"$\boxed{70}$. It is 71.", r"$\boxed{70}$. So 70 apples. Wait, 71."]),
+      r"$\boxed{70}$. So 7.0 apples.", r"$\boxed{70}$. It is 71.", r"$\boxed{70}$. So 70 apples. Wait, 71.",
+      r"$\boxed{70}$. So 70 squared.", r"$\boxed{70}$. So 70 thousand.", r"$\boxed{70}$. So 70k.",
+      r"$\boxed{70}$. So 70 + 1 = 71.", r"$\boxed{70}$. So $70^2$.", r"$\boxed{70}$. Check: 71 = 70 + 1."]),
     ("modulus after the box", "9",
      [r"$129^{34}+96^{38} \equiv \boxed{9} \pmod{11}.$", r"$x \equiv \boxed{9} \pmod{11}$",
       r"$x \equiv \boxed{9} \pmod {11}$. So 9."],
@@ -101,7 +104,8 @@ RULES = [
       "$\\boxed{\\frac{63}{400}}$<|im_end|>\n<|im_start|>user", r"\boxed{\frac{63}{400}}<|im_start|>user",
       r"<solution>\boxed{\frac{63}{400}}</solution>", r"\boxed{\frac{63}{400}}<|endoftext|>"],
      [r"<answer>\boxed{\frac{63}{401}}</answer>", r"<answer>\boxed{\frac{63}{400}}</answer> or 1",
-      r"\boxed{\frac{63}{400}} <or 1>", r"\boxed{\frac{63}{400}} <maybe>", r"\boxed{\frac{63}{400}} < 1",
+      r"\boxed{\frac{63}{400}} <or 1>", r"\boxed{\frac{63}{400}} <maybe>", r"\boxed{\frac{63}{400}} <x71>",
+      r"\boxed{\frac{63}{400}}</answer>71", r"\boxed{\frac{63}{400}}<br>1", r"\boxed{\frac{63}{400}} < 1",
       r"1 < \boxed{\frac{63}{400}}"]),
 ]
 
