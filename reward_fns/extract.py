@@ -200,8 +200,8 @@ _HTML_TAG_RE = re.compile(r"</?(?:b|strong|i|em|u|span|div|p|mark|center|code|br
 # RULE "markup beside the box": a tag is markup, not a relation: the answer tags RL recipes prompt for
 # (``<answer>\boxed{70}</answer>``), a reasoning-section tag (``</REASONING_END>``), any tag named by two or more
 # characters (never ``<sup>``/``<sub>``, which carry math); removed. A chat-template token a model leaks
-# (``<|im_start|>``, ``<|im_end|>``, ``<|endoftext|>``, ``<|eot_id|>``, DeepSeek's ``<|end▁of▁sentence|>``) marks a turn
-# boundary: read as a line break, so what follows it is the next line (RULE "next line").
+# (``<|im_start|>``, ``<|im_end|>``, ``<|endoftext|>``, ``<|eot_id|>``, DeepSeek's ``<|end▁of▁sentence|>``) marks a
+# turn boundary: read as a line break, so what follows it is the next line (RULE "next line").
 _MARKUP_TAG_RE = re.compile(r"</?(?!su[bp]>)[A-Za-z_][A-Za-z_-]{1,40}/?>")  # no attributes, no digits: "<x71>"
 _CHAT_TOKEN_RE = re.compile(r"<\|[\w.▁-]{1,40}\|>")
 
@@ -213,7 +213,8 @@ def _markup_tag(match: re.Match) -> str:
 
 
 # RULE "modulus after the box": ``\equiv \boxed{9} \pmod{11}`` -- the qualifier of a congruence, right after the box
-_MODULUS_AFTER_BOX_RE = re.compile(r"[ \t]*(?:\\[,;! ]|~)*[ \t]*(\\pmod\s*(?:\{\s*\w+\s*\}|\w+)|\\(?:bmod|mod)\s*(?:\{\s*\w+\s*\}|\w+)"
+_MODULUS_AFTER_BOX_RE = re.compile(r"[ \t]*(?:\\[,;! ]|~)*[ \t]*(\\pmod\s*(?:\{\s*\w+\s*\}|\w+)"
+                                   r"|\\(?:bmod|mod)\s*(?:\{\s*\w+\s*\}|\w+)"
                                    r"|\\?\(\s*(?:\\bmod|\\mod|\\text\s*\{\s*mod\s*\}|\\mathrm\s*\{\s*mod\s*\}|mod)"
                                    r"\s*(?:\\[,;! ]|~)*\s*\w+\s*\\?\))")
 _EQUIV_BEFORE_BOX_RE = re.compile(r"(?:\\equiv|≡)[ \t]*(?:\\[,;! ]|~)*[ \t]*\Z")
