@@ -220,6 +220,18 @@ _MODULUS_AFTER_BOX_RE = re.compile(r"[ \t]*(?:\\[,;! ]|~)*[ \t]*(\\pmod\s*(?:\{\
 _EQUIV_BEFORE_BOX_RE = re.compile(r"(?:\\equiv|≡)[ \t]*(?:\\[,;! ]|~)*[ \t]*\Z")
 
 
+# RULE "percent": a percent mark right after a single final box is part of its value (``$\boxed{28}\%$``,
+# ``$\boxed{28}$ percent``): MATH solutions box the number and write the mark after it
+_PERCENT_AFTER_BOX_RE = re.compile(r"[ \t]*\$?[ \t]*(?:\\%|%|\\text\s*\{\s*(?:\\?%|percent)\s*\}|percent(?![A-Za-z]))")
+
+
+def box_percent_end(text: str) -> int | None:
+    """Where a percent mark written right after the single final box ends (RULE "percent"), else ``None``."""
+    group = _final_box_group(text)
+    match = _PERCENT_AFTER_BOX_RE.match(text, group[0][2]) if len(group) == 1 else None
+    return match.end() if match else None
+
+
 def box_modulus(text: str) -> tuple[str, str, int] | None:
     """RULE "modulus after the box": ``(prefix, qualifier, end)`` of a modulus written right after the final box
     (``\\pmod{11}``, ``\\pmod 11``, ``\\bmod 11``, ``(\\mathrm{mod}\\ 11)``), the qualifier prefixed by ``\\equiv`` when
@@ -243,7 +255,7 @@ def boxes_embedded(text: str) -> bool:
         return False
     start, end = group[0][0], group[-1][2]
     modulus = box_modulus(text)
-    end = modulus[2] if modulus else end
+    end = modulus[2] if modulus else (box_percent_end(text) or end)
     value = ", ".join(text[content_start:box_end - 1] for _s, content_start, box_end in group)
     if line_after_box_hedged(text, end, value):
         return True
@@ -366,7 +378,7 @@ def _later_sentence_hedged(sentence: str, value: str) -> bool:
     values = [next(g for g in m.groups() if g is not None) for m in _INLINE_MATH_RE.finditer(sentence)]
     values += _BARE_NUMBER_RE.findall(_INLINE_MATH_RE.sub(" ", sentence))
     box, core = _restated_key(value), _restated_key(_numeric_core(value))
-    if all(_restated_key(v) in (box, core) for v in values):
+    if all(_restated_key(v) in (box, core) or _restated_key(_numeric_core(v)) in (box, core) for v in values):
         return any(value_changing_text(word) for word in re.findall(r"[A-Za-z]+", plain))  # "So 2 pi."
     return not (_WORKING_OPENER_RE.match(sentence) and _WORKING_PHRASE_RE.search(sentence)
                 and not _CLAIM_WORD_RE.search(plain))
@@ -503,7 +515,9 @@ def extract_math_answer(final_text: str) -> tuple[str | None, str]:
         return ", ".join(contents), "boxed_embedded"
     if len(contents) == 1:
         modulus = box_modulus(final_text)
-        return (f"{modulus[0]}{contents[0]} {modulus[1]}" if modulus else contents[0]), "boxed"
+        if modulus:
+            return f"{modulus[0]}{contents[0]} {modulus[1]}", "boxed"
+        return contents[0] + ("\\%" if box_percent_end(final_text) else ""), "boxed"
     if contents:
         return ", ".join(contents), "boxed_list"
     line = last_answer_line(final_text)

@@ -99,8 +99,6 @@ DIFFERENCES = {
     "tests/test_all.py:133": ("final answer", "as above, `\\( \\n 9 \\n \\)`: the value is the gold"),
     "tests/test_all.py:138": ("final answer", "an escaped `\\$` inside the math leaves the box unbalanced: no answer"),
     "tests/test_all.py:168": ("percent", "`pct` is not a percent mark the rule admits"),
-    "tests/test_all.py:170": ("percent", "the `%` is outside the box: the answer `28` has no percent mark"),
-    "tests/test_all.py:171": ("percent", "`percent` outside the box: the answer `28` has no percent mark"),
     "tests/test_all.py:172": ("percent", "`pct` outside the box"),
     "tests/test_all.py:173": ("percent", "`pct` is not a percent mark the rule admits"),
     "tests/test_all.py:175": ("percent", "`percentage` is not a percent mark the rule admits"),

@@ -73,10 +73,14 @@ RULES = [
      [r"\boxed{(2,12) \cup (12,103)}", r"\boxed{(2,12102)}"]),
     # before: a % gold was compared as text
     ("percent", r"28\%", [r"\boxed{28\%}", r"\boxed{28 \%}", r"\boxed{28%}", r"\boxed{28 percent}",
-                          r"\boxed{28 \text{ percent}}", r"\boxed{28\text{\%}}"],
+                          r"\boxed{28 \text{ percent}}", r"\boxed{28\text{\%}}", r"$\boxed{28}\%$", r"$\boxed{28}$ percent",
+                          r"the loss is $\boxed{28}\%$. So $28\%$."],
      [r"\boxed{29\%}", r"\boxed{28\% \text{ or } 29\%}", r"\boxed{\approx 28\%}", r"\boxed{0.28\%}",
       r"\boxed{28}",  # a % gold still wants the percent (unchanged)
-      r"$\boxed{28\%}$ or 29\%"]),
+      r"$\boxed{28\%}$ or 29\%", r"$\boxed{29}\%$", r"$\boxed{28}\% + 1$", r"$\boxed{28}\%$ or 29",
+      r"$\boxed{28}$ percentage points"]),
+    ("a percent mark after the box, plain gold", "28", [r"$\boxed{28}\%$", r"$\boxed{28}$ percent"],
+     [r"$\boxed{27}\%$", r"$\boxed{28}\%$ or 29"]),
     ("percent, spaced gold", r"28 \%", [r"\boxed{28\%}", r"\boxed{28 percent}"], [r"\boxed{27 \%}"]),
     ("percent, plain sign gold", "28%", [r"\boxed{28\%}", r"\boxed{28 \text{ percent}}"], [r"\boxed{28.5\%}"]),
     # before: each spelling of one relation was refused against the others
