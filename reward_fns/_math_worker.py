@@ -224,6 +224,12 @@ class Verifier:
         if colon_gold is not None:
             reply["correct"] = extract.colon_form(answer) == colon_gold
             return reply
+        percent = extract.percent_value(gold_str, spelled=False)
+        if percent is not None:  # RULE "percent": math-verify parses a % gold only as text; compare the values
+            value = extract.percent_value(answer)
+            reply["correct"] = value is not None and self.safe_verify(self.parse_answer(percent, pt),
+                                                                      self.parse_answer(value, pt), vt)
+            return reply
         pred = self.parse_answer(answer, pt, keep_percent="%" in gold_str)
         reply["correct"] = bool(pred) and self.safe_verify(gold, pred, vt)
         return reply

@@ -197,6 +197,56 @@ _HTML_TAG_RE = re.compile(r"</?(?:b|strong|i|em|u|span|div|p|mark|center|code|br
                           re.IGNORECASE)
 
 
+# RULE "markup beside the box": a tag is markup, not a relation: the answer tags RL recipes prompt for
+# (``<answer>\boxed{70}</answer>``), a reasoning-section tag (``</REASONING_END>``), any tag named by two or more
+# characters (never ``<sup>``/``<sub>``, which carry math); removed. A chat-template token a model leaks
+# (``<|im_start|>``, ``<|im_end|>``, ``<|endoftext|>``, ``<|eot_id|>``, DeepSeek's ``<|end▁of▁sentence|>``) marks a
+# turn boundary: read as a line break, so what follows it is the next line (RULE "next line").
+_MARKUP_TAG_RE = re.compile(r"</?(?!su[bp]>)[A-Za-z_][A-Za-z_-]{1,40}/?>")  # no attributes, no digits: "<x71>"
+_CHAT_TOKEN_RE = re.compile(r"<\|[\w.▁-]{1,40}\|>")
+
+
+def _markup_tag(match: re.Match) -> str:
+    """A tag removed as markup, unless its name is a hedge or a number (``<or>``, ``<seventy>`` are kept)."""
+    name = match.group()
+    return name if _TAIL_HEDGE_RE.search(name) or _NUMBER_WORD_RE.search(name) else ""
+
+
+# RULE "modulus after the box": ``\equiv \boxed{9} \pmod{11}`` -- the qualifier of a congruence, right after the box
+_MODULUS_AFTER_BOX_RE = re.compile(r"[ \t]*(?:\\[,;! ]|~)*[ \t]*(\\pmod\s*(?:\{\s*\w+\s*\}|\w+)"
+                                   r"|\\(?:bmod|mod)\s*(?:\{\s*\w+\s*\}|\w+)"
+                                   r"|\\?\(\s*(?:\\bmod|\\mod|\\text\s*\{\s*mod\s*\}|\\mathrm\s*\{\s*mod\s*\}|mod)"
+                                   r"\s*(?:\\[,;! ]|~)*\s*\w+\s*\\?\))")
+_EQUIV_BEFORE_BOX_RE = re.compile(r"(?:\\equiv|≡)[ \t]*(?:\\[,;! ]|~)*[ \t]*\Z")
+
+
+# RULE "percent": a percent mark right after a single final box is part of its value (``$\boxed{28}\%$``,
+# ``$\boxed{28}$ percent``): MATH solutions box the number and write the mark after it
+_PERCENT_AFTER_BOX_RE = re.compile(r"[ \t]*\$?[ \t]*(?:\\%|%|\\text\s*\{\s*(?:\\?%|percent)\s*\}|percent(?![A-Za-z]))")
+
+
+def box_percent_end(text: str) -> int | None:
+    """Where a percent mark written right after the single final box ends (RULE "percent"), else ``None``."""
+    group = _final_box_group(text)
+    match = _PERCENT_AFTER_BOX_RE.match(text, group[0][2]) if len(group) == 1 else None
+    return match.end() if match else None
+
+
+def box_modulus(text: str) -> tuple[str, str, int] | None:
+    """RULE "modulus after the box": ``(prefix, qualifier, end)`` of a modulus written right after the final box
+    (``\\pmod{11}``, ``\\pmod 11``, ``\\bmod 11``, ``(\\mathrm{mod}\\ 11)``), the qualifier prefixed by ``\\equiv`` when
+    one stands right before the box (``x \\equiv \\boxed{9} \\pmod{11}`` reads ``\\equiv 9 \\pmod{11}``, a congruence
+    that RULE "congruence" reads as 9); ``None`` when no modulus follows a single final box."""
+    group = _final_box_group(text)
+    if len(group) != 1:
+        return None
+    match = _MODULUS_AFTER_BOX_RE.match(text, group[0][2])
+    if match is None:
+        return None
+    equiv = _EQUIV_BEFORE_BOX_RE.search(text, max(0, group[0][0] - 16), group[0][0])
+    return ("\\equiv " if equiv else ""), match.group(1).strip(), match.end()
+
+
 def boxes_embedded(text: str) -> bool:
     """Whether the final box(es) are an operand of a larger expression, or hedged on their line (then the box is
     not the answer): ``\\boxed{70}+1``, ``2\\boxed{35}``, ``$\\boxed{70}$ (or 71)``, ``\\boxed{70} OR 71``."""
@@ -204,7 +254,10 @@ def boxes_embedded(text: str) -> bool:
     if not group:
         return False
     start, end = group[0][0], group[-1][2]
-    if line_after_box_hedged(text, end):
+    modulus = box_modulus(text)
+    end = modulus[2] if modulus else (box_percent_end(text) or end)
+    value = ", ".join(text[content_start:box_end - 1] for _s, content_start, box_end in group)
+    if line_after_box_hedged(text, end, value):
         return True
     after = _AFTER_DECORATION_RE.match(text, end).end()
     return bool(_AFTER_BOX_RE.match(text, after) or _BEFORE_BOX_RE.search(text[max(0, start - 24):start]))
@@ -260,14 +313,15 @@ def value_changing_text(text: str) -> bool:
                 or re.match(r"[^(\[]*[)\]]", text))
 
 
-def line_after_box_hedged(text: str, end: int) -> bool:
+def line_after_box_hedged(text: str, end: int, value: str | None = None) -> bool:
     """RULE "hedge after the box": whether the rest of the box's line (from ``end``) holds a second value or a
-    hedge: a digit or spelled-out number (``(or 71)``, ``[or 71]``, ``— 71``, ``\\quad\\text{or}\\quad 71``),
-    a hedge word in any case (``OR``, ``(maybe)``, ``(approximately)``, ``. Or``, ``— wait, no``), a relation,
-    or a question mark. Allowed: decoration and a unit (``^\\circ``, ``\\text{ cm}^2``, a footnote mark),
-    punctuation, explanatory words (``(in dollars)``, ``is the final answer.``). The next line is outside the
-    answer (RULE "next line"), unless it opens with a closing ``\\]``/``\\)``/``\\end{}`` of the box's math.
-    One pass over the line: linear."""
+    hedge. In the box's own sentence: a digit or spelled-out number (``(or 71)``, ``[or 71]``, ``— 71``,
+    ``\\quad\\text{or}\\quad 71``), a hedge word in any case (``OR``, ``(maybe)``, ``(approximately)``,
+    ``— wait, no``), a relation, or a question mark. Allowed: decoration and a unit (``^\\circ``,
+    ``\\text{ cm}^2``, a footnote mark), punctuation, explanatory words (``(in dollars)``, ``is the final
+    answer.``). A later sentence on the line is judged by :func:`_later_sentence_hedged` against the box's
+    ``value``. The next line is outside the answer (RULE "next line"), unless it opens with a closing
+    ``\\]``/``\\)``/``\\end{}`` of the box's math. One pass over the line: linear."""
     line_end = text.find("\n", end)
     line_end = len(text) if line_end < 0 else line_end
     closer = _CLOSER_ON_NEXT_LINE_RE.match(text, end)
@@ -277,6 +331,12 @@ def line_after_box_hedged(text: str, end: int) -> bool:
     tail = text[end:line_end]
     cut = _BOX_OPEN_RE.search(tail)  # a later box is unbalanced (truncated): skipped, as in the extraction
     tail = tail[:cut.start()] if cut else tail
+    first_end = _SENTENCE_STOP_RE.search(tail)
+    first, later = (tail[:first_end.end()], tail[first_end.end():]) if first_end else (tail, "")
+    if value is not None and later.strip():
+        if any(_later_sentence_hedged(sentence, value) for sentence in _SENTENCE_STOP_RE.split(later)):
+            return True
+        tail = first
     if not tail.strip(" \t$.,;:!*}"):
         return False
     tail = _TAIL_UNIT_EXPONENT_RE.sub(" ", tail)
@@ -285,6 +345,58 @@ def line_after_box_hedged(text: str, end: int) -> bool:
     return bool(re.search(r"[0-9?]", plain) or _NUMBER_WORD_RE.search(plain) or _TAIL_HEDGE_RE.search(plain)
                 or (first_word and value_changing_text(first_word.group(1)))
                 or _relation_tokens(tail) - {"\\to", "\\Rightarrow", "\\implies"})
+
+
+# A sentence ends at a full stop (before any closing ``$``) or at the close of display math (``$$``, ``\]``),
+# followed by a space or the end: ``3.5`` is a number, not two sentences.
+_SENTENCE_STOP_RE = re.compile(r"(?:\.\$*|\$\$|\\\])(?=\s|$)")
+# RULE "restatement after the box": a later sentence that points back at the working: it opens with a note
+# ("Note that", "Recall", "Here") and names the working ("in the above calculation", "we have used", "follows from")
+_WORKING_OPENER_RE = re.compile(r"(?i)^[\s$*]*(?:note|notice|recall|here|verification|explanation)(?![A-Za-z])")
+_WORKING_PHRASE_RE = re.compile(r"(?i)(?<![A-Za-z])(?:in\s+the\s+above|above\s+(?:calculation|computation)|"
+                                r"we\s+(?:have\s+)?used|follows\s+from)(?![A-Za-z])")
+# ... claims no answer in it ("Note that the answer is 71", "Note that 71 works too")
+_CLAIM_WORD_RE = re.compile(r"(?i)(?<![A-Za-z])(?:answers?|results?|solutions?|final|correct|right|true|valid|"
+                            r"works?|too|another|alternative|should|would|could|might|must|equals?)(?![A-Za-z])")
+_INLINE_MATH_RE = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]")
+_BARE_NUMBER_RE = re.compile(r"(?<![\w.])-?\d+(?:(?:,|\.)\d+)*(?:_\{?\w+\}?)?")
+
+
+def _later_sentence_hedged(sentence: str, value: str) -> bool:
+    """RULE "restatement after the box": a later sentence on the box's line refuses the box when it holds a
+    hedge word, a ``?`` or a relation; a restatement of the box's value with a word that changes it (``So 2 pi.``);
+    or a value other than the box's -- unless it is a note on the working (:data:`_WORKING_OPENER_RE` and
+    :data:`_WORKING_PHRASE_RE`) that claims no answer (:data:`_CLAIM_WORD_RE`). So the MATH/Minerva
+    ``Final Answer: The final answer is 14400. I hope it is correct.`` and ``So 70 apples.`` restate the box,
+    ``Note that in the above calculation we have used that $13_5$ divided by $2_5$ is $4_5$`` is the solution,
+    and ``So 71 apples.``, ``Note that 71 is it.`` are second values."""
+    sentence = _TAIL_UNIT_EXPONENT_RE.sub(" ", sentence)  # a unit's exponent (\text{ cm}^2) is no value
+    plain = _LATEX_COMMAND_NAME_RE.sub(" ", sentence)
+    if "?" in sentence or _TAIL_HEDGE_RE.search(plain) or _NUMBER_WORD_RE.search(plain) \
+            or _relation_tokens(sentence) - {"\\to", "\\Rightarrow", "\\implies"}:
+        return True
+    values = [next(g for g in m.groups() if g is not None) for m in _INLINE_MATH_RE.finditer(sentence)]
+    values += _BARE_NUMBER_RE.findall(_INLINE_MATH_RE.sub(" ", sentence))
+    box, core = _restated_key(value), _restated_key(_numeric_core(value))
+    if all(_restated_key(v) in (box, core) or _restated_key(_numeric_core(v)) in (box, core) for v in values):
+        return any(value_changing_text(word) for word in re.findall(r"[A-Za-z]+", plain))  # "So 2 pi."
+    return not (_WORKING_OPENER_RE.match(sentence) and _WORKING_PHRASE_RE.search(sentence)
+                and not _CLAIM_WORD_RE.search(plain))
+
+
+def _restated_key(text: str) -> str:
+    """``text`` as compared for a restatement: no spaces, LaTeX spaces, ``$``, ``\\left``/``\\right``, a leading
+    ``name =``, thousands separators, final punctuation; ``\\dfrac``/``\\tfrac`` read ``\\frac``, ``\\%`` read ``%``."""
+    t = re.sub(r"\\(?:left|right)(?![A-Za-z])|\\[,;:! ]|~|\$", "", text)
+    t = re.sub(r"^\s*[A-Za-z](?:_\{?\w+\}?)?\s*=(?!=)", "", join_thousands(t))
+    t = re.sub(r"\\[dt]frac", r"\\frac", t).replace("\\%", "%")
+    return re.sub(r"\s+", "", t).rstrip(".,;")
+
+
+def _numeric_core(value: str) -> str:
+    """The number a box states without its percent, degree or unit (``28\\%``, ``90^\\circ``, ``70 \\text{ cm}`` →
+    the number), so ``So 70 apples.`` restates ``\\boxed{70 \\text{ apples}}``."""
+    return re.sub(r"\s*(?:\\?%|\^\s*\{?\s*\\circ\s*\}?|°|\\(?:text|mathrm|mbox)\s*\{[^{}]*\})\s*$", "", value)
 
 
 def math_final_text(text: str) -> str | None:
@@ -395,13 +507,17 @@ def extract_math_answer(final_text: str) -> tuple[str | None, str]:
     ``how == "boxed_embedded"``: the stated answer is the expression, not the box, and is scored wrong.
     Returns ``(answer, how)`` with ``how`` in ``{"boxed", "boxed_list", "boxed_embedded", "answer_line", "none"}``.
     """
-    final_text = _HTML_TAG_RE.sub("", _without_html_comments(final_text))
+    final_text = _MARKUP_TAG_RE.sub(_markup_tag, _HTML_TAG_RE.sub("", _without_html_comments(final_text)))
+    final_text = _CHAT_TOKEN_RE.sub("\n", final_text)
     contents = [strip_grouping_braces(normalise_answer(c)) for c in final_boxes(final_text)]
     contents = [c for c in contents if c]
     if contents and boxes_embedded(final_text):
         return ", ".join(contents), "boxed_embedded"
     if len(contents) == 1:
-        return contents[0], "boxed"
+        modulus = box_modulus(final_text)
+        if modulus:
+            return f"{modulus[0]}{contents[0]} {modulus[1]}", "boxed"
+        return contents[0] + ("\\%" if box_percent_end(final_text) else ""), "boxed"
     if contents:
         return ", ".join(contents), "boxed_list"
     line = last_answer_line(final_text)
@@ -516,6 +632,21 @@ _LIST_TEXT_RE = re.compile(r"\s*(?:and|or)?\s*")
 _LIST_WORD_RE = re.compile(r"\\(?:text|mbox|textrm)\{\s*(?:and|or)\s*\}|(?<![A-Za-z])(?:and|or)(?![A-Za-z])")
 _LHS_RE = re.compile(rf"\s*(?:(?:{_NAME}\s*){{1,4}}(?:\(\s*{_NAME}\s*\))?|\(\s*{_NAME}(?:\s*,\s*{_NAME})*\s*\))\s*")
 _PERCENT_RE = re.compile(r"\s*\\?%\s*$")
+# RULE "percent": the percent mark in every spelling a response uses: \%, %, \text{\%}, percent, \text{ percent}
+_PERCENT_MARK_RE = re.compile(r"(?:\s|\\[,;! ]|~)*(?:\\?%|\\(?:text|textrm|mathrm|mbox)\s*\{\s*(?:\\?%|percent)\s*\}"
+                              r"|(?<![A-Za-z])percent)\s*$")
+
+
+def percent_value(text: str, *, spelled: bool = True) -> str | None:
+    """RULE "percent": the value a percent states (``28\\%``, ``28 \\%``, ``28%``, ``28 percent``,
+    ``28 \\text{ percent}`` → ``"28"``), or ``None`` when ``text`` has no percent mark at its end. With
+    ``spelled=False`` only a ``%`` sign counts (a gold written with the word is parsed by math-verify as its
+    number, which every spelling already meets)."""
+    match = _PERCENT_MARK_RE.search(text)
+    if match is None or (not spelled and "%" not in match.group()):
+        return None
+    value = text[:match.start()].strip()
+    return value or None
 
 
 def split_top_level(expr: str, separators: str = ",;") -> list[str]:
@@ -533,19 +664,54 @@ def split_top_level(expr: str, separators: str = ",;") -> list[str]:
     return parts
 
 
+# RULE "one relation, several spellings": each spelling of a relation is read as one token, so a gold written
+# ``x \ge 3`` admits ``x \geq 3`` and ``x >= 3`` (math-verify parses all three alike), never ``x > 3``.
+_RELATION_SPELLINGS = {"\\geq": "\\ge", "\\geqq": "\\ge", "\\geqslant": "\\ge", ">=": "\\ge", "≥": "\\ge",
+                       "⩾": "\\ge", "\\leq": "\\le", "\\leqq": "\\le", "\\leqslant": "\\le", "<=": "\\le",
+                       "≤": "\\le", "⩽": "\\le", "\\neq": "\\ne", "!=": "\\ne", "≠": "\\ne", "\\lt": "<",
+                       "\\gt": ">"}
+_ORDER_RELATIONS = frozenset({"<", ">", "\\le", "\\ge"})
+_TWO_CHAR_RELATION_RE = re.compile(r"[<>!]=")
+_EQUALS_RE = re.compile(r"(?<![<>!=])=(?!=)")  # an equals sign that is not part of >=, <=, !=, ==
+
+
 def _relation_tokens(expr: str) -> set[str]:
     tokens = {"\\" + c for c in _COMMAND_RE.findall(expr) if c in RELATION_COMMANDS}
-    tokens.update(ch for ch in expr if ch in RELATION_CHARS)
+    tokens.update(_TWO_CHAR_RELATION_RE.findall(expr))
+    tokens.update(ch for ch in _TWO_CHAR_RELATION_RE.sub(" ", expr) if ch in RELATION_CHARS)
     tokens.update(w.lower() for w in _HEDGE_RE.findall(expr))
-    return tokens
+    return {_RELATION_SPELLINGS.get(t, t) for t in tokens}
 
 
 def _max_equals(expr: str) -> int:
-    return max(part.count("=") for part in split_top_level(_LIST_WORD_RE.sub(",", expr)))
+    return max(len(_EQUALS_RE.findall(part)) for part in split_top_level(_LIST_WORD_RE.sub(",", expr)))
 
 
-# A number carrying a subscript: 70_{8}, {70}_8, 1010_2, 3.5_{10} (not a name's index: x_1, a1_2, \log_2)
-_NUMBER_SUBSCRIPT_RE = re.compile(r"(?<![A-Za-z_\\\d.])\d+(?:\.\d+)?\s*\}?\s*_")
+# A number carrying a subscript: 70_{8}, {70}_8, 1010_2, 3.5_{10} (not a name's index: x_1, a1_2, \log_2); the
+# subscript (group 1) is the numeral's base
+_NUMBER_SUBSCRIPT_RE = re.compile(r"(?<![A-Za-z_\\\d.])\d+(?:\.\d+)?\s*\}?\s*_\s*(\{(?:[^{}]|\{[^{}]*\})*\}|\w)?")
+
+
+def numeral_bases(expr: str) -> list[str]:
+    """RULE "bases": the base written under each subscripted numeral of ``expr``, in order (``101_2`` → ``["2"]``,
+    ``77_{(8)}`` → ``["8"]``, ``{70}_{10}`` → ``["10"]``); any other subscript is kept as written
+    (``70_{x}`` → ``["x"]``, ``1_{\\text{two}}`` → ``["two"]``: not base 2, so never paid as it). A name's index
+    (``x_1``, ``\\log_2``) is not a numeral's."""
+    return [re.sub(r"\\(?:text|mathrm|textrm|mbox)\s*|[{}()\s]", "", m.group(1) or "").lower()
+            for m in _NUMBER_SUBSCRIPT_RE.finditer(expr)]
+
+
+def base_problem(answer: str, gold: str) -> str | None:
+    """RULE "bases": a numeral's base is part of its value. An answer's subscripted numerals must carry the
+    gold's bases, in order (``101_3`` is not ``101_2``); an answer without subscripts is read in the gold's bases
+    (``\\boxed{204}`` for ``204_5``: the question names the base); against a gold without bases only ``_{10}``
+    is admitted (``77_{10}`` is 77). ``None`` when the bases agree."""
+    answer_bases, gold_bases = numeral_bases(answer), numeral_bases(gold)
+    if not answer_bases or answer_bases == gold_bases or (not gold_bases and set(answer_bases) == {"10"}):
+        return None
+    if not gold_bases:
+        return "a subscript on a number (a base or an index: 70_{8} is 56, not 70; math-verify drops it)"
+    return f"a numeral in base {', '.join(answer_bases)} where the gold is in base {', '.join(gold_bases)}"
 
 
 def answer_problem(answer: str, gold: str) -> str | None:
@@ -562,10 +728,13 @@ def answer_problem(answer: str, gold: str) -> str | None:
     if len(answer) > MAX_ANSWER_CHARS:
         return f"answer longer than {MAX_ANSWER_CHARS} characters"
     extra = _relation_tokens(answer) - _relation_tokens(gold)
+    if _relation_tokens(gold) & _ORDER_RELATIONS:  # an inequality gold: math-verify compares the relations
+        extra -= _ORDER_RELATIONS                   # (5 \ge x is x \le 5; x > 5 is not x \ge 5)
     if extra:
         return "relation, approximation or hedge in the answer: " + " ".join(sorted(extra))
-    if _NUMBER_SUBSCRIPT_RE.search(answer) and not _NUMBER_SUBSCRIPT_RE.search(gold):
-        return "a subscript on a number (a base or an index: 70_{8} is 56, not 70; math-verify drops it)"
+    bases = base_problem(answer, gold)
+    if bases is not None:
+        return bases
     gold_texts = "".join(_TEXT_GROUP_RE.findall(gold))
     texts = "".join(_TEXT_GROUP_RE.findall(answer))
     beside_math = bool(_TEXT_GROUP_RE.sub("", answer).strip())
@@ -584,11 +753,11 @@ def answer_problem(answer: str, gold: str) -> str | None:
         return answer_problem(inner, gold)
     gold_equals = _max_equals(gold)
     for item in split_top_level(_LIST_WORD_RE.sub(",", answer)):
-        equals = item.count("=")
+        equals = len(_EQUALS_RE.findall(item))
         if equals > max(1, gold_equals):
             return "chained equation"
         if equals == 1 and gold_equals == 0:
-            lhs = item.split("=", 1)[0]
+            lhs = _EQUALS_RE.split(item, 1)[0]
             if not _LHS_RE.fullmatch(lhs):
                 return "equation whose left side is not a variable"
     return None
@@ -662,7 +831,9 @@ _END_MARK_RE = re.compile(r"\s*\\(?:qed|blacksquare|square|Box|qedsymbol)\s*$")
 # ``\text{ km/h}``, ``\mathrm{km}/\mathrm{h}``) or as plain words (``70 marbles``, ``70 square units``, ``70 cm^2``),
 # a COMPOUND unit (``km/h``, ``m/s^2``, ``m/s²``, ``miles per hour``, ``N \cdot m``: words joined by ``/``, ``per``
 # or ``\cdot``, never a number: ``km/2`` is a division), or an explanatory parenthesis holding no number
-# (``70 (the total number of apples)``). Whatever is stripped must hold no hedge (:func:`_unit_is_hedge`).
+# (``70 (the total number of apples)``): words, at least one of three letters or two words, so a function's or a
+# factor's argument is never a remark (``\sec^2(y)``, ``x^2(x-y)``). Whatever is stripped must hold no hedge
+# (:func:`_unit_is_hedge`).
 _UNIT_WORD = r"[A-Za-z]{1,15}(?:\^\{?-?[123]\}?|[²³])?"
 _COMPOUND_UNIT = rf"{_UNIT_WORD}(?:[ \t]*(?:/|\\cdot|·)[ \t]*{_UNIT_WORD}|[ \t]+per[ \t]+{_UNIT_WORD}){{1,3}}"
 _TEXT_UNIT = r"\\(?:text|textrm|mathrm|mbox)\s*\{\s*[A-Za-z][A-Za-z ./]{0,30}\}"
@@ -670,7 +841,7 @@ _TRAILING_UNIT_RE = re.compile(
     rf"(?<=[\d}}])(?:\s|\\[,;! ]|~)*({_TEXT_UNIT}(?:\s*(?:/|\\cdot)\s*{_TEXT_UNIT}){{0,3}}(?:\^\{{?-?[123]\}}?)?)\s*$"
     rf"|(?<=[\d$])\s+\(?({_COMPOUND_UNIT}|[A-Za-z]{{2,15}}(?:\s+[A-Za-z]{{2,15}}){{0,2}})\)?"
     r"(?:\^\{?[23]\}?|[²³])?\s*$"
-    r"|(?<=[\d$}])\s*\(([A-Za-z][A-Za-z ,.'/-]{0,60})\)\s*$")
+    r"|(?<=[\d$}])\s*\(((?=[^()]*(?:[A-Za-z]{3}|[A-Za-z]{2}\s|\s[A-Za-z]{2}))[A-Za-z][A-Za-z ,.'/-]{0,60})\)\s*$")
 
 
 def _unit_is_hedge(unit: str) -> bool:
@@ -736,7 +907,33 @@ def _label_side(side: str) -> bool:
 
 
 def _gold_items(gold: str) -> list[str]:
-    return [g for g in split_top_level(_LIST_WORD_RE.sub(",", gold)) if g.strip()]
+    return [g for g in split_top_level(_LIST_WORD_RE.sub(",", _thousands_marks(gold))) if g.strip()]
+
+
+# MATH's thousands separator: ``10,\!000`` (a comma and a negative thin space), read as ``10{,}000``
+_MATH_THOUSANDS_RE = re.compile(r"(?<=\d),\s*\\!\s*(?=\d{3}(?!\d))")
+
+
+def _thousands_marks(s: str) -> str:
+    """``s`` with MATH's thousands separator ``,\\!`` written ``{,}`` (one separator, never a list comma)."""
+    return _MATH_THOUSANDS_RE.sub("{,}", s)
+
+
+def join_thousands(s: str) -> str:
+    """RULE "thousands": every number written in groups of three (``1 000 000``, ``1{,}000``, ``10,\\!000``,
+    ``1,000``) as one integer. A plain comma joins groups only outside brackets: inside a tuple, interval or set
+    it separates items (``(3,100)`` is a pair, as math-verify reads it). Linear: the bracket depth is counted
+    once, left to right, as the matches come."""
+    s = _thousands_marks(s)
+    depth, pos, out = 0, 0, []
+    for match in _THOUSANDS_RE.finditer(s):
+        gap = s[pos:match.start()]
+        depth += sum(gap.count(c) for c in ("(", "[", "\\{")) - sum(gap.count(c) for c in (")", "]", "\\}"))
+        text = match.group()
+        out += [gap, text if depth > 0 and re.search(r"\d,\d", text) else re.sub(r"\D", "", text)]
+        depth += text.count("(") - text.count(")")
+        pos = match.end()
+    return "".join(out) + s[pos:]
 
 
 def rewrite_admitted_forms(answer: str, gold: str) -> str:
@@ -744,7 +941,7 @@ def rewrite_admitted_forms(answer: str, gold: str) -> str:
     rules"); everything else is left for :func:`answer_problem` to judge. Pure, linear-ish in the answer."""
     if len(answer) > MAX_ANSWER_CHARS:
         return answer  # rejected by answer_problem; no rewrite scans it
-    s = _unicode_math(answer)
+    s = _thousands_marks(_unicode_math(answer))
     s = _LATEX_SPACE_RE.sub(lambda m: m.group() if m.group() == "\\\\" else " ", s).strip()  # \\ is a row break
     gold_has = lambda token: token in gold  # noqa: E731
     for _ in range(2):
@@ -761,7 +958,9 @@ def rewrite_admitted_forms(answer: str, gold: str) -> str:
         s = _E_NOTATION_RE.sub(r"\1 \\times 10^{\2}", s)
     single_gold = len(_gold_items(gold)) == 1
     if single_gold and not re.search(r"\d(?: |\{,\}|,)\d", gold):
-        s = _THOUSANDS_RE.sub(lambda m: re.sub(r"\D", "", m.group()), s)  # RULE "thousands": 1 000 000, 1{,}000
+        s = join_thousands(s)  # RULE "thousands": 1 000 000, 1{,}000, 10,\!000
+    if "mod" in gold and not any(gold_has(t) for t in ("\\equiv", "≡")):
+        s = re.sub(r"^\s*(?:\\equiv|≡)\s*", "", s)  # RULE "modulus after the box": the gold's own qualifier
     before_items = s
     items = split_top_level(s)
     if not any(gold_has(t) for t in ("\\equiv", "≡", "mod")):
