@@ -2,10 +2,10 @@
 """Evaluate an HF checkpoint on prepared verl parquet files (paper §5, Table 1), and compare two runs.
 
     # k samples per problem with the paper's sampling settings, several seeds, both baselines
-    python scripts/evaluate.py run --model ckpt/hf --data data/aime25.parquet data/hmmt_feb_2025.parquet data/lcb_v6.parquet \
+    python -m evaluation.evaluate run --model ckpt/hf --data data/aime25.parquet data/hmmt_feb_2025.parquet data/lcb_v6.parquet \
         --preset qwen3-32b --k 64 --seeds 0 1 2 3 4 --best-of-n 8 --compare-and-correct --out eval/ibpo
     # paired bootstrap test between two runs (e.g. IBPO vs GSPO), or two methods of one run
-    python scripts/evaluate.py compare eval/ibpo/results.json eval/gspo/results.json --out eval/ibpo_vs_gspo.md
+    python -m evaluation.evaluate compare eval/ibpo/results.json eval/gspo/results.json --out eval/ibpo_vs_gspo.md
 
 Generation uses vLLM when it is importable (``--backend auto``) and transformers ``generate`` otherwise
 (batched, left-padded; runs on CPU). Every response is scored by ``reward_fns.compute_score`` with the row's
@@ -13,7 +13,7 @@ Generation uses vLLM when it is importable (``--backend auto``) and transformers
 ``acc`` is 1.
 
 Methods reported per data source (each with a 95% bootstrap CI over problems, and over seeds when several
-``--seeds`` are given; see :mod:`analysis.evaluation_stats` for the bootstrap):
+``--seeds`` are given; see :mod:`evaluation.stats` for the bootstrap):
 - ``sample``: avg@k (mean accuracy over the k samples) and unbiased pass@k'.
 - ``best_of_N`` (``--best-of-n N``, paper: N = 8): the k samples of a problem are cut into k/N blocks of N
   and one sample per block is kept **without the verifier**: ``majority`` = the most frequent extracted
@@ -47,7 +47,7 @@ from typing import Any, Callable, Protocol, Sequence
 import numpy as np
 
 from ibpo.options import IBPOConfig
-from analysis.evaluation_stats import (
+from evaluation.stats import (
     avg_at_k_per_problem,
     best_of_n_per_problem,
     bootstrap_ci,
@@ -56,7 +56,7 @@ from analysis.evaluation_stats import (
 )
 from ibpo.pipeline import plan_corrections
 
-from analysis.evaluation_stats import interval_text, no_interval_reason, p_value_text  # noqa: E402
+from evaluation.stats import interval_text, no_interval_reason, p_value_text  # noqa: E402
 from option_types.cli import refuse_unused  # noqa: E402
 
 # ----------------------------------------------------------------------------------------------------------
@@ -781,7 +781,7 @@ def comparison_table(rows: list[dict], differences: Sequence[str] = (), unpaired
         lines.append("Not compared (one run only): " + ", ".join(unpaired) + ".")
         lines.append("")
     lines.append("Paired bootstrap: problems resampled jointly for A and B, seeds independently per run; p from the "
-                 "centred bootstrap distribution of the difference (analysis.evaluation_stats).")
+                 "centred bootstrap distribution of the difference (evaluation.stats).")
     return "\n".join(lines)
 
 

@@ -2,9 +2,9 @@
 """Training reward and evaluation accuracy against training compute for several runs (the paper's Figure 2),
 and the compute each run needs to reach a training-reward threshold, normalised to a baseline run (Table 2).
 
-    python scripts/plot_curves.py --run GSPO=logs/gspo.jsonl --run IBPO=logs/ibpo.jsonl \
+    python -m evaluation.plot_curves --run GSPO=logs/gspo.jsonl --run IBPO=logs/ibpo.jsonl \
         --baseline GSPO --threshold 0.75 --out figures/fig2.png --table figures/table2.md
-    python scripts/plot_curves.py --run GSPO=s0/gspo.jsonl --run GSPO=s1/gspo.jsonl \
+    python -m evaluation.plot_curves --run GSPO=s0/gspo.jsonl --run GSPO=s1/gspo.jsonl \
         --run IBPO=s0/ibpo.jsonl --run IBPO=s1/ibpo.jsonl --x step --out fig.png   # seeds of one method
 
 A label given several times names the seeds of one method: the method gets one colour, its seeds thin
@@ -59,7 +59,7 @@ from typing import Iterable
 
 import numpy as np
 
-from analysis.evaluation_stats import no_interval_reason, student_t_quantile, t_interval
+from evaluation.stats import no_interval_reason, student_t_quantile, t_interval
 
 DEFAULT_X = "auto"
 FLOP_AXES = ("compute_budget/flops", "ibpo/compute/total_flops")  # unbudgeted runs: the FLOP counter, newest first
@@ -256,7 +256,7 @@ def on_common_grid(curves: list[tuple[np.ndarray, np.ndarray]], num: int = 200) 
 
 def seed_mean_band(values: np.ndarray, confidence: float = 0.95) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Mean over seeds (rows) at every grid point and the Student-t interval of that mean, mean ± t·sd/√n
-    (``analysis.evaluation_stats``; a percentile bootstrap over 2-5 seeds covers far less than its nominal
+    (``evaluation.stats``; a percentile bootstrap over 2-5 seeds covers far less than its nominal
     level: with 2 seeds its "95%" band is the seeds' range, a 50% interval). One seed: the band is the curve."""
     values = np.asarray(values, dtype=np.float64)
     mean = values.mean(axis=0)
@@ -286,7 +286,7 @@ def mean_compute_to_threshold(curves: list[tuple[np.ndarray, np.ndarray]], thres
 
 def crossing_interval_text(n: dict, fmt: str = "{:.4g}") -> str:
     """The interval of a compute to the threshold (:func:`threshold_table`'s numbers): ``[low, high]``, or why there
-    is none (``analysis.evaluation_stats.no_interval_reason``: one seed, every seed crossing at the same compute,
+    is none (``evaluation.stats.no_interval_reason``: one seed, every seed crossing at the same compute,
     or too few seeds crossing)."""
     reason = no_interval_reason(n["compute"], n["low"], n["high"], n["seeds"])
     if reason is None:

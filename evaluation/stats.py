@@ -269,7 +269,7 @@ def _check_boot(num_boot: int, confidence: float) -> None:
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Student t over seeds (the primary statistics of scripts/compare_methods.py)
+# Student t over seeds (the primary statistics of lab/scripts/compare_methods.py)
 
 
 def student_t_cdf(t: float, df: int) -> float:
@@ -370,7 +370,7 @@ def t_test_p_value(estimate: float, standard_error: float, df: int) -> float:
     test is over are equal (every seed's paired difference the same), the statistic is ±∞ or 0/0 and says nothing
     about the sampling variation the test is for, so p is **undefined: NaN**, never 0 (a "significant" win from two
     seeds both one problem apart) nor 1. NaN fails every ``p < alpha``; a Holm family leaves it out
-    (:func:`analysis.curves_report.holm`); tables print it as ``-`` beside the interval text's "zero spread"."""
+    (:func:`lab.analysis.curves_report.holm`); tables print it as ``-`` beside the interval text's "zero spread"."""
     if not (math.isfinite(estimate) and math.isfinite(standard_error)) or standard_error < 0 or df < 1:
         return float("nan")
     if standard_error == 0:

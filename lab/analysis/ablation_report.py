@@ -1,11 +1,11 @@
-"""Tables of ``analysis.ablation``: per warm start and pooled, every arm against the baseline at equal compute,
+"""Tables of ``lab.analysis.ablation``: per warm start and pooled, every arm against the baseline at equal compute,
 with the mechanism measured in the same runs (``ibpo.mechanism``) and the unlearning check; plus ``runs.csv``,
 one row per (task, warm start, arm, seed), small enough to keep in git beside the published tables.
 
 Before anything is written (:func:`load_checked`): the warm-start folders must differ in their warm start only (every
-run-defining option of ``analysis.run_protocol`` and the evaluation split the same), hold different warm starts
+run-defining option of ``lab.analysis.run_protocol`` and the evaluation split the same), hold different warm starts
 (``warm_start_sha256``), each the ``MODEL_DIR`` its ``--warm-start`` names, and the baseline and arms must have runs.
-Run it through ``python -m analysis.ablation --report-only``.
+Run it through ``python -m lab.analysis.ablation --report-only``.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.ablation_stats import stratified_difference
-from analysis.equal_compute_report import load_results
-from analysis.evaluation_stats import interval_text, p_value_text, paired_difference, t_interval
-from analysis.run_protocol import (  # eval_split and SPLIT_NAMES re-exported: callers import them from here
+from lab.analysis.ablation_stats import stratified_difference
+from lab.analysis.equal_compute_report import load_results
+from evaluation.stats import interval_text, p_value_text, paired_difference, t_interval
+from lab.analysis.run_protocol import (  # eval_split and SPLIT_NAMES re-exported: callers import them from here
     SPLIT_NAMES,
     check_arm_names,
     check_comparable,
@@ -87,7 +87,7 @@ def warm_start_rows(meta: dict, results: dict[str, dict[int, dict]], baseline: s
 def format_interval(x: dict, fmt: str = "{:+.3f}") -> str:
     """A t interval (``mean`` or ``diff``, ``low``, ``high`` and ``seeds``: a ``SeedInterval``, a
     ``PairedDifference`` or a ``stratified_difference`` as a dict) as ``centre [low, high]``, or the centre and why
-    there is no interval (``analysis.evaluation_stats.interval_text``: one seed, or no spread)."""
+    there is no interval (``evaluation.stats.interval_text``: one seed, or no spread)."""
     centre = x["mean"] if "mean" in x else x["diff"]
     return interval_text(centre, x["low"], x["high"], int(x["seeds"]), fmt)
 
@@ -99,7 +99,7 @@ def _num(x: float, fmt: str = "{:.2f}") -> str:
 def load_checked(out: Path, warm_starts: list[str], baseline: str, models: dict[str, str] | None = None,
                  arms: list[str] | None = None, seeds: set[int] | None = None) -> dict[str, tuple[dict, dict]]:
     """``{warm start: (meta, results)}`` of the warm starts with a ``ws_<name>/meta.json`` under ``out``, after the
-    checks every pooled table needs (``analysis.run_protocol``): no name given twice; the folders agree on every
+    checks every pooled table needs (``lab.analysis.run_protocol``): no name given twice; the folders agree on every
     run-defining option and the split (they differ in their warm start only), hold different warm starts, and each
     started from its ``models[name]``; the baseline, ``arms`` and ``seeds`` have runs. The results are cut to the
     baseline and ``arms`` (when given) and to ``seeds`` (when given): the report is over what its command names,
@@ -158,7 +158,7 @@ def write_report(out: Path, warm_starts: list[str], baseline: str, argv: list[st
             writer.writeheader()
             writer.writerows(csv_rows)
     budget_arms = sorted({m.get("budget_arm", "the first listed arm") for m in metas.values()})
-    lines = [f"Command: `python -m analysis.ablation {' '.join(argv)}`", "",
+    lines = [f"Command: `python -m lab.analysis.ablation {' '.join(argv)}`", "",
              f"Budget: `--budget-steps` × the cost of one step of {' / '.join(budget_arms)} on each warm start "
              "(a 3-step probe).", "",
              f"| warm start | arm | seeds | updates | {split} accuracy [95% CI] | Δ vs " + baseline + " [95% CI] | p | "
@@ -196,5 +196,5 @@ def write_report(out: Path, warm_starts: list[str], baseline: str, argv: list[st
 
 
 if __name__ == "__main__":
-    sys.exit("analysis.ablation_report is the ablation's table module, not a command: run "
-             "`python -m analysis.ablation --out OUT --warm-start NAME=MODEL_DIR ... --arms ... --report-only`")
+    sys.exit("lab.analysis.ablation_report is the ablation's table module, not a command: run "
+             "`python -m lab.analysis.ablation --out OUT --warm-start NAME=MODEL_DIR ... --arms ... --report-only`")

@@ -1,5 +1,5 @@
-"""The ablation's small pieces that both its runner (:mod:`analysis.ablation`) and its tables
-(:mod:`analysis.ablation_report`) use: the command line's seed and warm-start lists, and the stratified paired
+"""The ablation's small pieces that both its runner (:mod:`lab.analysis.ablation`) and its tables
+(:mod:`lab.analysis.ablation_report`) use: the command line's seed and warm-start lists, and the stratified paired
 difference over warm starts (the pooled statistic of ``docs/evidence.md``, "When does IBPO pay?"). Neither of
 those two modules imports the other's internals: both import this one."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.evaluation_stats import student_t_quantile, t_test_p_value
+from evaluation.stats import student_t_quantile, t_test_p_value
 
 
 def parse_seeds(spec: list[str]) -> list[int]:
@@ -58,7 +58,7 @@ def stratified_difference(per_stratum: list[tuple[float, float, int]], alpha: fl
     Estimate: the unweighted mean of the stratum means (each warm start counts once); variance Σ s_w²/n_w / W²;
     degrees of freedom by Welch-Satterthwaite; two-sided t test and (1 − alpha) interval. ``seeds``: the seeds of
     the strata used (strata with fewer than two seeds, or no SD, are left out). Every stratum with SD 0: the
-    interval has width 0 and p is undefined (NaN, ``analysis.evaluation_stats.t_test_p_value``)."""
+    interval has width 0 and p is undefined (NaN, ``evaluation.stats.t_test_p_value``)."""
     strata = [(d, sd, n) for d, sd, n in per_stratum if n >= 2 and math.isfinite(sd)]
     if not strata:
         return {"diff": float("nan"), "low": float("nan"), "high": float("nan"), "p_value": float("nan"),

@@ -1,9 +1,9 @@
 """The break-even correction cost over several shares at once (docs/evidence.md 2c D, 2f M).
 
-``analysis.ablation --correction-cost-share S`` charges the correction phase S of its cost; each share is its own
+``lab.analysis.ablation --correction-cost-share S`` charges the correction phase S of its cost; each share is its own
 folder. This reads them together:
 
-    python -m analysis.breakeven --share 0=OUT_0 --share 0.5=OUT_05 --share 1=OUT_1 \\
+    python -m lab.analysis.breakeven --share 0=OUT_0 --share 0.5=OUT_05 --share 1=OUT_1 \\
         --warm-start weak --warm-start medium --warm-start strong \\
         --arms 'greedy disagreements' 'mask lam 0 mixed' [--baseline 'GSPO G=n'] [--out REPORT_DIR]
 
@@ -19,7 +19,7 @@ one run per seed serves every share).
   seeds within each warm start (:func:`bootstrap_line`): a seed keeps its differences at every share together, as
   they share its baseline run. The break-even is the share where the line crosses 0, reported only when b's
   interval lies below 0 (:func:`line_break_even`; an interval of width 0, every seed the same slope, is no interval:
-  ``analysis.evaluation_stats.interval_text``); otherwise the cost of a correction does not resolvably change
+  ``evaluation.stats.interval_text``); otherwise the cost of a correction does not resolvably change
   the answer and the report says "not resolved" (or, when the slope is resolved but the line is below 0 from
   share 0, "behind at every share").
 - **A check beside the line** (added after 2g P's runs, not pre-registered): the stratified t interval of the
@@ -27,7 +27,7 @@ one run per seed serves every share).
 
 Writes ``OUT/breakeven.md`` and ``OUT/breakeven.json`` when ``--out`` is given; prints the table.
 
-Checks before any number (:func:`load_shares`, ``analysis.run_protocol``): a warm-start name given twice; folders
+Checks before any number (:func:`load_shares`, ``lab.analysis.run_protocol``): a warm-start name given twice; folders
 that differ in any run-defining option but the correction cost share (the evaluation split, budget, learning rate,
 cost model, milestones, max steps...), or hold another warm start under a warm start's name at some share, or one warm
 start under two names; a share mislabelled against its folder's ``correction_cost_share``; a ``--baseline``,
@@ -45,11 +45,11 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.ablation_stats import parse_seeds, stratified_difference
-from analysis.curves_report import accuracy_at, holm
-from analysis.equal_compute_report import load_results
-from analysis.evaluation_stats import interval_text, no_interval_reason, paired_difference
-from analysis.run_protocol import check_arm_names, check_comparable, check_distinct, check_seeds
+from lab.analysis.ablation_stats import parse_seeds, stratified_difference
+from lab.analysis.curves_report import accuracy_at, holm
+from lab.analysis.equal_compute_report import load_results
+from evaluation.stats import interval_text, no_interval_reason, paired_difference
+from lab.analysis.run_protocol import check_arm_names, check_comparable, check_distinct, check_seeds
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ class SharePoint:
 
 def share_points(folder: Path, share: float, warm_starts: list[str], arm: str, baseline: str,
                  seeds: set[int] | None = None, milestone: float = 1.0, loaded: dict | None = None) -> list[SharePoint]:
-    """The paired differences of one share's ``analysis.ablation`` folder at ``milestone`` (seeds both arms
+    """The paired differences of one share's ``lab.analysis.ablation`` folder at ``milestone`` (seeds both arms
     evaluated there; ``seeds`` restricts them; ``loaded``: the folder's ``{warm start: (meta, results)}`` when
     already read). A warm start's folder whose runs charged another share (``meta.json``'s
     ``args.correction_cost_share``, 1 before the option existed) is a ``ValueError``: the same folder given for two
@@ -89,7 +89,7 @@ def share_points(folder: Path, share: float, warm_starts: list[str], arm: str, b
 
 def load_shares(folders: dict[float, Path], warm_starts: list[str], arms: list[str], baseline: str,
                 seeds: set[int] | None = None) -> dict[float, dict[str, tuple[dict, dict]]]:
-    """``{share: {warm start: (meta, results)}}``, after the checks (``analysis.run_protocol``): no warm-start name
+    """``{share: {warm start: (meta, results)}}``, after the checks (``lab.analysis.run_protocol``): no warm-start name
     given twice; every folder of every share agrees on every run-defining option but ``--correction-cost-share``
     (the evaluation split, budget, learning rate, cost model, milestones, max steps... the same), a warm start's
     folders hold the same warm start at every share and different warm starts' different ones; at every share the
@@ -145,7 +145,7 @@ def bootstrap_line(points: list[SharePoint], n_boot: int = 4000, seed: int = 0) 
 def per_seed_slope_interval(points: list[SharePoint], alpha: float = 0.05) -> dict:
     """A check beside the bootstrap (added after 2g P's runs, not pre-registered): each (warm start, seed)'s own
     least-squares slope of Δ over its shares, then the stratified t interval over seeds within warm starts
-    (:func:`analysis.ablation_stats.stratified_difference`). With few seeds per warm start the seed bootstrap's
+    (:func:`lab.analysis.ablation_stats.stratified_difference`). With few seeds per warm start the seed bootstrap's
     percentile interval is narrower than a t interval; this one is the more conservative reading."""
     by_seed: dict[str, dict[int, list[SharePoint]]] = {}
     for p in points:
@@ -307,7 +307,7 @@ def parse_shares(items: list[str]) -> dict[float, Path]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--share", action="append", required=True, help="SHARE=FOLDER (an analysis.ablation --out)")
+    p.add_argument("--share", action="append", required=True, help="SHARE=FOLDER (an lab.analysis.ablation --out)")
     p.add_argument("--warm-start", action="append", required=True, help="a warm start's name (its ws_<name> folder)")
     p.add_argument("--arms", nargs="+", required=True)
     p.add_argument("--baseline", default="GSPO G=n")

@@ -152,7 +152,7 @@ def synthetic_corrections(tokenizer, length: int, profile: EditProfile, num_prom
                           num_correct: int, layout: dict, seed: int = 0) -> tuple[list[list[int]], list[list[int]]]:
     """Correction prompts (chat-templated ids, the project's ``plan_corrections``) and corrections built as
     edits of each target's ids, at response length ``length``."""
-    from analysis.correction_workload import (
+    from lab.analysis.correction_workload import (
         build_workload, chat_prompt_ids, correction_requests, zipf_text_ids)
 
     workload = build_workload(tokenizer, num_prompts, group_size, num_correct, length, seed=seed)

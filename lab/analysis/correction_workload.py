@@ -4,8 +4,8 @@
 like generated text does), the first ``num_correct`` of each group verified correct; the correction
 prompts come from the project's own :func:`ibpo.pipeline.plan_corrections` with the given layout
 options and are tokenised through the tokenizer's chat template, as verl's agent loop does. Used by
-``scripts/bench_correction_prompts.py`` (CPU proxy of prefix-cache reuse) and
-``scripts/bench_correction_pass.py`` (vLLM on a GPU).
+``lab/scripts/bench_correction_prompts.py`` (CPU proxy of prefix-cache reuse) and
+``lab/scripts/bench_correction_pass.py`` (vLLM on a GPU).
 """
 
 from __future__ import annotations
@@ -118,5 +118,5 @@ __all__ = ["LAYOUTS", "Workload", "build_tokenizer", "build_workload", "chat_pro
 
 
 if __name__ == "__main__":
-    sys.exit('analysis.correction_workload builds benchmark workloads, it is not a command: '
-             'run `python scripts/bench_correction_prompts.py` (CPU) or `python scripts/bench_correction_pass.py` (GPU)')
+    sys.exit('lab.analysis.correction_workload builds benchmark workloads, it is not a command: '
+             'run `python lab/scripts/bench_correction_prompts.py` (CPU) or `python lab/scripts/bench_correction_pass.py` (GPU)')

@@ -121,5 +121,5 @@ def summarise(items: Sequence[Localisation]) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    sys.exit('analysis.credit_localisation is a module of pure functions, not a command: '
-             'its numbers come from `python -m analysis.toy_loop` runs and are tabled by `python -m analysis.curves_report`')
+    sys.exit('lab.analysis.credit_localisation is a module of pure functions, not a command: '
+             'its numbers come from `python -m lab.analysis.toy_loop` runs and are tabled by `python -m lab.analysis.curves_report`')

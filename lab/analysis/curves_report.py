@@ -1,16 +1,16 @@
-"""Learning curves at one budget (``analysis.ablation --milestones 0.25 0.5 0.75 1.0``), per warm start and pooled:
+"""Learning curves at one budget (``lab.analysis.ablation --milestones 0.25 0.5 0.75 1.0``), per warm start and pooled:
 every arm against the baseline at every budget fraction, localisation coverage and quality against the oracle,
 and the cost per phase in both units (FLOPs and modelled GPU seconds).
 
-    python -m analysis.curves_report --out outputs/gpu_time_addition --baseline 'GSPO G=n' \\
+    python -m lab.analysis.curves_report --out outputs/gpu_time_addition --baseline 'GSPO G=n' \\
         --warm-start weak --warm-start medium --warm-start strong
 
 Statistics (fixed in ``docs/evidence.md`` before the runs): within a warm start, the paired t over the seeds
-every arm has finished; pooled, the stratified difference (``analysis.ablation_stats.stratified_difference``: seeds
+every arm has finished; pooled, the stratified difference (``lab.analysis.ablation_stats.stratified_difference``: seeds
 nested in warm starts) and, beside it, the warm start as a random factor (:func:`random_warm_start_difference`);
 Holm's step-down adjustment over the family arms × warm starts at the full budget (:func:`holm`).
 
-Checks before any number (``analysis.run_protocol``): a warm-start name given twice; warm-start folders that differ
+Checks before any number (``lab.analysis.run_protocol``): a warm-start name given twice; warm-start folders that differ
 in anything but their warm start (every run-defining option and the evaluation split the same) or hold the same warm
 start under two names (warm starts of several tasks may be pooled, each task at its own learning rate: a table over
 both tasks' warm starts); an ``--arm-folder`` that differs from ``--out``'s in anything but its learning rate, or holds
@@ -28,16 +28,16 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.ablation_stats import parse_seeds
-from analysis.equal_compute_report import load_results
-from analysis.evaluation_stats import (
+from lab.analysis.ablation_stats import parse_seeds
+from lab.analysis.equal_compute_report import load_results
+from evaluation.stats import (
     equal_but_for_rounding,
     interval_text,
     paired_difference,
     student_t_quantile,
     t_test_p_value,
 )
-from analysis.run_protocol import (  # check_arm_names re-exported: analysis.breakeven imported it from here
+from lab.analysis.run_protocol import (  # check_arm_names re-exported: lab.analysis.breakeven imported it from here
     SPLIT_NAMES,
     check_arm_names,
     check_comparable,
@@ -47,13 +47,13 @@ from analysis.run_protocol import (  # check_arm_names re-exported: analysis.bre
 )
 
 LOCALISATION_KEYS = ("coverage", "precision", "recall", "first_position_error")
-# not ``runs.csv``: that is analysis.ablation's per-run record of the same folder, in its own format
+# not ``runs.csv``: that is lab.analysis.ablation's per-run record of the same folder, in its own format
 CURVES_CSV = "curves_runs.csv"
 
 
 def holm(p_values: dict[str, float]) -> dict[str, float]:
     """Holm's step-down adjusted p-values: sorted ascending, p_(i) · (m − i + 1), made monotone, capped at 1. An
-    undefined p (NaN: a t test over equal differences, ``analysis.evaluation_stats.t_test_p_value``) is no test:
+    undefined p (NaN: a t test over equal differences, ``evaluation.stats.t_test_p_value``) is no test:
     it is left out of the family and of the result (m counts the defined ones)."""
     items = sorted(((k, p) for k, p in p_values.items() if math.isfinite(p)), key=lambda kv: kv[1])
     m, running, out = len(items), 0.0, {}
@@ -150,10 +150,10 @@ def _fmt(d: dict | None, holm_p: float | None = None) -> str:
 
 def load_with_arm_folders(out: Path, warm_starts: list[str], arm_folders: dict[str, Path] | None = None) -> dict:
     """``{warm start: (meta, {arm: {seed: result}})}`` of ``out``, with each arm of ``arm_folders`` read from that
-    other ``analysis.ablation`` folder instead (its own learning rate, ``analysis.lr_per_arm``). A folder is only
+    other ``lab.analysis.ablation`` folder instead (its own learning rate, ``lab.analysis.lr_per_arm``). A folder is only
     comparable at the same budget on the same warm start: its ``budget_unit``, budget and warm-start hash must be
     ``out``'s, or this stops naming the field; the warm starts' folders differ in their warm start only, and an arm's
-    folder differs from ``out``'s in its learning rate only (``analysis.run_protocol.check_comparable``: every other
+    folder differs from ``out``'s in its learning rate only (``lab.analysis.run_protocol.check_comparable``: every other
     run-defining option and the evaluation split the same)."""
     check_distinct("--warm-start", warm_starts)
     loaded = {w: load_results(out / f"ws_{w}") for w in warm_starts}
@@ -195,8 +195,8 @@ def report(out: Path, warm_starts: list[str], baseline: str, arms: list[str] | N
     """The markdown tables and ``curves_runs.csv`` (one row per warm start, arm and seed, one accuracy column per
     milestone) under ``out`` (``arm_folders``: arms read from other folders, :func:`load_with_arm_folders`). With
     ``seeds`` only those seeds' runs are read, and ``curves_runs.csv`` (the folder's whole record) is left as it is.
-    Its own name: ``analysis.ablation`` writes ``runs.csv`` into the same folder in another format."""
-    from analysis.ablation_stats import stratified_difference
+    Its own name: ``lab.analysis.ablation`` writes ``runs.csv`` into the same folder in another format."""
+    from lab.analysis.ablation_stats import stratified_difference
 
     loaded = load_with_arm_folders(out, warm_starts, arm_folders)
     check_seeds(loaded, seeds)
@@ -270,12 +270,12 @@ def write_runs_csv(path: Path, loaded: dict, milestones: list[float]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, help="an analysis.ablation output folder (ws_<name>/ per warm start)")
+    p.add_argument("--out", required=True, help="an lab.analysis.ablation output folder (ws_<name>/ per warm start)")
     p.add_argument("--warm-start", action="append", required=True, metavar="NAME")
     p.add_argument("--baseline", default="GSPO G=n")
     p.add_argument("--arms", nargs="+", default=None)
     p.add_argument("--arm-folder", action="append", default=[], metavar="ARM=FOLDER",
-                   help="read ARM's runs from another analysis.ablation folder at the same budget (its own "
+                   help="read ARM's runs from another lab.analysis.ablation folder at the same budget (its own "
                         "learning rate); the baseline too")
     p.add_argument("--seeds", nargs="+", default=None,
                    help="only these seeds (e.g. 0-5: two rounds compared on the seeds both ran); curves_runs.csv is not "

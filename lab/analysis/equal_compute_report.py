@@ -1,8 +1,8 @@
-"""The equal-compute comparison's tables and figure from ``analysis.toy_loop`` results (one JSON per arm and
+"""The equal-compute comparison's tables and figure from ``lab.analysis.toy_loop`` results (one JSON per arm and
 seed): paired differences to the baseline with Student-t intervals over seeds, compute to a training-reward
 threshold, optimizer updates, seconds per phase, a collapse check and the credit-localisation table.
 
-Statistics (``analysis.evaluation_stats``): a seed is the unit; arm A and the baseline B of seed s share the
+Statistics (``evaluation.stats``): a seed is the unit; arm A and the baseline B of seed s share the
 warm start, data order and sampling streams, so the comparison is the paired t over A_s − B_s. The "95% CI"
 labels are on t-intervals only (their coverage is checked by simulation in the tests).
 """
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.credit_localisation import Localisation, summarise
-from analysis.evaluation_stats import (
+from lab.analysis.credit_localisation import Localisation, summarise
+from evaluation.stats import (
     interval_text,
     p_value_text,
     paired_difference,
@@ -49,7 +49,7 @@ def load_results(out: str | Path) -> tuple[dict, dict[str, dict[int, dict]]]:
     each naming the file."""
     out = Path(out)
     if not (out / "meta.json").is_file():
-        raise FileNotFoundError(f"{out / 'meta.json'}: no such file; {out} is not an analysis.toy_loop output folder "
+        raise FileNotFoundError(f"{out / 'meta.json'}: no such file; {out} is not an lab.analysis.toy_loop output folder "
                                 "(or no run has started there)")
     meta = read_json_object(out / "meta.json")
     results: dict[str, dict[int, dict]] = {}
@@ -60,7 +60,7 @@ def load_results(out: str | Path) -> tuple[dict, dict[str, dict[int, dict]]]:
         except (KeyError, TypeError, ValueError):
             seed = None
         if not isinstance(r.get("arm"), str) or seed is None:
-            raise ValueError(f"{path}: not an analysis.toy_loop result (expected a string 'arm' and an integer "
+            raise ValueError(f"{path}: not an lab.analysis.toy_loop result (expected a string 'arm' and an integer "
                              f"'seed', got arm={r.get('arm')!r:.60}, seed={r.get('seed')!r:.60})")
         check_accuracies(r, path)
         results.setdefault(r["arm"], {})[seed] = r
@@ -381,5 +381,5 @@ def plot(summary: dict, results: dict[str, dict[int, dict]], path: str | Path) -
 
 
 if __name__ == "__main__":
-    sys.exit("analysis.equal_compute_report is the equal-compute tables' module, not a command: "
-             'run `python scripts/compare_methods.py --report-only --out OUT ...` (it prints these tables)')
+    sys.exit("lab.analysis.equal_compute_report is the equal-compute tables' module, not a command: "
+             'run `python lab/scripts/compare_methods.py --report-only --out OUT ...` (it prints these tables)')

@@ -1,7 +1,7 @@
 """The gradient-variance probe (``ibpo.grad_probe``) on the toy loop's IBPO G=n trajectories, with an interval
 over seeds.
 
-At every step of an IBPO G=n run of ``analysis.toy_loop`` (the same seeds, budget and settings as the
+At every step of an IBPO G=n run of ``lab.analysis.toy_loop`` (the same seeds, budget and settings as the
 equal-compute comparison, so the first steps are that comparison's own runs: the hook changes nothing the run
 does), before the update, the per-sample policy gradients of the step's samples, projected on a fixed random
 subset of weights, are computed under the advantages the step trains on (IBPO: r' = r + λΔ, group-normalised)
@@ -14,7 +14,7 @@ the per-seed ratios with a 95% Student-t interval over seeds, the geometric mean
 mean log ratio, and the median of the per-step ratios (the statistic quoted before, without an interval).
 Steps where GSPO's advantages are all 0 (no group mixes right and wrong) have no ratio and are counted apart::
 
-    python -m analysis.grad_probe_loop --assets outputs/toy_assets --meta outputs/toy_loop/meta.json \\
+    python -m lab.analysis.grad_probe_loop --assets outputs/toy_assets --meta outputs/toy_loop/meta.json \\
         --out outputs/grad_probe --seeds $(seq 0 9) --steps 7
 """
 
@@ -59,7 +59,7 @@ def padded_token_advantages(token_advantages: list[np.ndarray], width: int) -> t
 
 
 class ProbeHook:
-    """``analysis.toy_loop.run``'s ``step_hook``: the probe's variances under GSPO and IBPO advantages.
+    """``lab.analysis.toy_loop.run``'s ``step_hook``: the probe's variances under GSPO and IBPO advantages.
 
     Beside the trained (group-normalised) advantages it probes Theorem A.2's own quantity: the un-normalised
     advantages Y − Ȳ (GSPO) and r' − mean r' with r' = r + λΔ (IBPO), from the same per-sample gradients; and
@@ -111,7 +111,7 @@ class ProbeHook:
 def summarise(per_seed_steps: dict[int, list[dict]]) -> dict:
     """Per-seed pooled ratios and their mean / geometric mean with 95% t-intervals over seeds, and the median
     of the per-step ratios."""
-    from analysis.evaluation_stats import t_interval
+    from evaluation.stats import t_interval
 
     pooled, step_ratios, no_ratio, shaped_steps, total = {}, [], 0, 0, 0
     for seed, steps in sorted(per_seed_steps.items()):
@@ -144,8 +144,8 @@ def summarise_key(per_seed_steps: dict[int, list[dict]], prefix: str) -> dict:
 
 def summary_lines(summary: dict, steps: int) -> list[str]:
     """The printed summary: each ratio with its t interval over seeds, or the ratio and why there is none
-    (``analysis.evaluation_stats.interval_text``: one seed, or every seed the same ratio)."""
-    from analysis.evaluation_stats import interval_text
+    (``evaluation.stats.interval_text``: one seed, or every seed the same ratio)."""
+    from evaluation.stats import interval_text
 
     def ratio(values: list[float], n: int) -> str:
         return interval_text(values[0], values[1], values[2], n)
@@ -165,12 +165,12 @@ def summary_lines(summary: dict, steps: int) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from analysis import toy_loop
+    from lab.analysis import toy_loop
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     source = p.add_mutually_exclusive_group(required=True)
-    source.add_argument("--assets", help="`python -m toy_task.warm_start --out DIR` output (its model_sft)")
-    source.add_argument("--model", help="a warm-start model directory (e.g. toy_task/warm_starts/addition_seed3)")
+    source.add_argument("--assets", help="`python -m lab.toy_tasks.warm_start --out DIR` output (its model_sft)")
+    source.add_argument("--model", help="a warm-start model directory (e.g. lab/toy_tasks/warm_starts/addition_seed3)")
     p.add_argument("--meta", required=True, help="the equal-compute comparison's meta.json (baseline step FLOPs, hash)")
     p.add_argument("--out", required=True)
     p.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))

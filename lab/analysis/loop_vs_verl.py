@@ -1,17 +1,17 @@
-"""Does the plain PyTorch loop (``analysis.toy_loop``) train like verl's trainer (``python -m recipe.main method=ibpo``)?
+"""Does the plain PyTorch loop (``lab.analysis.toy_loop``) train like verl's trainer (``python -m recipe.main method=ibpo``)?
 
 The published equal-compute table comes from the loop; this checks it against the verl path on a few seeds at
 **equal steps**, the same warm start, n, batch, learning rate (constant: ``--warmup-steps 0`` in both, because
 verl's constant-with-warmup schedule gives the first update lr 0 and the loop's FLOP warmup does not), and the
 same held-out test problems (the loop's ``TEST_SEED`` set, written as verl's val parquet)::
 
-    python -m analysis.loop_vs_verl prepare --assets outputs/toy_assets --out outputs/loop_vs_verl/assets
-    python -m analysis.toy_loop --assets outputs/toy_assets --out outputs/loop_vs_verl/loop \\
+    python -m lab.analysis.loop_vs_verl prepare --assets outputs/toy_assets --out outputs/loop_vs_verl/assets
+    python -m lab.analysis.toy_loop --assets outputs/toy_assets --out outputs/loop_vs_verl/loop \\
         --arms "GSPO G=n" "IBPO G=n" --seeds 0 1 --max-steps 8 --warmup-steps 0 --test-size 512
-    python scripts/compare_methods.py --engine verl --assets outputs/loop_vs_verl/assets \\
+    python lab/scripts/compare_methods.py --engine verl --assets outputs/loop_vs_verl/assets \\
         --out outputs/loop_vs_verl/verl --methods "GSPO G=n" "IBPO G=n" --seeds 0 1 --steps 8 \\
         --warmup-steps 0 --test-freq 8
-    python -m analysis.loop_vs_verl report --loop outputs/loop_vs_verl/loop --verl outputs/loop_vs_verl/verl
+    python -m lab.analysis.loop_vs_verl report --loop outputs/loop_vs_verl/loop --verl outputs/loop_vs_verl/verl
 
 What cannot match run for run: the two engines draw different prompts per step (the loop permutes the train
 set with numpy, verl shuffles it with its sampler) and different sampling streams, so a seed's two runs are
@@ -29,16 +29,16 @@ from pathlib import Path
 
 import numpy as np
 
-REWARD_KEY = "ibpo/raw_score_mean"  # verl: verifier reward of the main responses (scripts/compare_methods.py)
+REWARD_KEY = "ibpo/raw_score_mean"  # verl: verifier reward of the main responses (lab/scripts/compare_methods.py)
 
 
 def prepare(assets_dir: str | Path, out_dir: str | Path, test_size: int) -> Path:
     """An assets directory for ``compare_methods.py --engine verl`` whose val parquet is the loop's test set
     (``sample_problems(test_size, TEST_SEED)``); model, tokenizer and train parquet are the original ones
     (``model_sft`` linked, so the verl table prints the same warm-start hash). Returns its ``assets.json``."""
-    from analysis.toy_loop import TEST_SEED
-    from toy_task.addition import sample_problems
-    from toy_task.rows import problem_row, write_rows
+    from lab.analysis.toy_loop import TEST_SEED
+    from lab.toy_tasks.addition import sample_problems
+    from lab.toy_tasks.rows import problem_row, write_rows
 
     assets_dir, out = Path(assets_dir).resolve(), Path(out_dir).resolve()
     assets = json.loads((assets_dir / "assets.json").read_text())
@@ -70,8 +70,7 @@ def loop_runs(loop_dir: str | Path) -> dict[str, dict[int, dict]]:
 def verl_run(metrics_path: str | Path) -> dict:
     """The same fields from one verl run's file-logger JSONL: per-step ``ibpo/raw_score_mean`` and the
     validation accuracy (``val-core/<source>/acc/mean@1``) logged at the last step."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-    import plot_curves
+    from evaluation import plot_curves
 
     records = plot_curves.read_file_log(metrics_path)
     rewards = {r.step: r.data[REWARD_KEY] for r in records if REWARD_KEY in r.data}
@@ -87,7 +86,7 @@ def verl_run(metrics_path: str | Path) -> dict:
 def compare(loop: dict[str, dict[int, dict]], verl_dir: str | Path) -> list[dict]:
     """One row per (arm, seed) present in both engines: mean training reward over the steps and the final
     test accuracy, loop and verl, and verl − loop."""
-    from analysis.toy_loop import default_arms
+    from lab.analysis.toy_loop import default_arms
 
     slugs = {name: arm.slug for name, arm in default_arms().items()}
     rows = []
@@ -137,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     pp.add_argument("--out", required=True)
     pp.add_argument("--test-size", type=int, default=512)
     pr = sub.add_parser("report", help="the loop-vs-verl table")
-    pr.add_argument("--loop", required=True, help="analysis.toy_loop --max-steps output")
+    pr.add_argument("--loop", required=True, help="lab.analysis.toy_loop --max-steps output")
     pr.add_argument("--verl", required=True, help="compare_methods.py --engine verl output")
     pr.add_argument("--test-size", type=int, default=512, help="test problems of both engines' evaluation")
     args = p.parse_args(argv)

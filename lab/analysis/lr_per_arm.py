@@ -1,11 +1,11 @@
 """Each arm's own learning rate, chosen on validation problems over several warm starts (``docs/evidence.md``,
-section 2c, B). ``analysis.lr_selection`` tries rates for one arm on one warm start; this runs every listed rate
-through ``analysis.ablation`` (its protocol options pass through) with ``--eval-split val`` and one evaluation at
+section 2c, B). ``lab.analysis.lr_selection`` tries rates for one arm on one warm start; this runs every listed rate
+through ``lab.analysis.ablation`` (its protocol options pass through) with ``--eval-split val`` and one evaluation at
 the full budget, then chooses a rate for each arm separately:
 
-    python -m analysis.lr_per_arm --out outputs/lr_per_arm --lrs 3e-4 1e-4 --seeds 100-103 --jobs 2 \\
-        --warm-start weak=toy_task/warm_starts/addition_seed3 --warm-start medium=toy_task/warm_starts/addition_seed0 \\
-        --warm-start strong=toy_task/warm_starts/addition_seed2 --arms 'GSPO G=n' 'greedy disagreements' \\
+    python -m lab.analysis.lr_per_arm --out outputs/lr_per_arm --lrs 3e-4 1e-4 --seeds 100-103 --jobs 2 \\
+        --warm-start weak=lab/toy_tasks/warm_starts/addition_seed3 --warm-start medium=lab/toy_tasks/warm_starts/addition_seed0 \\
+        --warm-start strong=lab/toy_tasks/warm_starts/addition_seed2 --arms 'GSPO G=n' 'greedy disagreements' \\
         -- --budget-steps 48 --budget-unit modelled_gpu_seconds
 
 The rule, fixed before any run: for each arm, the rate with the highest mean final validation accuracy, the mean
@@ -14,11 +14,11 @@ goes to the rate listed first. The seeds must not be the reported runs'. The tab
 per-warm-start means and the pooled one with its stratified interval (seeds nested in warm starts), so a reader sees
 how clear each choice was. Writes ``OUT/selection.md``, ``OUT/selection.json`` ({arm: rate}) and ``OUT/runs.csv``.
 
-Checks before choosing (:func:`load_rates`, ``analysis.run_protocol``): a warm-start name or model given twice; every
+Checks before choosing (:func:`load_rates`, ``lab.analysis.run_protocol``): a warm-start name or model given twice; every
 folder evaluated on the validation split; the folders differ in their learning rate and warm start only (every other
 run-defining option the same); each ``ws_NAME`` folder's runs started from its ``NAME=MODEL_DIR`` and different names
 hold different warm starts; every arm has runs at every rate. The budget is in GSPO G=n steps unless
-``-- --budget-arm ARM`` names another arm (``analysis.toy_loop.budget_arm_name``).
+``-- --budget-arm ARM`` names another arm (``lab.analysis.toy_loop.budget_arm_name``).
 """
 
 from __future__ import annotations
@@ -32,11 +32,11 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.ablation_report import final_eval, format_interval
-from analysis.ablation_stats import stratified_difference
-from analysis.equal_compute_report import load_results
-from analysis.lr_selection import check_rate_options, lr_folder
-from analysis.run_protocol import (
+from lab.analysis.ablation_report import final_eval, format_interval
+from lab.analysis.ablation_stats import stratified_difference
+from lab.analysis.equal_compute_report import load_results
+from lab.analysis.lr_selection import check_rate_options, lr_folder
+from lab.analysis.run_protocol import (
     check_arm_names,
     check_comparable,
     check_distinct,
@@ -49,7 +49,7 @@ from option_types.cli import refuse_unused
 
 def load_rates(out: Path, lrs: list[float], warm_starts: list[str], arms: list[str],
                models: dict[str, str] | None = None) -> dict[tuple[float, str], tuple[dict, dict]]:
-    """``{(lr, warm start): (meta, results)}``, after the checks (``analysis.run_protocol``): no warm-start name given
+    """``{(lr, warm start): (meta, results)}``, after the checks (``lab.analysis.run_protocol``): no warm-start name given
     twice; every folder evaluated on the validation split; the folders differ in their learning rate and warm start
     only (every other run-defining option the same), a warm start's folders hold the same warm start at every rate
     (``models[name]``'s when given) and different warm starts' different ones; every arm has runs at every rate."""
@@ -141,8 +141,8 @@ def write_runs_csv(rows: list[dict], path: Path, task: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from analysis import ablation, toy_loop
-    from analysis.ablation_stats import parse_seeds, parse_warm_starts
+    from lab.analysis import ablation, toy_loop
+    from lab.analysis.ablation_stats import parse_seeds, parse_warm_starts
 
     argv = list(sys.argv[1:] if argv is None else argv)
     protocol = argv[argv.index("--") + 1:] if "--" in argv else []
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--warm-start", action="append", required=True, metavar="NAME=MODEL_DIR")
     p.add_argument("--arms", nargs="+", required=True,
-                   help="arms of analysis.toy_loop.default_arms(); the first is the ablation report's baseline; the "
+                   help="arms of lab.analysis.toy_loop.default_arms(); the first is the ablation report's baseline; the "
                         "budget is in GSPO G=n steps unless `-- --budget-arm ARM` names another arm")
     p.add_argument("--lrs", type=float, nargs="+", required=True, help="the first listed wins a tie")
     p.add_argument("--seeds", nargs="+", default=["100-103"])

@@ -1,18 +1,18 @@
 """Choose the learning rate of a toy task on its validation problems, never on its test set
 (``docs/evidence.md``, section 2, "The second task").
 
-    python -m analysis.lr_selection --task three_sum_named --model toy_task/warm_starts/three_sum_named_seed0 \
+    python -m lab.analysis.lr_selection --task three_sum_named --model lab/toy_tasks/warm_starts/three_sum_named_seed0 \
         --out outputs/lr_three_sum_named --lrs 3e-4 1e-4 3e-5 --seeds 100-109 --jobs 2
 
 Every learning rate runs the baseline arm (``--arm``, GSPO G=n by default) at the ablation's compute budget
-through ``analysis.toy_loop --eval-split val``: its one evaluation, at the full budget, scores ``--val-size``
+through ``lab.analysis.toy_loop --eval-split val``: its one evaluation, at the full budget, scores ``--val-size``
 validation problems drawn apart from the train and test sets. The seeds are not the reported runs' (0-29).
 The rule, fixed before any run: the learning rate with the highest mean final validation accuracy is chosen; the
 table gives every rate's mean with its Student-t interval and its change from the warm start's own validation
 accuracy, so a reader sees how clear the choice was. The baseline alone chooses: every arm then runs at the
 baseline's best rate, which favours the baseline, not the method.
 
-Checks before choosing (:func:`load_rates`, ``analysis.run_protocol``): every rate's folder was evaluated on the
+Checks before choosing (:func:`load_rates`, ``lab.analysis.run_protocol``): every rate's folder was evaluated on the
 validation split, the folders differ in their learning rate only (budget, sizes, split, cost model... the same), their
 runs started from ``--model`` (its sha256), and ``--arm`` has runs in each.
 """
@@ -27,11 +27,11 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.ablation_stats import parse_seeds
-from analysis.ablation_report import final_eval, format_interval
-from analysis.equal_compute_report import load_results
-from analysis.evaluation_stats import t_interval
-from analysis.run_protocol import check_arm_names, check_comparable, check_models, eval_split, recorded_options
+from lab.analysis.ablation_stats import parse_seeds
+from lab.analysis.ablation_report import final_eval, format_interval
+from lab.analysis.equal_compute_report import load_results
+from evaluation.stats import t_interval
+from lab.analysis.run_protocol import check_arm_names, check_comparable, check_models, eval_split, recorded_options
 from option_types.cli import refuse_unused
 
 
@@ -40,7 +40,7 @@ def lr_folder(out: Path, lr: float) -> Path:
 
 
 def load_rates(out: Path, lrs: list[float], arm: str, model: str | Path | None = None) -> dict[float, tuple]:
-    """``{lr: (meta, results)}`` of the rates' folders, after the checks (``analysis.run_protocol``): every folder's
+    """``{lr: (meta, results)}`` of the rates' folders, after the checks (``lab.analysis.run_protocol``): every folder's
     runs were evaluated on the validation split, the folders differ in their learning rate only (every other
     run-defining option the same) and hold the same warm start, ``model``'s when given, and ``arm`` has runs."""
     loaded = {lr: load_results(lr_folder(out, lr)) for lr in lrs}
@@ -112,11 +112,11 @@ def check_rate_options(p: argparse.ArgumentParser, lrs: list[float], val_size: i
 
 
 def main(argv: list[str] | None = None) -> int:
-    from analysis import toy_loop
+    from lab.analysis import toy_loop
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="the warm-start model directory the rates are tried on")
-    p.add_argument("--task", default="addition", help="a task of toy_task.tasks")
+    p.add_argument("--task", default="addition", help="a task of lab.toy_tasks.tasks")
     p.add_argument("--out", required=True)
     p.add_argument("--lrs", type=float, nargs="+", required=True)
     p.add_argument("--arm", default="GSPO G=n", help="the arm whose validation accuracy chooses")

@@ -1,4 +1,4 @@
-"""What makes ``analysis.toy_loop`` output folders comparable, in one place: the options that define a run
+"""What makes ``lab.analysis.toy_loop`` output folders comparable, in one place: the options that define a run
 (:data:`RUN_DEFINING_OPTIONS`, each with its value in a ``meta.json`` written before the option existed), the warm
 start's identity (:func:`sha256_of_dir`, ``meta.json``'s ``warm_start_sha256``), and the checks every reader that
 pools or compares several folders runs before it reads a number:
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Collection, Iterable, Sequence
 
 DEFAULT_COST_MODEL = "roofline:H100-SXM"  # every modelled-GPU-second result before docs/evidence.md 2f used it
-# the milestones of every run before ``--milestones`` existed (analysis.toy_loop's MILESTONES then)
+# the milestones of every run before ``--milestones`` existed (lab.analysis.toy_loop's MILESTONES then)
 MILESTONES_BEFORE_THE_OPTION = [0.25, 0.5, 0.75, 1.0]
 
 RUN_DEFINING_OPTIONS = {  # option -> its value in a meta.json written before the option existed
@@ -65,7 +65,7 @@ def budget_arm(meta: dict) -> str | None:
 
 
 def eval_split(meta: dict) -> str:
-    """The split a results folder's evaluations scored (``analysis.toy_loop --eval-split``; ``test`` for a folder
+    """The split a results folder's evaluations scored (``lab.analysis.toy_loop --eval-split``; ``test`` for a folder
     recorded before the option existed)."""
     return recorded_options(meta)["eval_split"]
 
@@ -90,7 +90,7 @@ def check_comparable(folders: Sequence[tuple[str, Path, dict]], varies: Collecti
       names different ones: one warm start given twice would count as two independent strata.
 
     ``per_task``: options that may differ between folders of different tasks (``task`` itself and the rate each
-    task's ``analysis.lr_selection`` chose, for a table that pools warm starts of several tasks); folders of the
+    task's ``lab.analysis.lr_selection`` chose, for a table that pools warm starts of several tasks); folders of the
     same task still agree on them. A folder that records no sha (a hand-made one) is not compared on it; a budget
     arm is compared only where both folders record it."""
     what = f"{reader}: " if reader else ""

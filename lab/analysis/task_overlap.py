@@ -6,7 +6,7 @@ wrong ones with one error each (``ToyTask.wrong_and_repair``), tokenised with th
 task's property under a policy that writes its solutions the way the SFT data does; the RL runs measure the
 same metric on the policy's own samples (``mechanism/wrong_tokens_shared_with_right_sibling``).
 
-    python -m analysis.task_overlap --task three_sum --tokenizer DIR
+    python -m lab.analysis.task_overlap --task three_sum --tokenizer DIR
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import random
 import sys
 
 from ibpo.mechanism import sibling_overlap
-from toy_task.tasks import get_task
+from lab.toy_tasks.tasks import get_task
 
 
 def synthetic_overlap(task_name: str, encode, problems: int = 200, right: int = 2, wrong: int = 2,

@@ -2,7 +2,7 @@
 functions: cheap enough for the 25-35 seeds a 5-point difference needs (the verl path costs ~1 min of start-up
 and 3-40 s per step per run on 2 CPU cores; this loop ~1-2 s per step).
 
-What is the same as the verl path (``scripts/compare_methods.py``): the warm start, the project's generator
+What is the same as the verl path (``lab/scripts/compare_methods.py``): the warm start, the project's generator
 (``verl_cpu.hf_rollout.HFGenerator``, every request sampled from its own seeded stream, ``request_seed``),
 the scorer (``reward_fns.compute_score``), IBPO's steps B-C (``ibpo.pipeline.plan_corrections`` /
 ``shape_batch``: references, correction prompts, alignment, rewrite filter, Δ, masks),
@@ -18,8 +18,8 @@ same FLOP budget and is evaluated greedily on a held-out test set of ``--test-si
 when its cumulative FLOPs first reach each milestone (¼, ½, ¾, 1 of the budget). The primary metric is test
 accuracy at the full budget, compared to GSPO G=n by the paired t over seeds. Nothing is selected on the test
 set. ``--jobs N`` runs N (arm, seed) runs side by side in spawned one-thread workers (a run's result does not
-depend on N); ``--max-steps K`` matches runs in steps instead (``analysis.loop_vs_verl``). Run
-``python -m analysis.toy_loop --help``.
+depend on N); ``--max-steps K`` matches runs in steps instead (``lab.analysis.loop_vs_verl``). Run
+``python -m lab.analysis.toy_loop --help``.
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from analysis.credit_localisation import line_index, localise, wrong_mask
-from analysis.equal_compute_report import read_json_object
-from analysis.run_protocol import (  # re-exported: the protocol's names live in one place
+from lab.analysis.credit_localisation import line_index, localise, wrong_mask
+from lab.analysis.equal_compute_report import read_json_object
+from lab.analysis.run_protocol import (  # re-exported: the protocol's names live in one place
     DEFAULT_COST_MODEL,
     RUN_DEFINING_OPTIONS,
     budget_arm as recorded_budget_arm,
@@ -62,12 +62,12 @@ from ibpo.mechanism import RewardDropAlarm, advantage_mechanism, group_kinds, lo
 from ibpo.options import IBPOConfig
 from ibpo.pipeline import plan_corrections, shape_batch
 from ibpo.variants import get_variant
-from toy_task.tasks import ToyTask, get_task
+from lab.toy_tasks.tasks import ToyTask, get_task
 
 TEST_SEED = 5000  # test problems: disjoint from SFT (1000+), RL train (0) and val (1) seeds
 VAL_SEED = 1  # validation problems (hyperparameters are chosen on these, never on the test set)
 EVAL_SPLITS = ("test", "val")
-MAX_RESPONSE_TOKENS = 96  # the addition task's generation budget (toy_task.tasks gives each task's)
+MAX_RESPONSE_TOKENS = 96  # the addition task's generation budget (lab.toy_tasks.tasks gives each task's)
 MILESTONES = (0.5, 1.0)
 BUDGET_UNITS = ("flops", "modelled_gpu_seconds")
 WARMUP_UNITS = ("budget", "updates")
@@ -418,7 +418,7 @@ def divergence_pass(toy: Toy, model: torch.nn.Module, cfg: IBPOConfig, samples: 
 
 def oracle_masks(toy: Toy, samples: StepSamples) -> list[np.ndarray]:
     """The oracle arm's token masks: on every wrong response, the tokens a minimal edit into the nearest right
-    worked solution changes (``Toy.truth``, ``analysis.credit_localisation.wrong_mask``); ones on right ones."""
+    worked solution changes (``Toy.truth``, ``lab.analysis.credit_localisation.wrong_mask``); ones on right ones."""
     return [np.ones(len(r), dtype=np.float32) if ok else wrong_mask(r, toy.truth(p, r)).astype(np.float32)
             for r, p, ok in zip(samples.responses, samples.problems, samples.is_correct)]
 
@@ -552,7 +552,7 @@ def run(toy: Toy, arm: Arm, seed: int, budget: float, n: int, batch_size: int, l
     over that many updates (``schedule.warmup_unit``). With no ``milestones`` the run is matched in steps
     instead: it makes ``max_steps`` steps and is evaluated once after the last (``"milestone": None``).
     ``step_hook``, if given, is called before each update with the step's samples and advantages
-    (``analysis.grad_probe_loop``); what it returns is stored in the step's record under ``"hook"``."""
+    (``lab.analysis.grad_probe_loop``); what it returns is stored in the step's record under ``"hook"``."""
     from verl_cpu.hf_rollout import HFGenerator
 
     torch.manual_seed(seed)
@@ -695,7 +695,7 @@ def run_and_save(toy: Toy | None, arm: Arm, seed: int, path: str, budget: float,
 def check_same_protocol(meta: dict, args: argparse.Namespace, path: Path, budget_arm: str | None = None,
                         warm_start_sha256: str | None = None) -> None:
     """Refuse to add runs to a folder whose ``meta.json`` records other run-defining options
-    (``analysis.run_protocol.RUN_DEFINING_OPTIONS``: a key it lacks holds the option's value before it existed,
+    (``lab.analysis.run_protocol.RUN_DEFINING_OPTIONS``: a key it lacks holds the option's value before it existed,
     e.g. ``--milestones`` 0.25 0.5 0.75 1), another budget arm (``budget_arm``: the arm whose step sets the budget
     now, compared with the one that set it there) or another warm start (``warm_start_sha256``: the sha256 of the
     model given now, compared with meta.json's): its runs and the new ones would be reported as one arm's seeds."""
@@ -743,7 +743,7 @@ def load_or_measure_meta(path: Path, toy: Toy, baseline: Arm, args: argparse.Nam
             "budget_flops": budget, "budget_unit": args.budget_unit,
             f"warm_start_{args.eval_split}_accuracy": float(warm.mean()),
             f"warm_start_{args.eval_split}_correct": warm.astype(int).tolist(), "task": args.task,
-            "command": "python -m analysis.toy_loop " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
+            "command": "python -m lab.analysis.toy_loop " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
             "args": vars(args)}
     path.write_text(json.dumps(meta))
     return meta
@@ -846,12 +846,12 @@ def budget_arm_name(arms: list[str], budget_arm: str | None) -> str:
 
 def warm_start_task(model_dir: str | Path) -> str | None:
     """The task a warm start was trained on, where something records it: the ``assets.json`` that
-    ``python -m toy_task.warm_start --out DIR`` writes beside its ``model_sft`` (``task``; absent for the addition
-    task, which it writes without one), or for the committed ``toy_task/warm_starts/`` folders (model and tokenizer
+    ``python -m lab.toy_tasks.warm_start --out DIR`` writes beside its ``model_sft`` (``task``; absent for the addition
+    task, which it writes without one), or for the committed ``lab/toy_tasks/warm_starts/`` folders (model and tokenizer
     only: a file added inside would change their sha256) the ``tasks.json`` beside them. ``None`` when nothing
     records it."""
     model = Path(model_dir).resolve()
-    manifest = model.parent / "tasks.json"  # toy_task/warm_starts/tasks.json: committed folder name -> task
+    manifest = model.parent / "tasks.json"  # lab/toy_tasks/warm_starts/tasks.json: committed folder name -> task
     if manifest.is_file():
         try:
             recorded = json.loads(manifest.read_text(encoding="utf-8")).get(model.name)
@@ -877,7 +877,7 @@ def checked_model(p: argparse.ArgumentParser, args: argparse.Namespace) -> str:
     if args.assets is not None:
         path = Path(args.assets) / "assets.json"
         if not path.is_file():
-            p.error(f"--assets {args.assets}: no assets.json (not a `python -m toy_task.warm_start --out DIR` output)")
+            p.error(f"--assets {args.assets}: no assets.json (not a `python -m lab.toy_tasks.warm_start --out DIR` output)")
         model_dir = json.loads(path.read_text())["model"]
     else:
         model_dir = args.model
@@ -919,11 +919,11 @@ def checked_arms(p: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     source = p.add_mutually_exclusive_group(required=True)
-    source.add_argument("--assets", help="`python -m toy_task.warm_start --out DIR` output (its model_sft)")
-    source.add_argument("--model", help="a warm-start model directory (e.g. toy_task/warm_starts/addition_seed0)")
+    source.add_argument("--assets", help="`python -m lab.toy_tasks.warm_start --out DIR` output (its model_sft)")
+    source.add_argument("--model", help="a warm-start model directory (e.g. lab/toy_tasks/warm_starts/addition_seed0)")
     p.add_argument("--out", required=True)
     p.add_argument("--task", default="addition",
-                   help="a task of toy_task.tasks (the warm start must be one of it: checked where its assets.json "
+                   help="a task of lab.toy_tasks.tasks (the warm start must be one of it: checked where its assets.json "
                         "records its task)")
     p.add_argument("--arms", nargs="+", default=None, help="subset of the arms (the first is the baseline)")
     p.add_argument("--budget-arm", default=None,
@@ -945,7 +945,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cost-model", default=DEFAULT_COST_MODEL,
                    help="what prices modelled GPU seconds (compute_budget.cost_model's values, at Qwen3-1.7B's "
                         "shape): roofline:<GPU> (default roofline:H100-SXM, every result before docs/evidence.md 2f), "
-                        "measured:H200 (scripts/bench_gpu.py's coefficients on an H200) or a bench_gpu.py JSON")
+                        "measured:H200 (lab/scripts/bench_gpu.py's coefficients on an H200) or a bench_gpu.py JSON")
     p.add_argument("--warmup-unit", choices=WARMUP_UNITS, default="budget",
                    help="budget: warm up over --warmup-steps baseline steps' worth of the budget's unit; updates: "
                         "over --warmup-steps optimizer updates")
@@ -959,7 +959,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-steps", type=int, default=None,
                    help="equal STEPS instead of equal compute: every run makes exactly this many steps and is "
                         "evaluated after the last (no compute milestones; the equal-compute report does not read "
-                        "such runs; analysis.loop_vs_verl does)")
+                        "such runs; lab.analysis.loop_vs_verl does)")
     p.add_argument("--test-size", type=int, default=512)
     p.add_argument("--eval-split", choices=EVAL_SPLITS, default="test",
                    help="what every evaluation scores: the test set, or --test-size validation problems (disjoint "

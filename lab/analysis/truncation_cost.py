@@ -9,8 +9,8 @@ and the paired difference of each to the whole candidates over batches (Student-
 the warm start (no training), sampled at temperature 1 with per-request seeds (``request_seed``), so every share
 sees the same wrong answers and the same sampling stream for each correction. One thread.
 
-    python -m analysis.truncation_cost --model toy_task/warm_starts/addition_seed0 --batches 24 --out outputs/trunc.json
-    python -m analysis.truncation_cost --task three_sum --assets <three_sum warm start> --out outputs/trunc3.json
+    python -m lab.analysis.truncation_cost --model lab/toy_tasks/warm_starts/addition_seed0 --batches 24 --out outputs/trunc.json
+    python -m lab.analysis.truncation_cost --task three_sum --assets <three_sum warm start> --out outputs/trunc3.json
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.evaluation_stats import interval_text, paired_difference
-from analysis.toy_loop import Toy, generate, sha256_of_dir
+from evaluation.stats import interval_text, paired_difference
+from lab.analysis.toy_loop import Toy, generate, sha256_of_dir
 from ibpo.options import IBPOConfig
 from ibpo.pipeline import plan_corrections, shape_batch
 
@@ -130,9 +130,9 @@ def format_table(summary: dict, meta: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     source = p.add_mutually_exclusive_group(required=True)
-    source.add_argument("--assets", help="`python -m toy_task.warm_start --out DIR` output (its assets.json)")
-    source.add_argument("--model", help="a warm-start model directory (e.g. toy_task/warm_starts/addition_seed0)")
-    p.add_argument("--task", default="addition", help="a task of toy_task.tasks (the warm start must be one of it)")
+    source.add_argument("--assets", help="`python -m lab.toy_tasks.warm_start --out DIR` output (its assets.json)")
+    source.add_argument("--model", help="a warm-start model directory (e.g. lab/toy_tasks/warm_starts/addition_seed0)")
+    p.add_argument("--task", default="addition", help="a task of lab.toy_tasks.tasks (the warm start must be one of it)")
     p.add_argument("--batches", type=int, default=20)
     p.add_argument("--batch-size", type=int, default=8, help="problems per batch")
     p.add_argument("--group", type=int, default=8, help="G responses per problem")

@@ -9,8 +9,8 @@ time of this process (``time.process_time``), not wall clock. A last, separate l
 own path (``ibpo.pipeline.shape_batch``), which skips d(ŷ, y_ref) whenever d(y, ŷ) ≤ α (Eq. 18 is then
 decided), so it does less work than the rows above.
 
-    python scripts/bench_alignment.py                 # 256 pairs at 1k, 4k, 16k tokens
-    python scripts/bench_alignment.py --pairs 64 --lengths 1000 4000
+    python lab/scripts/bench_alignment.py                 # 256 pairs at 1k, 4k, 16k tokens
+    python lab/scripts/bench_alignment.py --pairs 64 --lengths 1000 4000
 
 The plain DP is O(n²) in Python, so it is timed on ``--dp-pairs`` pairs (and not at all above
 ``--dp-max-len``: then its time is extrapolated quadratically from the largest measured length and marked

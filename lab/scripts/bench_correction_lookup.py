@@ -2,15 +2,15 @@
 """CPU proxy of lookup (ngram) speculation and of the length bound on the correction pass: tables for
 docs/correction_pass.md.
 
-    python scripts/bench_correction_lookup.py --toy-run outputs/toy_lookup --steps 8   # train the toy, dump, report
-    python scripts/bench_correction_lookup.py --dump outputs/toy_lookup/rollouts       # report on an existing dump
-    python scripts/bench_correction_lookup.py --dump DIR --lengths 2048 8192 32768     # + synthetic lengths
+    python lab/scripts/bench_correction_lookup.py --toy-run outputs/toy_lookup --steps 8   # train the toy, dump, report
+    python lab/scripts/bench_correction_lookup.py --dump outputs/toy_lookup/rollouts       # report on an existing dump
+    python lab/scripts/bench_correction_lookup.py --dump DIR --lengths 2048 8192 32768     # + synthetic lengths
 
 Real corrections: ``--toy-run`` trains IBPO on the CPU toy (``toy_task``: warm-started tiny model, four-digit
-addition; ``python -m toy_task.warm_start`` builds the assets once, under ``<out>/assets``) through verl's real
+addition; ``python -m lab.toy_tasks.warm_start`` builds the assets once, under ``<out>/assets``) through verl's real
 trainer with ``trainer.rollout_data_dir`` set, so every step's corrections are dumped
 (``recipe/ibpo/correction/batch.dump_corrections``). Synthetic corrections at L tokens: the toy's measured edit
-profile applied to Zipf-text targets in real correction prompts (``analysis/correction_lookup.py``).
+profile applied to Zipf-text targets in real correction prompts (``lab/analysis/correction_lookup.py``).
 Every replay is vLLM's ngram rule token by token on the realised corrections (``ibpo/lookup_decoding.py``).
 """
 
@@ -23,11 +23,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from option_types.cli import float_in, nonnegative_int, positive_float, positive_int  # noqa: E402
 
-from analysis.correction_lookup import (  # noqa: E402
+from lab.analysis.correction_lookup import (  # noqa: E402
     EditProfile, bound_cuts, edit_profile, load_dump, replay, synthetic_corrections)
 from ibpo.lookup_decoding import NgramParams  # noqa: E402
 
@@ -52,7 +52,7 @@ def run_toy(out: Path, steps: int, seed: int, timeout_s: float, extra: list[str]
     out.mkdir(parents=True, exist_ok=True)
     stamp = out / "assets" / "assets.json"
     if not stamp.exists():
-        from toy_task.warm_start import build_toy_assets
+        from lab.toy_tasks.warm_start import build_toy_assets
 
         print(f"[lookup] building the toy assets in {stamp.parent} ...", flush=True)
         stamp.parent.mkdir(parents=True, exist_ok=True)
@@ -114,7 +114,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--prompts", type=positive_int, default=2, help="synthetic: prompts (G = 8, 2 right: 6 corrections each)")
     p.add_argument("--layout", default="target_first", choices=["target_first", "target_first+shuffle",
                    "target_first+per_group", "reference_first", "reference_first+per_group"],
-                   help="synthetic: the correction prompts' layout (analysis.correction_workload.LAYOUTS)")
+                   help="synthetic: the correction prompts' layout (lab.analysis.correction_workload.LAYOUTS)")
     p.add_argument("--kept-fraction", type=float_in(0.0, 1.0, low_open=True), default=None,
                    help="synthetic: override the measured share of target tokens a correction keeps")
     p.add_argument("--edit-run", type=positive_float, default=None,
@@ -147,7 +147,7 @@ def main(argv=None) -> int:
         for closing in args.closing:
             bound_rows += bound_cuts(records, args.factors, closing, args.response_length)
     if args.lengths:
-        from analysis.correction_workload import LAYOUTS, build_tokenizer
+        from lab.analysis.correction_workload import LAYOUTS, build_tokenizer
 
         profile = profile or EditProfile(kept_fraction=0.73, mean_edit_run=3.0, insert_per_edited=1.0, corrections=0)
         if args.kept_fraction is not None or args.edit_run is not None:

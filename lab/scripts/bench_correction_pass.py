@@ -10,12 +10,12 @@ Model: a Qwen2-1.5B-shaped config with dummy weights (``load_format="dummy"``) w
 project's tiny ChatML tokenizer (``verl_cpu.tiny_assets``; no hub access). The engine takes token ids
 (``skip_tokenizer_init``), so the tokenizer only builds the prompts. Responses are forced to L tokens
 (``min_tokens = max_tokens = L``, ``ignore_eos``); candidates are Zipf text of L tokens
-(``analysis.correction_workload``). Each phase is also run prefill-only (``max_tokens = 1``, cache reset
+(``lab.analysis.correction_workload``). Each phase is also run prefill-only (``max_tokens = 1``, cache reset
 before) to split prefill from decode.
 
-    python scripts/bench_correction_pass.py --smoke                  # a minute: tiny L, few prompts
-    python scripts/bench_correction_pass.py --lengths 2048           # the docs table (32 prompts, G = 8)
-    python scripts/bench_correction_pass.py --lengths 8192 32768 --prompts 8
+    python lab/scripts/bench_correction_pass.py --smoke                  # a minute: tiny L, few prompts
+    python lab/scripts/bench_correction_pass.py --lengths 2048           # the docs table (32 prompts, G = 8)
+    python lab/scripts/bench_correction_pass.py --lengths 8192 32768 --prompts 8
 
 Speculation and the length bound (docs/correction_pass.md, "GPU rows"): ``--speculation off ngram suffix``
 builds one engine per setting (``speculative_config`` is an engine argument) and runs every phase on each;
@@ -26,9 +26,9 @@ it would cut on real corrections; "bound on" forces min(that, the bound). Accept
 from vLLM's own counters (``LLM.get_metrics()``: ``vllm:spec_decode_num_drafts``, ``..._num_draft_tokens``,
 ``..._num_accepted_tokens``). With dummy weights the sampled text is random, so lookup finds few drafts:
 these rows measure what speculation *costs*; what it saves on real corrections is the CPU proxy's
-decode-step reduction (``scripts/bench_correction_lookup.py``).
+decode-step reduction (``lab/scripts/bench_correction_lookup.py``).
 
-    python scripts/bench_correction_pass.py --lengths 2048 8192 --speculation off ngram suffix --bound-factor 1.5 --logprobs
+    python lab/scripts/bench_correction_pass.py --lengths 2048 8192 --speculation off ngram suffix --bound-factor 1.5 --logprobs
 
 Without CUDA or vLLM it prints why and exits 0.
 """
@@ -49,7 +49,7 @@ from option_types.cli import float_in, int_at_least, nonnegative_float, nonnegat
 
 import numpy as np
 
-from analysis.correction_workload import (
+from lab.analysis.correction_workload import (
     LAYOUTS,
     build_tokenizer,
     build_workload,
@@ -106,7 +106,7 @@ def skip_reason() -> str | None:
     except ImportError:
         return "PyTorch is not installed"
     if not torch.cuda.is_available():
-        return "no CUDA device (this benchmark runs vLLM on a GPU; the CPU proxy is scripts/bench_correction_prompts.py)"
+        return "no CUDA device (this benchmark runs vLLM on a GPU; the CPU proxy is lab/scripts/bench_correction_prompts.py)"
     try:
         import vllm  # noqa: F401
     except ImportError as exc:

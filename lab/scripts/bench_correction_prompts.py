@@ -1,16 +1,16 @@
 """CPU proxy benchmark: how much of a step's correction prompts a prefix cache can skip, per layout.
 
-Builds one step's correction prompts (``analysis.correction_workload``: P prompts × G responses of L
+Builds one step's correction prompts (``lab.analysis.correction_workload``: P prompts × G responses of L
 tokens of Zipf text, ``--correct`` of each group right, the project's ``plan_corrections`` with each
 layout, the locally built ChatML tokenizer of ``verl_cpu.tiny_assets``, candidates cut to L re-tokenised
 tokens) and reports the share of prompt tokens lying in a prefix shared with an earlier prompt of the
 batch (``ibpo.prefix_sharing``: longest common prefix against all earlier prompts, token level and in
 whole 16-token KV blocks as vLLM caches them). That is what an unbounded prefix cache could skip; vLLM
 skips less (requests prefilled in the same scheduler step do not hit each other, and eviction):
-``scripts/bench_correction_pass.py`` measures it on a GPU.
+``lab/scripts/bench_correction_pass.py`` measures it on a GPU.
 
-    python scripts/bench_correction_prompts.py                       # 32 prompts, G=8, 2 right, L=2048
-    python scripts/bench_correction_prompts.py --response-tokens 512 --prompts 8
+    python lab/scripts/bench_correction_prompts.py                       # 32 prompts, G=8, 2 right, L=2048
+    python lab/scripts/bench_correction_prompts.py --response-tokens 512 --prompts 8
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import argparse
 import tempfile
 import time
 
-from analysis.correction_workload import (
+from lab.analysis.correction_workload import (
     LAYOUTS,
     build_tokenizer,
     build_workload,

@@ -1,9 +1,9 @@
 #!/usr/bin/env python
 """What a GPU user needs to know, in one command that fits a short GPU slot: one table, a JSON beside it.
 
-    python scripts/bench_gpu.py                                   # the cost model and the copy workload, 8 minutes
-    python scripts/bench_gpu.py --skip coefficients copy --budget-s 560   # one IBPO step through the trainer only
-    python scripts/bench_gpu.py --skip coefficients copy --budget-s 560 --step-eager   # the same, vLLM eager
+    python lab/scripts/bench_gpu.py                                   # the cost model and the copy workload, 8 minutes
+    python lab/scripts/bench_gpu.py --skip coefficients copy --budget-s 560   # one IBPO step through the trainer only
+    python lab/scripts/bench_gpu.py --skip coefficients copy --budget-s 560 --step-eager   # the same, vLLM eager
 
 On an H200 (docs/gpu.md) the coefficients took ~110 s and an engine per draft length ~60 s, while verl's start-up
 alone took more than 290 s before the step's first request: the step does not fit beside the other two parts in
@@ -71,9 +71,9 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "lab" / "scripts"))
 from option_types.cli import positive_float, positive_int  # noqa: E402
 
 import bench_one_gpu_shape as shape  # noqa: E402  (the model shape, the launch command, the peak-memory poller)
@@ -197,7 +197,7 @@ def measured_coefficients(measured: dict[str, float], gpu_name: str, commit: str
             continue
         values[name] = float(measured[key])
         note = " (in-process load_weights: a lower bound of verl's weight sync)" if key.endswith("load_weights_s") else ""
-        sources[name] = f"measured: scripts/bench_gpu.py {part_of[key]}, {gpu_name}, {commit}{note}"
+        sources[name] = f"measured: lab/scripts/bench_gpu.py {part_of[key]}, {gpu_name}, {commit}{note}"
     sources["max_num_seqs"], sources["gpus"] = "verl's rollout default (rollout.yaml)", "one GPU"
     return GpuTimeCoefficients(**values, sources=sources)
 

@@ -2,8 +2,8 @@
 """The one-GPU launch script at its real model shape: does it fit, how long is each phase, what share is the
 correction pass. One command, a table at the end:
 
-    python scripts/bench_one_gpu_shape.py --out outputs/shape_1p7b                      # 3 steps, L = 8192
-    python scripts/bench_one_gpu_shape.py --out outputs/shape_1p7b --speculation ngram --bound-factor 1.5
+    python lab/scripts/bench_one_gpu_shape.py --out outputs/shape_1p7b                      # 3 steps, L = 8192
+    python lab/scripts/bench_one_gpu_shape.py --out outputs/shape_1p7b --speculation ngram --bound-factor 1.5
 
 It writes a Qwen3-1.7B-shaped model with *random* weights (``transformers`` ``from_config``, bf16, saved
 locally with the project's tokenizer: no hub access), the synthetic task's parquet files, and runs
@@ -29,7 +29,7 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from option_types.cli import nonnegative_float, positive_float, positive_int  # noqa: E402
 

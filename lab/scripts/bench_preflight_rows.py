@@ -2,7 +2,7 @@
 training parquet: 17,398 rows (the de-duplicated DAPO-Math-17k), ``data_source=math_dapo``, the DAPO chat
 prompt, integer gold answers drawn like DAPO's (mostly small, a tail up to 10^7). Prints a table: columns and
 prompts only, golds with the integer-class rule (the pre-flight's default), and every distinct gold through
-the verifier. Usage: ``python scripts/bench_preflight_rows.py [--rows N] [--full]``."""
+the verifier. Usage: ``python lab/scripts/bench_preflight_rows.py [--rows N] [--full]``."""
 
 from __future__ import annotations
 

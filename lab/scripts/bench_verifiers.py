@@ -1,5 +1,5 @@
 """Benchmark the verifiers: samples/s for math and code (stdin, functional) at 1 and 2 workers, and the per-call
-cost of isolation. Prints a comparison table. Usage: ``python scripts/bench_verifiers.py [--samples N]``."""
+cost of isolation. Prints a comparison table. Usage: ``python lab/scripts/bench_verifiers.py [--samples N]``."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def throughput(items: list[tuple], threads: int) -> float:
 # LiveCodeBench-style stdin problems (verl's prime_code runs APPS-style stdin tests; its call-based format differs
 # from LCB's, so the comparison uses stdin problems only): a right and a wrong program per problem, and the real
 # LCB row 1873_A from tests/fixtures.
-_FIXTURE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "fixtures", "reward",
+_FIXTURE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tests", "fixtures", "reward",
                         "lcb_1873_A.json")
 _PROBLEMS = [
     ("a, b = map(int, input().split())\nprint(a + b)", "a, b = map(int, input().split())\nprint(a - b)",

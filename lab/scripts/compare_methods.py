@@ -2,16 +2,16 @@
 """GSPO vs IBPO on the toy addition task: a baseline and candidates over S seeds, compared at equal compute
 (``--engine loop``, the published table) or at equal steps through verl's real trainer on CPU (``--engine verl``).
 
-    python -m toy_task.warm_start --out outputs/toy_assets        # once: tiny model, SFT warm start, data
-    python scripts/compare_methods.py --assets outputs/toy_assets --out outputs/toy_loop \
+    python -m lab.toy_tasks.warm_start --out outputs/toy_assets        # once: tiny model, SFT warm start, data
+    python lab/scripts/compare_methods.py --assets outputs/toy_assets --out outputs/toy_loop \
         --engine loop --seeds $(seq 0 29) --budget-steps 12 --test-size 512 --threshold 0.4 --jobs 2
         # equal compute: the published table (docs/evidence.md), one command; --jobs N runs N (arm, seed) runs side by side
-    python scripts/compare_methods.py --assets outputs/toy_assets --out outputs/compare --engine verl \
+    python lab/scripts/compare_methods.py --assets outputs/toy_assets --out outputs/compare --engine verl \
         --seeds 0 1 --steps 30 --n 4 --batch-size 8 --lr 3e-4 --warmup-steps 5   # equal steps, verl trainer
 
-``--engine loop`` runs ``analysis.toy_loop`` (a plain PyTorch loop over the project's ``ibpo/`` functions,
+``--engine loop`` runs ``lab.analysis.toy_loop`` (a plain PyTorch loop over the project's ``ibpo/`` functions,
 the same generator, scorer, shaping and FLOP counter as the trainer): every arm runs to the same FLOP budget
-and is evaluated on a held-out test set at common compute milestones; the table (``analysis.equal_compute_report``)
+and is evaluated on a held-out test set at common compute milestones; the table (``lab.analysis.equal_compute_report``)
 gives paired differences to the baseline with Student-t 95% intervals over seeds, power, compute to a
 training-reward threshold, optimizer updates, seconds per phase, a collapse check and credit localisation.
 
@@ -48,13 +48,12 @@ import shlex
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
 
-import plot_curves  # noqa: E402  (scripts/plot_curves.py: log reading, smoothing, seed bands, threshold)
+from evaluation import plot_curves  # noqa: E402  (evaluation/plot_curves.py: log reading, smoothing, seed bands, threshold)
 
-from analysis.evaluation_stats import interval_text, paired_difference, t_interval  # noqa: E402
+from evaluation.stats import interval_text, paired_difference, t_interval  # noqa: E402
 from option_types.cli import (  # noqa: E402
     finite_float,
     nonnegative_float,
@@ -224,7 +223,7 @@ def eval_key(records: list[plot_curves.Record]) -> str | None:
 
 
 def ci_over_seeds(values: list[float]) -> dict:
-    """Mean over seeds with the Student-t 95% interval (``analysis.evaluation_stats.t_interval``; a percentile
+    """Mean over seeds with the Student-t 95% interval (``evaluation.stats.t_interval``; a percentile
     bootstrap over 2-3 seeds is the seeds' range, a ~50-75% interval)."""
     ci = t_interval(values)
     return {"mean": ci.mean, "low": ci.low, "high": ci.high, "seeds": ci.seeds}
@@ -347,10 +346,10 @@ def format_tables(summary: dict, args: argparse.Namespace) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--assets", required=True, help="directory of `python -m toy_task.warm_start --out DIR` (built if missing)")
+    p.add_argument("--assets", required=True, help="directory of `python -m lab.toy_tasks.warm_start --out DIR` (built if missing)")
     p.add_argument("--out", required=True, help="output directory (runs, table.md, summary.json, curves.png)")
     p.add_argument("--methods", nargs="+", default=None,
-                   help=f"verl: subset of {[m.name for m in METHODS]}; loop: of analysis.toy_loop.default_arms() "
+                   help=f"verl: subset of {[m.name for m in METHODS]}; loop: of lab.analysis.toy_loop.default_arms() "
                         "(the first is the baseline of the table; default all)")
     p.add_argument("--seeds", type=nonnegative_int, nargs="+", default=None,
                    help="seeds to run, and with --report-only the seeds to report (default 0-29)")
@@ -368,7 +367,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=positive_float, default=3600.0, help="seconds before one run is killed")
     p.add_argument("--report-only", action="store_true", help="only summarise the runs already under --out")
     p.add_argument("--engine", choices=("loop", "verl"), default="loop",
-                   help="loop: equal compute, analysis.toy_loop (the published table); verl: equal steps, verl trainer")
+                   help="loop: equal compute, lab.analysis.toy_loop (the published table); verl: equal steps, verl trainer")
     p.add_argument("--budget-steps", type=positive_float, default=12,
                    help="loop: FLOP budget of every arm, in baseline steps' worth of FLOPs (measured on the warm start)")
     p.add_argument("--budget-flops", type=nonnegative_float, default=0.0,
@@ -440,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
     errors = report_option_errors(args)
     if errors:
         p.error("; ".join(errors))
-    command = "python scripts/compare_methods.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    command = "python lab/scripts/compare_methods.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     if args.engine == "loop":
         return run_loop(args, command)
     args.methods = args.methods or [m.name for m in METHODS]
@@ -460,7 +459,7 @@ def run_verl(args: argparse.Namespace, methods: list[Method], command: str) -> i
     if not args.report_only:
         stamp = assets_dir / "assets.json"
         if not stamp.exists():
-            from toy_task.warm_start import build_toy_assets
+            from lab.toy_tasks.warm_start import build_toy_assets
 
             print(f"[compare] building the toy assets in {assets_dir} ...", flush=True)
             stamp.parent.mkdir(parents=True, exist_ok=True)
@@ -491,7 +490,7 @@ def run_verl(args: argparse.Namespace, methods: list[Method], command: str) -> i
     except ValueError as exc:  # a log that cannot be counted: file and line
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    from analysis.toy_loop import sha256_of_dir
+    from lab.analysis.toy_loop import sha256_of_dir
 
     model_dir = assets_dir / "model_sft"
     tables = (f"Warm start sha256 `{sha256_of_dir(model_dir) if model_dir.is_dir() else 'n/a (not found)'}`. "
@@ -542,14 +541,14 @@ def check_loop_folder(out: Path, meta: dict) -> None:
                          "compute")
     if "warm_start_test_accuracy" not in meta:
         raise ValueError(f"{out}/meta.json: no 'warm_start_test_accuracy' field; not the meta.json of a test-split "
-                         "analysis.toy_loop folder")
+                         "lab.analysis.toy_loop folder")
 
 
 def run_loop(args: argparse.Namespace, command: str) -> int:
-    """Equal compute: ``analysis.toy_loop`` runs (skipped when their JSON exists), then the report."""
-    from analysis import equal_compute_report as report
-    from analysis.toy_loop import default_arms
-    from analysis.toy_loop import main as loop_main
+    """Equal compute: ``lab.analysis.toy_loop`` runs (skipped when their JSON exists), then the report."""
+    from lab.analysis import equal_compute_report as report
+    from lab.analysis.toy_loop import default_arms
+    from lab.analysis.toy_loop import main as loop_main
 
     arms = default_arms()
     names = args.methods or list(arms)

@@ -6,7 +6,7 @@ answer string, as a data set would store it), and asks the project's verifier wh
 ``reward_fns.check_ground_truth(..., thorough=True)`` must accept it (the gold stated plainly as
 ``\\boxed{gold}`` scores ``correct``). Prints the counts and every refused gold.
 
-    python scripts/measure_gold_forms.py PATH/TO/Math-Verify/tests
+    python lab/scripts/measure_gold_forms.py PATH/TO/Math-Verify/tests
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import ast
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
 def parametrized_golds(tests_dir: Path) -> list[str]:

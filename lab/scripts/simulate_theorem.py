@@ -1,10 +1,10 @@
 #!/usr/bin/env python
 """Controlled check of Theorem A.2 and the λ optimum in a world with a known ground truth (issue 7, part 4).
 
-    python scripts/simulate_theorem.py                 # full run, ~15 s on one CPU core
-    python scripts/simulate_theorem.py --quick         # small setting (the test runs this)
+    python lab/scripts/simulate_theorem.py                 # full run, ~15 s on one CPU core
+    python lab/scripts/simulate_theorem.py --quick         # small setting (the test runs this)
 
-The world, the correction operator and the measurements are in :mod:`analysis.simulation`; every IBPO number
+The world, the correction operator and the measurements are in :mod:`lab.analysis.simulation`; every IBPO number
 comes from the functions the trainer uses (``ibpo.pipeline``, ``ibpo.advantages``, ``ibpo.diagnostics``).
 
 Table 1 (fixed policies, every step right with probability p): Cov(Y, φ), V_φ, the predicted
@@ -32,7 +32,7 @@ from dataclasses import asdict
 import numpy as np
 
 from ibpo.options import IBPOConfig
-from analysis.simulation import RegimeResult, TrainingResult, World, measure_regime, train
+from lab.analysis.simulation import RegimeResult, TrainingResult, World, measure_regime, train
 from option_types.cli import int_at_least, nonnegative_float, nonnegative_int, positive_float, positive_int, probability
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from data_prep.common import verl_schema, write_verl_parquet
-from toy_task.addition import DATA_SOURCE, NUM_DIGITS, AdditionProblem, sample_problems
+from lab.toy_tasks.addition import DATA_SOURCE, NUM_DIGITS, AdditionProblem, sample_problems
 
 EXTRA_INFO = pa.struct([("split", pa.string()), ("index", pa.int64()), ("problem_id", pa.string()),
                         ("question", pa.string()), ("answer", pa.string())])

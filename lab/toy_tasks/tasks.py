@@ -1,11 +1,11 @@
-"""The CPU evidence's tasks, by name (``--task`` of ``toy_task.warm_start`` and ``analysis.toy_loop``): what the
+"""The CPU evidence's tasks, by name (``--task`` of ``lab.toy_tasks.warm_start`` and ``lab.analysis.toy_loop``): what the
 warm start and the loop need of a task, and nothing else.
 
-- ``addition`` (``toy_task.addition``): one worked path per problem, a wrong answer shares most of its tokens
+- ``addition`` (``lab.toy_tasks.addition``): one worked path per problem, a wrong answer shares most of its tokens
   with the right one.
-- ``three_sum`` (``toy_task.three_sum``): six valid orders per problem, so right and wrong siblings share few
+- ``three_sum`` (``lab.toy_tasks.three_sum``): six valid orders per problem, so right and wrong siblings share few
   tokens; the regime the paper targets.
-- ``three_sum_named`` (``toy_task.three_sum``): the same problems with the operands labelled in the prompt and
+- ``three_sum_named`` (``lab.toy_tasks.three_sum``): the same problems with the operands labelled in the prompt and
   named in the solution (no whole-number copying, which the tiny policy could not learn).
 """
 
@@ -15,7 +15,7 @@ import random
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from toy_task import addition, three_sum
+from lab.toy_tasks import addition, three_sum
 
 
 @dataclass(frozen=True)

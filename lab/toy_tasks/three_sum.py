@@ -50,7 +50,7 @@ import itertools
 import random
 from dataclasses import dataclass
 
-from toy_task.addition import digit_lines
+from lab.toy_tasks.addition import digit_lines
 
 DATA_SOURCE = "ibpo/toy_three_sum"
 NAMED_DATA_SOURCE = "ibpo/toy_three_sum_named"

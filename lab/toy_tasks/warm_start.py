@@ -1,6 +1,6 @@
 """The toy task's tiny model and its SFT warm start, and the assets a CPU run needs.
 
-    python -m toy_task.warm_start --out /tmp/toy --measure
+    python -m lab.toy_tasks.warm_start --out /tmp/toy --measure
 
 builds ``tokenizer/`` (byte-level BPE with one token per digit, trained on this task's text and the IBPO
 correction prompt), ``model_sft/`` (a tiny Qwen2 LM fine-tuned on worked solutions, and on correction
@@ -20,9 +20,9 @@ from pathlib import Path
 import torch
 
 from option_types.cli import output_folder, positive_int
-from toy_task.tasks import TASKS, ToyTask, get_task
+from lab.toy_tasks.tasks import TASKS, ToyTask, get_task
 from data_prep.common import read_verl_parquet
-from toy_task.rows import write_task_parquets
+from lab.toy_tasks.rows import write_task_parquets
 from toy_task.sft import collate, sampled_accuracy
 
 HIDDEN_SIZE = 96
@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=output_folder, required=True, help="output directory")
     parser.add_argument("--sft-steps", type=positive_int, default=SFT_STEPS)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--task", default="addition", choices=sorted(TASKS), help="toy_task.tasks")
+    parser.add_argument("--task", default="addition", choices=sorted(TASKS), help="lab.toy_tasks.tasks")
     parser.add_argument("--hidden-size", type=int, default=HIDDEN_SIZE, help="the policy's width (default: the toy's)")
     parser.add_argument("--num-layers", type=int, default=NUM_LAYERS, help="the policy's depth (default: the toy's)")
     parser.add_argument("--measure", action="store_true", help="report sampled and greedy accuracy on val")
@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> None:
                      f"got {args.hidden_size}, {args.num_layers}")
     assets = build_toy_assets(args.out, sft_steps=args.sft_steps, seed=args.seed, task=args.task,
                               hidden_size=args.hidden_size, num_layers=args.num_layers)
-    (Path(args.out) / "assets.json").write_text(json.dumps(assets, indent=1))  # read by scripts/compare_methods.py
+    (Path(args.out) / "assets.json").write_text(json.dumps(assets, indent=1))  # read by lab/scripts/compare_methods.py
     print(json.dumps(assets, indent=1))
     if args.measure:
         print(json.dumps(measure(assets["model"], assets["val"])))

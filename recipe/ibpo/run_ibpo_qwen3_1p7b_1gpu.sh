@@ -19,7 +19,7 @@
 # The same as the paper: G, λ, β, α, the lr and its schedule, the GSPO clip range and aggregation. The GSPO
 # baseline gets the same compute budget (COMPUTE_BUDGET, BUDGET_UNIT), not the same steps.
 # What fits in 80 GB is CHOSEN, NOT MEASURED: no run of these sizes (32 prompts x G = 8, 8k responses, a 32k vLLM
-# context, GPU_MEM=0.45) has been measured on a GPU; `python scripts/bench_gpu.py` measures peak memory and
+# context, GPU_MEM=0.45) has been measured on a GPU; `python lab/scripts/bench_gpu.py` measures peak memory and
 # per-phase seconds of one step at a reduced batch (docs/gpu.md, whose table says which rows are measured).
 set -xeuo pipefail
 source "$(dirname "$0")/../common/launch_env.sh"   # a bad variable stops here, naming it

@@ -67,7 +67,7 @@ def test_no_variant_name_branches_outside_the_registry():
     root = Path(__file__).resolve().parents[2]
     branch = re.compile(r"""variant\s*(==|!=|\bin\b|\bnot in\b)\s*[("'\[]|["'](binary|ratio|mask)["']\s*(==|!=)""")
     offenders = [f"{path.relative_to(root)}:{number}: {line.strip()}"
-                 for folder in ("ibpo", "recipe", "analysis", "scripts") for path in sorted((root / folder).rglob("*.py"))
+                 for folder in ("ibpo", "recipe", "lab", "evaluation") for path in sorted((root / folder).rglob("*.py"))
                  if path.name != "variants.py"
                  for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
                  if branch.search(line)]

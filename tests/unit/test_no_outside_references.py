@@ -75,8 +75,8 @@ VERSION_ALLOWED = {
     ("docs/verl_on_cpu.md", "2.13.0+cpu, verl "): "the environment line of the CPU observations",
     ("deploy/gpu_pins.txt", "verl=="): "the GPU stack as run on the H100/H200 (tests/unit/test_gpu_bundle.py "
                                       "requires it to equal the pin)",
-    ("docs/assets/bench_gpu_h200_coefficients.json", '"verl": "'): "the versions scripts/bench_gpu.py recorded",
-    ("docs/assets/bench_gpu_h200_copy_and_step.json", '"verl": "'): "the versions scripts/bench_gpu.py recorded",
+    ("docs/assets/bench_gpu_h200_coefficients.json", '"verl": "'): "the versions lab/scripts/bench_gpu.py recorded",
+    ("docs/assets/bench_gpu_h200_copy_and_step.json", '"verl": "'): "the versions lab/scripts/bench_gpu.py recorded",
 }
 
 

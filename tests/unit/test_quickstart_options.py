@@ -151,7 +151,7 @@ def test_an_out_folder_that_is_a_file_is_refused(tmp_path, capsys):
 
 
 def test_a_cached_warm_start_of_another_configuration_is_refused(tmp_path, capsys):
-    # before: a toy_task.warm_start folder's assets.json (another model, task and rows) was run as the quickstart's
+    # before: a lab.toy_tasks.warm_start folder's assets.json (another model, task and rows) was run as the quickstart's
     from toy_task.synthetic_task import demo_assets_config
 
     (tmp_path / "assets.json").write_text(json.dumps({"model": str(tmp_path), "train": str(tmp_path),

@@ -1,4 +1,4 @@
-"""scripts/compare_methods.py --engine verl --report-only on synthetic verl file-logger logs: Student-t eval
+"""lab/scripts/compare_methods.py --engine verl --report-only on synthetic verl file-logger logs: Student-t eval
 intervals over seeds, paired differences, compute to the threshold on the seed mean, optimizer updates and phase
 times, worked out by hand; the micro-batch cap."""
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "scripts" / "compare_methods.py"
+ROOT = Path(__file__).resolve().parents[3]
+SCRIPT = ROOT / "lab" / "scripts" / "compare_methods.py"
 EVAL = "val-core/ibpo/toy_addition/acc/mean@1"
 
 
@@ -69,7 +69,7 @@ def test_report_only_table(tmp_path, monkeypatch):
     assert gspo["wall_s_by_phase"]["step"] == pytest.approx(20.0)
     table = (tmp_path / "table.md").read_text()
     assert "| GSPO G=4n | 2 | 10 |" in table and "not reached" in table
-    assert "Equal steps, not equal compute" in table and "Command: `python scripts/compare_methods.py" in table
+    assert "Equal steps, not equal compute" in table and "Command: `python lab/scripts/compare_methods.py" in table
     assert (tmp_path / "curves.png").stat().st_size > 10_000
 
 

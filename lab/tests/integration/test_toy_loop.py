@@ -1,4 +1,4 @@
-"""analysis.toy_loop end to end on a tiny untrained model: every arm stops at the FLOP budget and is evaluated
+"""lab.analysis.toy_loop end to end on a tiny untrained model: every arm stops at the FLOP budget and is evaluated
 at the milestones; the step's FLOPs are compute_accounting.flops's count of the rows it generated and trained; the
 baseline and IBPO of a seed draw the same first samples (common random numbers); the JSON feeds the report."""
 
@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from analysis import toy_loop
+from lab.analysis import toy_loop
 from compute_accounting.flops import StepWork, forward_flops, step_flops
 
 # building the tiny tokenizer and model takes ~35 s on 2 shared cores: every test here is slow
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def toy(tmp_path_factory):
-    from toy_task.warm_start import tokenizer_corpus
+    from lab.toy_tasks.warm_start import tokenizer_corpus
     from verl_cpu.tiny_assets import build_tiny_model, build_tiny_tokenizer
 
     torch.set_num_threads(1)
@@ -190,9 +190,9 @@ def test_modelled_gpu_budget_correction_share_and_coverage(toy, monkeypatch):
 
 
 def test_each_arm_chooses_its_own_rate_through_the_real_ablation(toy, tmp_path):
-    """analysis.lr_per_arm end to end: every rate runs through analysis.ablation on the validation split with the
+    """lab.analysis.lr_per_arm end to end: every rate runs through lab.analysis.ablation on the validation split with the
     protocol options passed through, and each arm's choice is read back from those runs."""
-    from analysis import lr_per_arm
+    from lab.analysis import lr_per_arm
 
     out = tmp_path / "lr"
     argv = ["--out", str(out), "--warm-start", f"w={toy.model_dir}", "--arms", "GSPO G=n", "greedy disagreements",

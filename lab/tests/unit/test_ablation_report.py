@@ -1,4 +1,4 @@
-"""analysis.ablation / analysis.ablation_report on hand-made runs: the stratified pooled difference against a
+"""lab.analysis.ablation / lab.analysis.ablation_report on hand-made runs: the stratified pooled difference against a
 direct computation, the per-warm-start rows, and the equal-updates axis (runs evaluated after their last step)."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import random
 import numpy as np
 import pytest
 
-from analysis.ablation_stats import parse_seeds, stratified_difference
-from analysis.ablation_report import final_eval, warm_start_rows, write_report
-from analysis.evaluation_stats import student_t_quantile
+from lab.analysis.ablation_stats import parse_seeds, stratified_difference
+from lab.analysis.ablation_report import final_eval, warm_start_rows, write_report
+from evaluation.stats import student_t_quantile
 
 
 def test_parse_seeds_ranges_and_singles():
@@ -76,7 +76,7 @@ def test_report_rows_per_warm_start_and_pooled(tmp_path, milestone):
         _write_folder(tmp_path / f"ws_{ws}", {"warm_start_test_accuracy": 0.45 if ws == "weak" else 0.88,
                                             "warm_start_sha256": ws * 8}, runs)
     text = write_report(tmp_path, ["weak", "strong"], "GSPO G=n", ["--arms", "GSPO G=n", "IBPO G=n"])
-    from analysis.equal_compute_report import load_results
+    from lab.analysis.equal_compute_report import load_results
 
     meta, results = load_results(tmp_path / "ws_weak")
     rows = {r["arm"]: r for r in warm_start_rows(meta, results, "GSPO G=n")}
@@ -122,7 +122,7 @@ def test_a_validation_ablation_reports_against_the_validation_warm_start(tmp_pat
 
 def test_ablation_refuses_a_chunk_below_one_before_any_run(tmp_path, capsys):
     # before: range(0, n, 0) raised a bare "range() arg 3 must not be zero"
-    from analysis import ablation
+    from lab.analysis import ablation
 
     (tmp_path / "ws").mkdir()
     (tmp_path / "ws" / "config.json").write_text("{}")
@@ -160,7 +160,7 @@ def test_a_warm_start_with_equal_differences_is_not_counted_a_significant_win(tm
 
 def test_a_pooled_difference_without_spread_has_no_p_and_prints_no_interval():
     # before: p = 0.0 (a "significant" pooled win) and "+0.050 [+0.050, +0.050]"
-    from analysis.ablation_report import format_interval
+    from lab.analysis.ablation_report import format_interval
 
     pooled = stratified_difference([(0.05, 0.0, 3), (0.05, 0.0, 4)])
     assert math.isnan(pooled["p_value"]) and pooled["seeds"] == 7
@@ -180,11 +180,11 @@ def _three_arm_folder(tmp_path):
 def test_report_only_reports_the_listed_arms_and_given_seeds(tmp_path, capsys, monkeypatch):
     # before: --report-only --arms 'GSPO G=n' 'IBPO G=n' still reported 'oracle mask' (every arm in the folder),
     # and --seeds was ignored (every seed on disk)
-    from analysis import ablation
+    from lab.analysis import ablation
 
     _three_arm_folder(tmp_path)
     # hand-written folders: no model to hash
-    monkeypatch.setattr("analysis.ablation_report.check_models", lambda *a, **k: None)
+    monkeypatch.setattr("lab.analysis.ablation_report.check_models", lambda *a, **k: None)
     common = ["--out", str(tmp_path / "out"), "--warm-start", f"w={tmp_path / 'ws'}", "--report-only"]
     assert ablation.main([*common, "--arms", "GSPO G=n", "IBPO G=n"]) == 0
     text = capsys.readouterr().out
@@ -203,7 +203,7 @@ def test_report_only_reports_the_listed_arms_and_given_seeds(tmp_path, capsys, m
                                           (["--budget-arm", "GSPO G=n"], "--budget-arm")])
 def test_report_only_refuses_options_that_only_shape_new_runs(tmp_path, capsys, extra, named):
     # before: accepted and ignored (the table then looked like a table at that learning rate or budget)
-    from analysis import ablation
+    from lab.analysis import ablation
 
     _three_arm_folder(tmp_path)
     with pytest.raises(SystemExit):

@@ -1,4 +1,4 @@
-"""CPU-side parts of scripts/bench_correction_pass.py (the vLLM run itself needs a GPU: see its --smoke)."""
+"""CPU-side parts of lab/scripts/bench_correction_pass.py (the vLLM run itself needs a GPU: see its --smoke)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from analysis.correction_workload import LAYOUTS, build_workload, chat_prompt_ids, correction_requests
+from lab.analysis.correction_workload import LAYOUTS, build_workload, chat_prompt_ids, correction_requests
 from verl_cpu.tiny_assets import build_tiny_tokenizer
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, ROOT / "lab" / "scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)

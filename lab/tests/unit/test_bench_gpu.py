@@ -1,4 +1,4 @@
-"""CPU-side parts of scripts/bench_gpu.py: the plan, the decode fit, the copy workload's bookkeeping, the step's
+"""CPU-side parts of lab/scripts/bench_gpu.py: the plan, the decode fit, the copy workload's bookkeeping, the step's
 metric parsing, the table and the JSON (which compute_accounting.gpu_time.coefficients_from_json reads back).
 The GPU parts themselves need CUDA and vLLM: ``main`` says so and exits 0 here."""
 
@@ -26,9 +26,9 @@ from compute_accounting.gpu_time import (
 from recipe.ibpo.correction.rollout import SpecCounters, spec_counter_metrics
 from verl_cpu.launch import read_metrics_jsonl
 
-ROOT = Path(__file__).resolve().parents[2]
-FIXTURE = ROOT / "tests" / "fixtures" / "bench_gpu" / "step_metrics.jsonl"
-spec = importlib.util.spec_from_file_location("bench_gpu", ROOT / "scripts" / "bench_gpu.py")
+ROOT = Path(__file__).resolve().parents[3]
+FIXTURE = ROOT / "lab" / "tests" / "fixtures" / "bench_gpu" / "step_metrics.jsonl"
+spec = importlib.util.spec_from_file_location("bench_gpu", ROOT / "lab" / "scripts" / "bench_gpu.py")
 bench = importlib.util.module_from_spec(spec)
 sys.modules["bench_gpu"] = bench
 spec.loader.exec_module(bench)
@@ -193,7 +193,7 @@ def test_json_round_trips_through_coefficients_from_json(tmp_path):
     coeff = coefficients_from_json(tmp_path / "bench_gpu.json")
     assert coeff == report.coefficients()
     assert coeff.decode_step_s == 4e-3 and coeff.prefill_tokens_per_s == 5e4
-    assert coeff.sources["decode_step_s"] == ("measured: scripts/bench_gpu.py coefficients decode grid, "
+    assert coeff.sources["decode_step_s"] == ("measured: lab/scripts/bench_gpu.py coefficients decode grid, "
                                               "NVIDIA H100 80GB HBM3, abc1234")
     # the step's verl weight sync (2.5 s in the fixture) is not in `measured` until run_step puts it there:
     assert coeff.weight_sync_s == 0.4 and "lower bound" in coeff.sources["weight_sync_s"]
@@ -211,14 +211,14 @@ def test_unmeasured_coefficients_keep_the_roofline_and_say_so(tmp_path):
     roof = roofline_coefficients("H100-SXM", "Qwen3-1.7B")
     assert coeff.decode_step_s == roof.decode_step_s
     assert coeff.sources["decode_step_s"].startswith("not measured in this run; roofline")
-    assert coeff.sources["weight_sync_s"] == "measured: scripts/bench_gpu.py step update_weights, G, c"
+    assert coeff.sources["weight_sync_s"] == "measured: lab/scripts/bench_gpu.py step update_weights, G, c"
     empty = bench.Report({"gpu": "G", "commit": "c", "date": "d", "budget_s": 60.0}, [])
     assert "coefficients" not in empty.to_json()  # nothing measured: nothing that reads as a measurement
 
 
 def test_table_shows_each_part():
     table = bench.format_report(report_with_everything())
-    assert "| decode_step_s | 0.004 | measured: scripts/bench_gpu.py coefficients decode grid" in table
+    assert "| decode_step_s | 0.004 | measured: lab/scripts/bench_gpu.py coefficients decode grid" in table
     assert "| 8 | 256 | 0.00450 | 0.00440 |" in table
     assert "| copy | off | 4.00 | 1.00x |" in table and "| copy | 8 | 2.00 | 2.00x | 1500 | 4.50 | 0.60 | 1.00 | 1.80 |" in table
     assert "step 1: 16 corrections ran for 16 wrong responses" in table

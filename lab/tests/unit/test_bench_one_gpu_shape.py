@@ -1,4 +1,4 @@
-"""CPU-side parts of scripts/bench_one_gpu_shape.py (the run itself needs a GPU)."""
+"""CPU-side parts of lab/scripts/bench_one_gpu_shape.py (the run itself needs a GPU)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location("bench_one_gpu_shape", ROOT / "scripts" / "bench_one_gpu_shape.py")
+ROOT = Path(__file__).resolve().parents[3]
+spec = importlib.util.spec_from_file_location("bench_one_gpu_shape", ROOT / "lab" / "scripts" / "bench_one_gpu_shape.py")
 shape = importlib.util.module_from_spec(spec)
 sys.modules["bench_one_gpu_shape"] = shape
 spec.loader.exec_module(shape)

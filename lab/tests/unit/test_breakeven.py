@@ -1,4 +1,4 @@
-"""analysis.breakeven: the weighted line against a slow reference on random inputs, the bootstrap's resampling
+"""lab.analysis.breakeven: the weighted line against a slow reference on random inputs, the bootstrap's resampling
 unit (a seed with all its shares), the verdicts, and the per-share rule over synthetic ablation folders."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from analysis.breakeven import (
+from lab.analysis.breakeven import (
     SharePoint,
     analyse,
     bootstrap_line,
@@ -116,7 +116,7 @@ def test_analyse_reads_the_share_folders_and_both_rules(tmp_path):
 
 def test_a_zero_width_bootstrap_interval_is_no_interval_and_resolves_nothing(tmp_path):
     # every seed the same slope -0.04: every resample refits b = -0.04, a "95% interval" of width 0, which crossed
-    # at 0.75 and printed as "-0.040 [-0.040, -0.040]"; it is no interval (analysis.evaluation_stats.interval_text)
+    # at 0.75 and printed as "-0.040 [-0.040, -0.040]"; it is no interval (evaluation.stats.interval_text)
     for share in (0.0, 0.5, 1.0):
         _share_folder(tmp_path, share, slope=-0.04)
     result = analyse({s: tmp_path / f"s{s}" for s in (0.0, 0.5, 1.0)}, ["weak", "strong"], ["A"], "GSPO G=n",

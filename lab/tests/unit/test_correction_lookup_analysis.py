@@ -1,5 +1,5 @@
 """The CPU proxy's data path: the trainer's correction dump and lookup metrics (recipe/ibpo/correction/batch.py),
-the edit profile, synthetic corrections and the bound's cut table (analysis/correction_lookup.py)."""
+the edit profile, synthetic corrections and the bound's cut table (lab/analysis/correction_lookup.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 from verl import DataProto
 
-from analysis.correction_lookup import EditProfile, bound_cuts, edit_like, edit_profile, load_dump
+from lab.analysis.correction_lookup import EditProfile, bound_cuts, edit_like, edit_profile, load_dump
 from ibpo.lookup_decoding import NgramParams, simulate_lookup
 from ibpo.pipeline import CorrectionRequest
 from recipe.ibpo.correction import batch as corr
@@ -108,8 +108,8 @@ def test_bench_script_reports_a_dump(tmp_path, capsys):
     import importlib.util
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[2]
-    spec = importlib.util.spec_from_file_location("bench_correction_lookup", root / "scripts" / "bench_correction_lookup.py")
+    root = Path(__file__).resolve().parents[3]
+    spec = importlib.util.spec_from_file_location("bench_correction_lookup", root / "lab" / "scripts" / "bench_correction_lookup.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     out = generation_output([[1, 2, 3, 4, 5, 6], [4, 5]], [[1, 2, 3, 4, 5, 6, 0], [9, 9, 9]])

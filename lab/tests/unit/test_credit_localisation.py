@@ -1,11 +1,11 @@
-"""analysis.credit_localisation on toy-task solutions (characters as tokens) against hand-counted sets."""
+"""lab.analysis.credit_localisation on toy-task solutions (characters as tokens) against hand-counted sets."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from analysis.credit_localisation import (
+from lab.analysis.credit_localisation import (
     first_error_mask,
     line_index,
     localise,
@@ -13,7 +13,7 @@ from analysis.credit_localisation import (
     summarise,
     wrong_mask,
 )
-from toy_task.addition import AdditionProblem, render_solution
+from lab.toy_tasks.addition import AdditionProblem, render_solution
 
 PROBLEM = AdditionProblem(4572, 3851)  # d2: 7+5+0=12 write 2 carry 1
 

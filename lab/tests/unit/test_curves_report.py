@@ -1,4 +1,4 @@
-"""analysis.curves_report: Holm's adjustment and the random-warm-start interval against hand computations, and
+"""lab.analysis.curves_report: Holm's adjustment and the random-warm-start interval against hand computations, and
 the report over a folder of synthetic runs."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from analysis.curves_report import holm, random_warm_start_difference, report
+from lab.analysis.curves_report import holm, random_warm_start_difference, report
 
 
 def test_holm_matches_the_step_down_rule():
@@ -80,7 +80,7 @@ def _folder(root, ws, arm_accs: dict, budget=40.0, sha="0" * 64):
 
 
 def test_an_arm_at_its_own_rate_is_read_from_its_folder_and_must_share_the_budget(tmp_path):
-    from analysis.curves_report import load_with_arm_folders
+    from lab.analysis.curves_report import load_with_arm_folders
 
     _folder(tmp_path / "main", "a", {"B": [0.5, 0.6, 0.7], "A": [0.0, 0.0, 0.0]})
     _folder(tmp_path / "own", "a", {"A": [0.55, 0.66, 0.77]})  # A at its own rate: +0.05, +0.06, +0.07
@@ -111,7 +111,7 @@ def test_seeds_cut_every_arm_to_those_seeds_and_leave_the_csv(tmp_path):
 
 
 def test_the_report_leaves_the_ablations_runs_csv_alone(tmp_path):
-    # analysis.ablation writes runs.csv (its own columns) into the folder the report reads
+    # lab.analysis.ablation writes runs.csv (its own columns) into the folder the report reads
     _folder(tmp_path, "a", {"B": [0.5, 0.6], "A": [0.5, 0.7]})
     (tmp_path / "runs.csv").write_text("task,warm_start,arm,seed,accuracy_at_1\n")
     report(tmp_path, ["a"], "B")

@@ -1,4 +1,4 @@
-"""analysis.equal_compute_report on hand-made toy_loop results: paired differences at the milestones, compute to
+"""lab.analysis.equal_compute_report on hand-made toy_loop results: paired differences at the milestones, compute to
 the threshold, updates, the collapse check and the localisation table, worked out by hand."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from analysis import equal_compute_report as report
+from lab.analysis import equal_compute_report as report
 
 
 def result(arm: str, seed: int, final: float, half: float, rewards: list[float], flops_per_step: float,
@@ -28,7 +28,7 @@ def loc(step: int, modified: int, wrong: int, overlap: int, first: bool, copy: b
 
 def write(tmp_path):
     meta = {"warm_start_sha256": "ab" * 32, "budget_flops": 100.0, "warm_start_test_accuracy": 0.5,
-            "command": "python -m analysis.toy_loop --x"}
+            "command": "python -m lab.analysis.toy_loop --x"}
     (tmp_path / "meta.json").write_text(json.dumps(meta))
     base = {0: 0.60, 1: 0.70, 2: 0.80}
     diffs = {0: 0.02, 1: 0.06, 2: 0.04}  # mean 0.04, SD 0.02
@@ -94,7 +94,7 @@ def test_runs_csv_has_one_row_per_arm_and_seed(tmp_path):
     ("ibpo_s1.json", '{"arm": "IBPO G=n", "seed": 1, "steps": [{"st', "not readable JSON (JSONDecodeError: "),
     ("meta.json", "{", "not readable JSON (JSONDecodeError: "),
     ("ibpo_s1.json", "[]", "expected a JSON object, got list"),
-    ("ibpo_s1.json", '{"seed": 1}', "not an analysis.toy_loop result (expected a string 'arm' and an integer 'seed'"),
+    ("ibpo_s1.json", '{"seed": 1}', "not an lab.analysis.toy_loop result (expected a string 'arm' and an integer 'seed'"),
     # JSON allows NaN: before, it went on into the means and lines (or stopped a t-test naming no run)
     ("ibpo_s1.json", '{"arm": "IBPO G=n", "seed": 1, "steps": [], "evals": [{"milestone": 1.0, "accuracy": NaN}]}',
      "the evaluation at milestone 1.0 has accuracy nan; expected a number in [0, 1]"),
@@ -111,7 +111,7 @@ def test_a_truncated_or_foreign_result_file_is_named(tmp_path, name, content, me
 
 
 def test_a_folder_without_results_is_named(tmp_path):
-    with pytest.raises(FileNotFoundError, match="meta.json: no such file; .* not an analysis.toy_loop output folder"):
+    with pytest.raises(FileNotFoundError, match="meta.json: no such file; .* not an lab.analysis.toy_loop output folder"):
         report.load_results(tmp_path / "nowhere")
 
 

@@ -1,4 +1,4 @@
-"""analysis.grad_probe_loop: the probe hook in verl's layout agrees with the toy loop's own loss, gives ratio
+"""lab.analysis.grad_probe_loop: the probe hook in verl's layout agrees with the toy loop's own loss, gives ratio
 exactly 1 when IBPO's advantages are GSPO's (no shaping) and 4 when they are doubled; the summary pools steps
 per seed and leaves steps without a GSPO ratio out."""
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from analysis import grad_probe_loop
+from lab.analysis import grad_probe_loop
 from ibpo.diagnostics import unnormalised_advantages
 
 
@@ -53,7 +53,7 @@ def test_ratio_is_exact_for_equal_and_doubled_advantages(model, scale, ratio):
 def test_probe_layout_sums_to_the_loops_own_loss_gradient(model):
     """Σ_i g_i (left-padded verl layout, token_mean) = −B · ∇ gspo_loss (the loop's right-padded batch) on the
     probe's coordinates: the hook probes the gradient the loop trains with."""
-    from analysis.toy_loop import gspo_loss
+    from lab.analysis.toy_loop import gspo_loss
     from ibpo.grad_probe import projected_per_sample_gradients, select_parameter_subset
 
     prompts, responses, rewards, groups = _batch(1)

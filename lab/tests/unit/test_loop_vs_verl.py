@@ -1,4 +1,4 @@
-"""analysis.loop_vs_verl: reads equal-steps loop JSONs and verl file-logger JSONL into one table, and refuses
+"""lab.analysis.loop_vs_verl: reads equal-steps loop JSONs and verl file-logger JSONL into one table, and refuses
 runs that cannot be compared (unequal steps, a loop run matched in compute, a verl run without a final eval)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from analysis import loop_vs_verl
+from lab.analysis import loop_vs_verl
 
 
 def _loop(path, arm, seed, rewards, test, milestone=None):

@@ -1,6 +1,6 @@
 """Choosing a toy task's learning rate without the test set: the validation problems are disjoint from train and
 test, a folder's runs are one protocol (resuming it with another lr or split is refused), and
-``analysis.lr_selection`` picks the rate with the highest mean validation accuracy from hand-made runs."""
+``lab.analysis.lr_selection`` picks the rate with the highest mean validation accuracy from hand-made runs."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import json
 
 import pytest
 
-from analysis import lr_selection
-from analysis.toy_loop import RUN_DEFINING_OPTIONS, TEST_SEED, check_same_protocol, validation_problems
-from toy_task.tasks import get_task
+from lab.analysis import lr_selection
+from lab.analysis.toy_loop import RUN_DEFINING_OPTIONS, TEST_SEED, check_same_protocol, validation_problems
+from lab.toy_tasks.tasks import get_task
 
 
 @pytest.mark.parametrize("task_name", ["addition", "three_sum_named"])
@@ -97,7 +97,7 @@ def test_selection_refuses_bad_options_before_any_run(tmp_path, capsys, argv, me
 
 
 def test_toy_loop_refuses_a_non_positive_lr(tmp_path, capsys):
-    from analysis import toy_loop
+    from lab.analysis import toy_loop
 
     with pytest.raises(SystemExit):
         toy_loop.main(["--model", str(tmp_path / "absent"), "--out", str(tmp_path / "out"), "--lr", "0"])
@@ -122,7 +122,7 @@ def test_toy_loop_refuses_a_non_positive_lr(tmp_path, capsys):
 def test_toy_loop_refuses_a_numeric_option_no_run_can_use(tmp_path, capsys, argv, message):
     # before: a NaN budget ran every arm max_steps (10000) steps, unsorted milestones evaluated 0.5 at the full
     # budget, a repeated seed ran twice into one file; all after the model was loaded and probed
-    from analysis import toy_loop
+    from lab.analysis import toy_loop
 
     with pytest.raises(SystemExit):
         toy_loop.main(["--model", str(tmp_path / "absent"), "--out", str(tmp_path / "out"), *argv])
@@ -130,7 +130,7 @@ def test_toy_loop_refuses_a_numeric_option_no_run_can_use(tmp_path, capsys, argv
     assert not (tmp_path / "out").exists()
 
 
-# ------------------------------------------------------------------- each arm's own rate (analysis.lr_per_arm)
+# ------------------------------------------------------------------- each arm's own rate (lab.analysis.lr_per_arm)
 def _ws_runs(out, lr: float, ws: str, accs: dict[str, list[float]], split: str = "val") -> None:
     folder = lr_selection.lr_folder(out, lr) / f"ws_{ws}"
     folder.mkdir(parents=True)
@@ -144,7 +144,7 @@ def _ws_runs(out, lr: float, ws: str, accs: dict[str, list[float]], split: str =
 
 
 def test_each_arm_gets_its_own_rate_by_the_mean_of_warm_start_means(tmp_path):
-    from analysis import lr_per_arm
+    from lab.analysis import lr_per_arm
 
     # G: 1e-4 wins (0.55 against 0.50); L: 3e-4 wins (0.70 against 0.55); T ties at 0.50: the rate listed first
     _ws_runs(tmp_path, 3e-4, "a", {"G": [0.2, 0.4], "L": [0.8, 0.8], "T": [0.5, 0.5]})
@@ -165,7 +165,7 @@ def test_each_arm_gets_its_own_rate_by_the_mean_of_warm_start_means(tmp_path):
 
 
 def test_per_arm_selection_refuses_test_set_runs_and_missing_arms(tmp_path):
-    from analysis import lr_per_arm
+    from lab.analysis import lr_per_arm
 
     _ws_runs(tmp_path / "t", 3e-4, "a", {"G": [0.2, 0.4]}, split="test")
     with pytest.raises(ValueError, match="not evaluated on the validation split"):
@@ -182,7 +182,7 @@ def test_per_arm_selection_refuses_test_set_runs_and_missing_arms(tmp_path):
     (["--lrs", "1e-4", "--", "--eval-split=test"], "are set by lr_per_arm itself"),
 ])
 def test_per_arm_selection_refuses_bad_options_before_any_run(tmp_path, capsys, extra, message):
-    from analysis import lr_per_arm
+    from lab.analysis import lr_per_arm
 
     argv = ["--out", str(tmp_path / "out"), "--warm-start", f"a={tmp_path}", "--arms", "GSPO G=n"]
     if "--arms" in extra:
@@ -197,7 +197,7 @@ def test_a_warm_start_with_one_seed_leaves_the_pooled_column_the_mean_that_choos
     # warm start "a" has one seed per rate (no SD): before, the pooled column dropped it and showed the other warm
     # start's mean (0.510 and 0.560) while the rule chose by the mean over both (0.705 and 0.630), so the table said
     # "highest pooled mean" beside the lower one
-    from analysis import lr_per_arm
+    from lab.analysis import lr_per_arm
 
     for lr, one, three in ((1e-4, 0.9, [0.50, 0.51, 0.52]), (3e-4, 0.7, [0.55, 0.56, 0.57])):
         _ws_runs(tmp_path, lr, "a", {"G": [one]})
@@ -236,7 +236,7 @@ def test_selection_csv_names_the_task_the_runs_recorded(tmp_path, monkeypatch):
                                           (["--", "--budget-steps", "48"],
                                            "after --: ['--budget-steps', '48'] not used")])
 def test_per_arm_report_only_refuses_options_that_only_shape_new_runs(tmp_path, capsys, extra, named):
-    from analysis import lr_per_arm
+    from lab.analysis import lr_per_arm
 
     (tmp_path / "ws").mkdir()
     (tmp_path / "ws" / "config.json").write_text("{}")

@@ -1,10 +1,10 @@
-"""Runs of different protocols are never pooled (``analysis.run_protocol``): a resumed ``analysis.toy_loop`` folder
+"""Runs of different protocols are never pooled (``lab.analysis.run_protocol``): a resumed ``lab.analysis.toy_loop`` folder
 keeps its warm start and milestones; a warm start recorded for another task is refused; every reader that pools or
 compares several toy_loop folders (breakeven, the ablation report, curves_report, lr_selection, lr_per_arm) refuses
 folders that differ in a run-defining option it does not vary, one warm start under two names or a name given twice,
 an unknown arm, baseline or seed, and the baseline among the arms; a budget in steps needs a baseline arm's step or an
 explicit ``--budget-arm``; the table modules are not silent commands. Every folder here is hand-written in
-``analysis.toy_loop``'s format (meta.json + one JSON per arm and seed)."""
+``lab.analysis.toy_loop``'s format (meta.json + one JSON per arm and seed)."""
 
 from __future__ import annotations
 
@@ -17,18 +17,18 @@ from types import SimpleNamespace
 
 import pytest
 
-from analysis import ablation, lr_per_arm, lr_selection, toy_loop
-from analysis.ablation_report import write_report
-from analysis.ablation_stats import parse_warm_starts
-from analysis.breakeven import analyse
-from analysis.curves_report import load_with_arm_folders, report
-from analysis.run_protocol import RUN_DEFINING_OPTIONS, check_comparable, sha256_of_dir
+from lab.analysis import ablation, lr_per_arm, lr_selection, toy_loop
+from lab.analysis.ablation_report import write_report
+from lab.analysis.ablation_stats import parse_warm_starts
+from lab.analysis.breakeven import analyse
+from lab.analysis.curves_report import load_with_arm_folders, report
+from lab.analysis.run_protocol import RUN_DEFINING_OPTIONS, check_comparable, sha256_of_dir
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _meta(sha: str = "a" * 64, split: str = "test", **options) -> dict:
-    """A meta.json as analysis.toy_loop writes it (``args`` holds every option; ``options`` change some)."""
+    """A meta.json as lab.analysis.toy_loop writes it (``args`` holds every option; ``options`` change some)."""
     args = {**RUN_DEFINING_OPTIONS, "milestones": [1.0], "model": "ws/model", "assets": None, **options,
             "eval_split": split}
     return {"args": args, "warm_start_sha256": sha, "budget_flops": 40.0, "budget_unit": args["budget_unit"],
@@ -118,15 +118,15 @@ def test_a_warm_start_recorded_for_another_task_is_refused_before_loading(tmp_pa
 
 
 def test_every_committed_warm_start_records_its_task_and_a_mismatch_is_refused(tmp_path, capsys):
-    from toy_task.tasks import TASKS
+    from lab.toy_tasks.tasks import TASKS
 
-    folders = sorted(p for p in (ROOT / "toy_task" / "warm_starts").iterdir() if p.is_dir())
+    folders = sorted(p for p in (ROOT / "lab" / "toy_tasks" / "warm_starts").iterdir() if p.is_dir())
     assert folders
     for folder in folders:  # tasks.json beside them, not a file inside (their sha256 would change)
         assert toy_loop.warm_start_task(folder) in TASKS, folder
-    assert toy_loop.warm_start_task(ROOT / "toy_task" / "warm_starts" / "three_sum_named_seed0") == "three_sum_named"
+    assert toy_loop.warm_start_task(ROOT / "lab" / "toy_tasks" / "warm_starts" / "three_sum_named_seed0") == "three_sum_named"
     with pytest.raises(SystemExit):
-        toy_loop.main(["--model", str(ROOT / "toy_task" / "warm_starts" / "addition_seed0"), "--out",
+        toy_loop.main(["--model", str(ROOT / "lab" / "toy_tasks" / "warm_starts" / "addition_seed0"), "--out",
                        str(tmp_path / "o"), "--task", "three_sum_named", "--arms", "GSPO G=n", "--seeds", "0"])
     assert "--task three_sum_named: the warm start" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
@@ -298,10 +298,10 @@ def test_the_budget_is_in_gspo_g_n_steps_unless_the_budget_arm_is_named(tmp_path
 
 # ------------------------------------------------------------------------ 5. modules that are not commands
 @pytest.mark.parametrize("module, command", [
-    ("equal_compute_report", "scripts/compare_methods.py --report-only"),
-    ("ablation_report", "python -m analysis.ablation"),
-    ("credit_localisation", "python -m analysis.toy_loop"),
-    ("correction_workload", "scripts/bench_correction_prompts.py"),
+    ("equal_compute_report", "lab/scripts/compare_methods.py --report-only"),
+    ("ablation_report", "python -m lab.analysis.ablation"),
+    ("credit_localisation", "python -m lab.analysis.toy_loop"),
+    ("correction_workload", "lab/scripts/bench_correction_prompts.py"),
 ])
 def test_a_module_that_is_not_a_command_says_which_to_run(module, command):
     # before: exit 0 and no output, whatever the arguments

@@ -1,4 +1,4 @@
-"""analysis.simulation's exact quantities against slow references, and scripts/simulate_theorem.py end to end in
+"""lab.analysis.simulation's exact quantities against slow references, and lab/scripts/simulate_theorem.py end to end in
 its quick setting."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import torch
 
 from ibpo.advantages import group_normalized_advantages
 from ibpo.options import IBPOConfig
-from analysis.simulation import (
+from lab.analysis.simulation import (
     World,
     correct,
     crossing,
@@ -29,7 +29,7 @@ from analysis.simulation import (
     true_gradients,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_score_functions_equal_autograd():
@@ -116,7 +116,7 @@ def test_advantage_variance_crossing_is_lambda_max():
 
 def test_simulate_theorem_quick_run(tmp_path):
     out = tmp_path / "sim.json"
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "simulate_theorem.py"), "--quick", "--json", str(out)],
+    proc = subprocess.run([sys.executable, str(ROOT / "lab" / "scripts" / "simulate_theorem.py"), "--quick", "--json", str(out)],
                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     for needle in ("Table 1", "Table 2", "Table 3", "λ_max=2C/V_φ", "Assumption A.1", "IBPO G=8", "GSPO G=64"):

@@ -9,8 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from data_prep.common import read_verl_parquet
-from toy_task.addition import DATA_SOURCE, AdditionProblem, digit_lines, render_solution, sample_problems, wrong_solution
-from toy_task.rows import EXTRA_INFO, SCHEMA, problem_row, write_task_parquets
+from lab.toy_tasks.addition import DATA_SOURCE, AdditionProblem, digit_lines, render_solution, sample_problems, wrong_solution
+from lab.toy_tasks.rows import EXTRA_INFO, SCHEMA, problem_row, write_task_parquets
 
 
 def test_digit_lines_by_hand():
@@ -77,7 +77,7 @@ def test_three_sum_orders_repairs_and_errors():
     from ibpo.alignment import normalized_edit_distance
     from reward_fns import compute_score
     from toy_task import three_sum
-    from toy_task.tasks import TASKS, get_task
+    from lab.toy_tasks.tasks import TASKS, get_task
 
     assert sorted(TASKS) == ["addition", "three_sum", "three_sum_named"]
     with pytest.raises(ValueError, match="unknown toy task 'sum3'"):
@@ -113,7 +113,7 @@ def test_three_sum_named_fetches_operands_by_name():
     error kinds (a wrong one scores 0, its repair is the right solution in its order) and the scoring."""
     from reward_fns import compute_score
     from toy_task import three_sum
-    from toy_task.tasks import get_task
+    from lab.toy_tasks.tasks import get_task
 
     task = get_task("three_sum_named")
     named, plain = task.sample_problems(30, 4), three_sum.sample_problems(30, 4)
@@ -138,9 +138,9 @@ def test_three_sum_named_fetches_operands_by_name():
 
 
 def test_synthetic_sibling_overlap_is_lower_with_several_orders():
-    """analysis.task_overlap on character ids: a wrong addition shares more of itself with the one right worked
+    """lab.analysis.task_overlap on character ids: a wrong addition shares more of itself with the one right worked
     solution than a wrong three_sum does with right solutions written in random orders; both are shares."""
-    from analysis.task_overlap import synthetic_overlap
+    from lab.analysis.task_overlap import synthetic_overlap
 
     chars = lambda text: [ord(c) for c in text]  # noqa: E731
     addition = synthetic_overlap("addition", chars, problems=40)
@@ -150,7 +150,7 @@ def test_synthetic_sibling_overlap_is_lower_with_several_orders():
     assert 0 < t < a < 1
 
 
-@pytest.mark.parametrize("module", ["toy_task.warm_start", "toy_task.synthetic_task"])
+@pytest.mark.parametrize("module", ["lab.toy_tasks.warm_start", "toy_task.synthetic_task"])
 @pytest.mark.parametrize("args, message", [
     # before: --sft-steps 0 built the tokenizer and model, then failed with IndexError (no loss to report)
     (["--sft-steps", "0"], "argument --sft-steps: must be an integer >= 1, got '0'"),
@@ -167,7 +167,7 @@ def test_warm_start_clis_refuse_a_step_count_below_one(module, args, message, tm
     assert info.value.code == 2 and capsys.readouterr().err.strip().endswith(f"error: {message}")
 
 
-@pytest.mark.parametrize("module", ["toy_task.warm_start", "toy_task.synthetic_task"])
+@pytest.mark.parametrize("module", ["lab.toy_tasks.warm_start", "toy_task.synthetic_task"])
 def test_warm_start_clis_refuse_an_out_folder_that_is_a_file(module, tmp_path, monkeypatch, capsys):
     # before: a NotADirectoryError traceback from the tokenizer's or model's save, after the work began
     import importlib

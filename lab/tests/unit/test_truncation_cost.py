@@ -1,4 +1,4 @@
-"""The truncation measurement (analysis/truncation_cost.py): each candidate keeps the asked share of its tokens
+"""The truncation measurement (lab/analysis/truncation_cost.py): each candidate keeps the asked share of its tokens
 through the real plan_corrections, and the summary pairs every share with the whole candidates."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from analysis.truncation_cost import format_table, keep_share, rates, summarise
+from lab.analysis.truncation_cost import format_table, keep_share, rates, summarise
 from ibpo.options import IBPOConfig
 from ibpo.pipeline import plan_corrections
 from ibpo.prompts import TRUNCATION_MARKER

@@ -1,5 +1,5 @@
 """The committed warm starts are the ones the published tables used: each folder's sha256 (over its sorted files,
-``analysis.toy_loop.sha256_of_dir``, the value every run's meta.json and the per-run CSVs record) is quoted in
+``lab.analysis.toy_loop.sha256_of_dir``, the value every run's meta.json and the per-run CSVs record) is quoted in
 docs/evidence.md and found in the per-run CSVs (``docs/assets/*_runs.csv``) of the runs that started from it."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from analysis.toy_loop import sha256_of_dir
+from lab.analysis.toy_loop import sha256_of_dir
 
-ROOT = Path(__file__).resolve().parents[2]
-WARM_STARTS = sorted(p for p in (ROOT / "toy_task" / "warm_starts").iterdir() if (p / "config.json").is_file())
+ROOT = Path(__file__).resolve().parents[3]
+WARM_STARTS = sorted(p for p in (ROOT / "lab" / "toy_tasks" / "warm_starts").iterdir() if (p / "config.json").is_file())
 
 
 def test_the_accepted_draws_are_committed():
