@@ -6,7 +6,7 @@ docs/correction_pass.md.
     python lab/scripts/bench_correction_lookup.py --dump outputs/toy_lookup/rollouts       # report on an existing dump
     python lab/scripts/bench_correction_lookup.py --dump DIR --lengths 2048 8192 32768     # + synthetic lengths
 
-Real corrections: ``--toy-run`` trains IBPO on the CPU toy (``toy_task``: warm-started tiny model, four-digit
+Real corrections: ``--toy-run`` trains IBPO on the CPU toy (``lab.toy_tasks``: warm-started tiny model, four-digit
 addition; ``python -m lab.toy_tasks.warm_start`` builds the assets once, under ``<out>/assets``) through verl's real
 trainer with ``trainer.rollout_data_dir`` set, so every step's corrections are dumped
 (``recipe/ibpo/correction/batch.dump_corrections``). Synthetic corrections at L tokens: the toy's measured edit

@@ -237,13 +237,13 @@ def next_commands(assets: dict, out: Path, name: str, hf_checkpoint: Path, label
     evals = out / "eval"
     py = "python"
     return [
-        f"{py} evaluation/evaluate.py run --model {shown_path(Path(assets['model']))} --data {val} {sampling} "
+        f"{py} -m evaluation.evaluate run --model {shown_path(Path(assets['model']))} --data {val} {sampling} "
         f"--label warm_start --out {shown_path(evals / 'warm_start')}",
-        f"{py} evaluation/evaluate.py run --model {shown_path(hf_checkpoint)} --data {val} {sampling} "
+        f"{py} -m evaluation.evaluate run --model {shown_path(hf_checkpoint)} --data {val} {sampling} "
         f"--label {label} --out {shown_path(evals / label)}",
-        f"{py} evaluation/evaluate.py compare {shown_path(evals / label / 'results.json')} "
+        f"{py} -m evaluation.evaluate compare {shown_path(evals / label / 'results.json')} "
         f"{shown_path(evals / 'warm_start' / 'results.json')} --out {shown_path(evals / (label + '_vs_warm_start.md'))}",
-        f"{py} evaluation/plot_curves.py {runs} --x step --threshold 0.5 --smooth 1 "
+        f"{py} -m evaluation.plot_curves {runs} --x step --threshold 0.5 --smooth 1 "
         f"--out {shown_path(out / 'curves.png')}",
     ]
 

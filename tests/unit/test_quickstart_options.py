@@ -81,7 +81,7 @@ def test_next_commands_evaluate_both_models_and_plot_every_run_in_the_directory(
     assert f"--model {assets['model']}" in run_warm and f"--model {ckpt}" in run_ckpt
     assert run_warm.split("--model")[1].split("--label")[0].split(" ", 2)[2] == \
         run_ckpt.split("--model")[1].split("--label")[0].split(" ", 2)[2]  # same data and sampling
-    assert compare.split()[3].endswith("ibpo_binary/results.json") and compare.split()[4].endswith("warm_start/results.json")
+    assert compare.split()[4].endswith("ibpo_binary/results.json") and compare.split()[5].endswith("warm_start/results.json")
     assert plot.index("--run gspo=") < plot.index("--run ibpo_binary=")
 
 

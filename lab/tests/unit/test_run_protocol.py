@@ -305,7 +305,7 @@ def test_the_budget_is_in_gspo_g_n_steps_unless_the_budget_arm_is_named(tmp_path
 ])
 def test_a_module_that_is_not_a_command_says_which_to_run(module, command):
     # before: exit 0 and no output, whatever the arguments
-    done = subprocess.run([sys.executable, "-m", f"analysis.{module}", "--help"], cwd=ROOT, capture_output=True,
+    done = subprocess.run([sys.executable, "-m", f"lab.analysis.{module}", "--help"], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode != 0 and done.stdout == ""
     assert len(done.stderr.strip().splitlines()) == 1 and command in done.stderr and "not a command" in done.stderr

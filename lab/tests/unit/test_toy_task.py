@@ -76,7 +76,7 @@ def test_three_sum_orders_repairs_and_errors():
     right solution; the task registry names both tasks."""
     from ibpo.alignment import normalized_edit_distance
     from reward_fns import compute_score
-    from toy_task import three_sum
+    from lab.toy_tasks import three_sum
     from lab.toy_tasks.tasks import TASKS, get_task
 
     assert sorted(TASKS) == ["addition", "three_sum", "three_sum_named"]
@@ -112,7 +112,7 @@ def test_three_sum_named_fetches_operands_by_name():
     the operands (no 3-digit operand is written in the response before the answer) and keep the six orders, the
     error kinds (a wrong one scores 0, its repair is the right solution in its order) and the scoring."""
     from reward_fns import compute_score
-    from toy_task import three_sum
+    from lab.toy_tasks import three_sum
     from lab.toy_tasks.tasks import get_task
 
     task = get_task("three_sum_named")
@@ -184,7 +184,7 @@ def test_warm_start_clis_refuse_an_out_folder_that_is_a_file(module, tmp_path, m
 
 def test_warm_start_measure_of_a_task_without_val_rows_is_refused(tmp_path, monkeypatch, capsys):
     # before: --measure with --task three_sum_named built the warm start and measured nothing, silently
-    from toy_task import warm_start
+    from lab.toy_tasks import warm_start
 
     monkeypatch.setattr(warm_start, "build_toy_assets", lambda *a, **k: pytest.fail("assets built"))
     with pytest.raises(SystemExit) as info:
