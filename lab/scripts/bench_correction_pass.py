@@ -49,7 +49,8 @@ from option_types.cli import float_in, int_at_least, nonnegative_float, nonnegat
 
 import numpy as np
 
-from lab.analysis.correction_workload import (
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the clone's root: lab/ is not installed
+from lab.analysis.correction_workload import (  # noqa: E402
     LAYOUTS,
     build_tokenizer,
     build_workload,

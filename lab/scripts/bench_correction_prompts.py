@@ -16,10 +16,13 @@ skips less (requests prefilled in the same scheduler step do not hit each other,
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
+from pathlib import Path
 
-from lab.analysis.correction_workload import (
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the clone's root: lab/ is not installed
+from lab.analysis.correction_workload import (  # noqa: E402
     LAYOUTS,
     build_tokenizer,
     build_workload,

@@ -28,12 +28,15 @@ import math
 import sys
 import time
 from dataclasses import asdict
+from pathlib import Path
 
 import numpy as np
 
-from ibpo.options import IBPOConfig
-from lab.analysis.simulation import RegimeResult, TrainingResult, World, measure_regime, train
-from option_types.cli import int_at_least, nonnegative_float, nonnegative_int, positive_float, positive_int, probability
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the clone's root: lab/ is not installed
+from ibpo.options import IBPOConfig  # noqa: E402
+from lab.analysis.simulation import RegimeResult, TrainingResult, World, measure_regime, train  # noqa: E402
+from option_types.cli import (  # noqa: E402
+    int_at_least, nonnegative_float, nonnegative_int, positive_float, positive_int, probability)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
