@@ -46,9 +46,10 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     # `tests` and `scripts` are deliberately not packages: the pinned verl's wheel installs top-level
-    # `tests` and `scripts` packages of its own into site-packages.
+    # `tests` and `scripts` packages of its own into site-packages. `lab` (the evidence: experiments, reports,
+    # benches) is not installed: it runs from the clone (lab/README.md).
     packages=find_packages(include=["compute_accounting", "compute_accounting.*", "ibpo", "ibpo.*", "counterfactual",
-                                    "counterfactual.*", "option_types", "analysis", "analysis.*",
+                                    "counterfactual.*", "option_types", "evaluation", "evaluation.*",
                                     "verl_cpu", "verl_cpu.*", "recipe", "recipe.*", "reward_fns", "reward_fns.*",
                                     "data_prep", "data_prep.*", "toy_task", "toy_task.*"]),
     package_data={"recipe": RECIPE_DATA, "compute_accounting": ["measured/*.json"]},

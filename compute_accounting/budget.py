@@ -70,9 +70,9 @@ class ComputeBudgetConfig:
     cost_model: str = field(default="roofline:H100-SXM", metadata={
         "doc": "what prices modelled_gpu_seconds (compute_accounting/gpu_time.py): roofline:<GPU> (H100-SXM | H200; "
                "data-sheet peaks, the run's model shape), measured:<GPU> (coefficients measured by "
-               "scripts/bench_gpu.py, shipped in compute_accounting/measured/: H200 at Qwen3-1.7B's shape; another "
+               "lab/scripts/bench_gpu.py, shipped in compute_accounting/measured/: H200 at Qwen3-1.7B's shape; another "
                "shape is refused) or "
-               "the path of a scripts/bench_gpu.py JSON; logged every step whatever the unit"})
+               "the path of a lab/scripts/bench_gpu.py JSON; logged every step whatever the unit"})
     val_fractions: tuple[float, ...] = field(default=(0.25, 0.5, 0.75, 1.0), metadata={
         "doc": "with a budget, validate when the spend first reaches each fraction of `limit` (and at the last "
                "step, if the last fraction was not reached), logged against compute_budget/<unit>; [] never "
@@ -94,7 +94,7 @@ class ComputeBudgetConfig:
         kind, sep, rest = self.cost_model.partition(":")
         if not ((kind in ("roofline", "measured") and sep and rest) or (not sep and self.cost_model.endswith(".json"))):
             raise ComputeBudgetError(f"compute_budget.cost_model={self.cost_model!r} must be roofline:<GPU>, "
-                                     "measured:<GPU> or the path of a scripts/bench_gpu.py JSON")
+                                     "measured:<GPU> or the path of a lab/scripts/bench_gpu.py JSON")
 
     @property
     def enabled(self) -> bool:

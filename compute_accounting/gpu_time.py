@@ -18,7 +18,7 @@ Why a second axis. A GPU runs three kinds of work at very different cost per tok
 - **weight sync** (actor → rollout engine) costs ``weight_sync_s`` per step.
 
 Every coefficient names where it came from (:class:`GpuTimeCoefficients.sources`): a measured row of
-``scripts/bench_gpu.py`` (a JSON it writes, :func:`coefficients_from_json`; the shipped ones:
+``lab/scripts/bench_gpu.py`` (a JSON it writes, :func:`coefficients_from_json`; the shipped ones:
 :func:`shipped_coefficients`) or the **roofline** of
 :func:`roofline_coefficients` for a named GPU and model shape (peak dense bf16 FLOP/s and HBM bandwidth from
 the vendor's data sheet, with the efficiencies written in :data:`ROOFLINE_EFFICIENCY`), marked ``roofline``
@@ -120,7 +120,7 @@ MODEL_SHAPES: dict[str, ServingShape] = {
 }
 
 # The roofline's assumed efficiencies (share of the data-sheet peak a phase reaches). Typical of vLLM decode and
-# FSDP training on H100s at these model sizes; replaced by scripts/bench_gpu.py's measured coefficients.
+# FSDP training on H100s at these model sizes; replaced by lab/scripts/bench_gpu.py's measured coefficients.
 ROOFLINE_EFFICIENCY = {"hbm": 0.8, "decode_compute": 0.5, "prefill_compute": 0.5, "train_compute": 0.4,
                        "weight_sync_bytes_per_s": 25e9, "decode_launch_s": 2e-4}
 
@@ -188,7 +188,7 @@ def roofline_coefficients(gpu: str = "H100-SXM", model: str | ServingShape = "Qw
 
 
 def coefficients_from_json(path: str | Path, model: str | ServingShape | None = None) -> GpuTimeCoefficients:
-    """Coefficients written by ``scripts/bench_gpu.py`` (its ``coefficients`` object); unknown or missing
+    """Coefficients written by ``lab/scripts/bench_gpu.py`` (its ``coefficients`` object); unknown or missing
     fields fail, naming the file. With ``model``, a JSON that names the shape it was measured at
     (``model_shape``, top level or in ``meta``) must be that shape: coefficients measured at one model size
     misprice another silently otherwise."""
@@ -196,14 +196,14 @@ def coefficients_from_json(path: str | Path, model: str | ServingShape | None = 
     block = data.get("coefficients", data) if isinstance(data, dict) else data
     meta = data.get("meta", {}) if isinstance(data, dict) else {}
     if not isinstance(block, dict) or not isinstance(meta, dict):
-        raise ValueError(f"{path}: not a scripts/bench_gpu.py JSON (expected an object with a 'coefficients' object, "
+        raise ValueError(f"{path}: not a lab/scripts/bench_gpu.py JSON (expected an object with a 'coefficients' object, "
                          f"got {type(data).__name__})")
     measured_at = data.get("model_shape", meta.get("model_shape"))
     if measured_at is not None and not isinstance(measured_at, str):
         raise ValueError(f"{path}: model_shape={measured_at!r} must be a model name such as 'Qwen3-1.7B'")
     if model is not None and measured_at is not None and not same_shape(measured_at, model):
         raise ValueError(f"{path}: measured at {measured_at}'s shape, not this run's model ({shape_of(model).name}); "
-                         "measure at its shape (scripts/bench_gpu.py) or use roofline:<GPU>")
+                         "measure at its shape (lab/scripts/bench_gpu.py) or use roofline:<GPU>")
     known = {f.name for f in fields(GpuTimeCoefficients)}
     unknown = sorted(set(block) - known)
     if unknown:
@@ -219,10 +219,10 @@ def read_json(path: str | Path) -> Any:
     try:
         return json.loads(Path(path).read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: not a readable scripts/bench_gpu.py JSON ({type(exc).__name__}: {exc})") from None
+        raise ValueError(f"{path}: not a readable lab/scripts/bench_gpu.py JSON ({type(exc).__name__}: {exc})") from None
 
 
-# Coefficients measured by scripts/bench_gpu.py and shipped with the package: <GPU>_<model shape>.json, each
+# Coefficients measured by lab/scripts/bench_gpu.py and shipped with the package: <GPU>_<model shape>.json, each
 # naming its run (GPU, date, commit, versions) and its raw output under docs/assets/.
 MEASURED_DIR = Path(__file__).with_name("measured")
 
@@ -262,14 +262,14 @@ def shipped_coefficients(gpu: str, model: str | ServingShape) -> GpuTimeCoeffici
         if g == gpu and same_shape(named, model):
             return coefficients_from_json(path, model)
     raise ValueError(f"no measured coefficients for {gpu} at {shape_of(model).name}'s shape; measured: "
-                     f"{[f'{g} {m}' for g, m in files] or 'none'}. Use roofline:<GPU> or a scripts/bench_gpu.py JSON "
+                     f"{[f'{g} {m}' for g, m in files] or 'none'}. Use roofline:<GPU> or a lab/scripts/bench_gpu.py JSON "
                      "measured at this model's shape")
 
 
 def resolve_coefficients(spec: str, model: str | ServingShape | None) -> GpuTimeCoefficients:
     """The coefficients a ``compute_budget.cost_model`` value names: ``roofline:<GPU>`` (this model's shape on a
     GPU of :data:`GPUS`), ``measured:<GPU>`` (the shipped measurement of that GPU at this model's shape:
-    :func:`measured_files`) or the path of a ``scripts/bench_gpu.py`` JSON (measured; checked against the
+    :func:`measured_files`) or the path of a ``lab/scripts/bench_gpu.py`` JSON (measured; checked against the
     model's shape when both are known)."""
     kind, sep, gpu = spec.partition(":")
     if kind in ("roofline", "measured") and sep:
@@ -279,11 +279,11 @@ def resolve_coefficients(spec: str, model: str | ServingShape | None) -> GpuTime
     if Path(spec).is_file():
         return coefficients_from_json(spec, model)
     if spec.endswith(".json") or "/" in spec:
-        raise ValueError(f"cost model {spec!r}: no such file (a scripts/bench_gpu.py JSON, or roofline:<GPU> / "
+        raise ValueError(f"cost model {spec!r}: no such file (a lab/scripts/bench_gpu.py JSON, or roofline:<GPU> / "
                          "measured:<GPU>)")
     raise ValueError(f"cost model {spec!r}: expected roofline:<GPU> (GPUs: {sorted(GPUS)}), measured:<GPU> "
                      f"(measured: {sorted(f'{g} {m}' for g, m in measured_files())}) or the path of a "
-                     "scripts/bench_gpu.py JSON")
+                     "lab/scripts/bench_gpu.py JSON")
 
 
 def coefficients_to_json(coeff: GpuTimeCoefficients) -> dict[str, Any]:
@@ -395,7 +395,7 @@ def step_seconds(work: StepWork, main: GenerationWork, correction: GenerationWor
     return StepSeconds({phase: seconds * coeff.gpus for phase, seconds in wall.items()})
 
 
-# ------------------------------------------------------------------ measured coefficients (scripts/bench_gpu.py)
+# ------------------------------------------------------------------ measured coefficients (lab/scripts/bench_gpu.py)
 DECODE_TERMS = ("decode_step_s", "decode_s_per_token", "decode_s_per_context_token")
 
 

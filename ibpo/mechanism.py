@@ -14,7 +14,7 @@ lands on wrong responses, how many all-wrong groups were shaped, the mean |Â| o
 responses by group kind, and how many of a wrong response's tokens it already shares with a right sibling
 (what GSPO's group contrast localises without any correction: shared tokens get opposite advantages from
 the right and the wrong response, Σ Â = 0 per group). Pure numpy on plain sequences; the verl trainer and
-the CPU loop (``analysis.toy_loop``) call the same two functions.
+the CPU loop (``lab.analysis.toy_loop``) call the same two functions.
 """
 
 from __future__ import annotations

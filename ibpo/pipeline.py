@@ -74,7 +74,7 @@ def plan_corrections(
     makes the candidate budget count re-tokenised tokens (:func:`ibpo.prompts.render_candidate`).
     ``candidate_budget`` (None: ``config.max_candidate_tokens`` for every candidate) gives each candidate its
     own budget from the number of tokens its view shows whole (0: keep it whole); the truncation measurement
-    (``analysis.truncation_cost``) keeps a fixed share of every candidate with it."""
+    (``lab.analysis.truncation_cost``) keeps a fixed share of every candidate with it."""
     n = len(group_ids)
     if not (len(is_correct) == len(prompt_messages) == len(response_ids) == n):
         raise ValueError("group_ids, is_correct, prompt_messages and response_ids must have equal lengths")

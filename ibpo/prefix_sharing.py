@@ -4,7 +4,7 @@ A prompt's *shared prefix* is its longest common prefix with any earlier prompt 
 an unbounded prefix cache (vLLM's automatic prefix caching with no eviction, requests admitted in batch
 order) would not prefill again. vLLM caches whole KV blocks only, so ``block_size > 1`` rounds each
 length down to a multiple of the block size; vLLM also always recomputes a prompt's last token, so a
-prompt can never be shared in full (``len - 1`` at most). Used by ``scripts/bench_correction_prompts.py``
+prompt can never be shared in full (``len - 1`` at most). Used by ``lab/scripts/bench_correction_prompts.py``
 and the trainer's ``ibpo/correction/prompt_tokens_in_shared_prefix_frac`` metric (docs/correction_pass.md).
 """
 

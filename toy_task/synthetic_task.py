@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from option_types.cli import output_folder, positive_int
-from toy_task.sft import collate, sampled_accuracy  # shared with toy_task.warm_start
+from toy_task.sft import collate, sampled_accuracy  # shared with lab.toy_tasks.warm_start
 
 DATA_SOURCE = "ibpo/synthetic_arith"
 OPERATORS = ("+", "-")

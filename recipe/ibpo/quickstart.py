@@ -7,7 +7,7 @@
     python -m recipe.ibpo.quickstart -- 'trainer.logger=[console,tensorboard]'   # extra Hydra overrides
 
 It builds (once, cached in ``--out``; a cache built with another configuration or by another tool, e.g. a
-``toy_task.warm_start`` folder, is refused: ``--rebuild``) a tiny Qwen2-style model and tokenizer, warm-starts it on
+``lab.toy_tasks.warm_start`` folder, is refused: ``--rebuild``) a tiny Qwen2-style model and tokenizer, warm-starts it on
 the synthetic arithmetic task (``toy_task/synthetic_task.py``) so it answers some problems right and
 some wrong, then runs ``python -m recipe.main method=ibpo`` (CPU platform and ``hf`` rollout, or with
 ``--gpu`` CUDA and vLLM), bounded by ``--timeout`` (the whole process tree is killed on expiry). While it
@@ -237,13 +237,13 @@ def next_commands(assets: dict, out: Path, name: str, hf_checkpoint: Path, label
     evals = out / "eval"
     py = "python"
     return [
-        f"{py} scripts/evaluate.py run --model {shown_path(Path(assets['model']))} --data {val} {sampling} "
+        f"{py} -m evaluation.evaluate run --model {shown_path(Path(assets['model']))} --data {val} {sampling} "
         f"--label warm_start --out {shown_path(evals / 'warm_start')}",
-        f"{py} scripts/evaluate.py run --model {shown_path(hf_checkpoint)} --data {val} {sampling} "
+        f"{py} -m evaluation.evaluate run --model {shown_path(hf_checkpoint)} --data {val} {sampling} "
         f"--label {label} --out {shown_path(evals / label)}",
-        f"{py} scripts/evaluate.py compare {shown_path(evals / label / 'results.json')} "
+        f"{py} -m evaluation.evaluate compare {shown_path(evals / label / 'results.json')} "
         f"{shown_path(evals / 'warm_start' / 'results.json')} --out {shown_path(evals / (label + '_vs_warm_start.md'))}",
-        f"{py} scripts/plot_curves.py {runs} --x step --threshold 0.5 --smooth 1 "
+        f"{py} -m evaluation.plot_curves {runs} --x step --threshold 0.5 --smooth 1 "
         f"--out {shown_path(out / 'curves.png')}",
     ]
 
@@ -281,7 +281,7 @@ def gpu_problem() -> str | None:
 def cached_assets_problem(stamp: Path, expected: dict) -> str | None:
     """Why the asset cache ``stamp`` (``<out>/assets.json``) cannot be reused, else None: unreadable, built by
     another configuration or tool (its ``built_with`` differs from ``expected``: another SFT length, or a
-    ``toy_task.warm_start`` folder), or a path it names is gone."""
+    ``lab.toy_tasks.warm_start`` folder), or a path it names is gone."""
     try:
         assets = json.loads(stamp.read_text())
     except (OSError, ValueError) as exc:

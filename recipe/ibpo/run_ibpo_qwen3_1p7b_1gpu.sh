@@ -19,7 +19,7 @@
 # The same as the paper: G, λ, β, α, the lr and its schedule, the GSPO clip range and aggregation. The GSPO
 # baseline gets the same compute budget (COMPUTE_BUDGET, BUDGET_UNIT), not the same steps.
 # What fits in 80 GB is CHOSEN, NOT MEASURED: no run of these sizes (32 prompts x G = 8, 8k responses, a 32k vLLM
-# context, GPU_MEM=0.45) has been measured on a GPU; `python scripts/bench_gpu.py` measures peak memory and
+# context, GPU_MEM=0.45) has been measured on a GPU; `python lab/scripts/bench_gpu.py` measures peak memory and
 # per-phase seconds of one step at a reduced batch (docs/gpu.md, whose table says which rows are measured).
 set -xeuo pipefail
 source "$(dirname "$0")/../common/launch_env.sh"   # a bad variable stops here, naming it
@@ -82,7 +82,7 @@ else
     TEST_FREQ=-1
 fi
 LOGGER=${LOGGER:-"['console','file']"}
-# the registered method; only scripts/bench_gpu.py sets another (its bench-only ibpo_then_gspo, same `ibpo:` block)
+# the registered method; only lab/scripts/bench_gpu.py sets another (its bench-only ibpo_then_gspo, same `ibpo:` block)
 METHOD=${METHOD:-ibpo}
 # Start-up options for a short run or a GPU check (docs/gpu.md, "Start-up"); what each saves at start and costs
 # per step is unmeasured (no GPU in the session that added them):

@@ -29,7 +29,7 @@ def correction_metrics(result: corr.CorrectionPass, cfg: IBPOConfig, bounds: np.
     metrics["ibpo/no_wrong_responses"] = float(not requests)
     metrics["ibpo/all_corrections_failed"] = float(bool(requests) and not result.correction_scores.ge(
         cfg.correct_threshold).any().item())
-    if requests:  # a mean over no correction is left out, not logged as 0 (README, "Metrics")
+    if requests:  # a mean over no correction is left out, not logged as 0 (docs/metrics.md)
         metrics["ibpo/correction_reward_mean"] = float(result.correction_scores.mean())
     metrics["ibpo/correction_prompt_tokens"], metrics["ibpo/correction_gen_tokens"] = generation_tokens(
         result.correction_output)

@@ -1,4 +1,4 @@
-"""The GPU bench's step part (``scripts/bench_gpu.py``: ``step_command``) run on CPU through ``verl_cpu``: the same
+"""The GPU bench's step part (``lab/scripts/bench_gpu.py``: ``step_command``) run on CPU through ``verl_cpu``: the same
 launch of ``recipe/ibpo/run_ibpo_qwen3_1p7b_1gpu.sh`` with the bench-only ``ibpo_then_gspo`` method, at Qwen3-1.7B's
 vocabulary (151,936 ids, the full-vocabulary tokenizer) and a tiny width, trains IBPO, IBPO, then GSPO in one
 launch; step 3 makes no corrections. What differs from the GPU command is only what a CPU needs (verl_cpu's
@@ -19,7 +19,7 @@ from verl_cpu.launch import cpu_env, cpu_overrides, process_env, read_metrics_js
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location("bench_gpu", ROOT / "scripts" / "bench_gpu.py")
+spec = importlib.util.spec_from_file_location("bench_gpu", ROOT / "lab" / "scripts" / "bench_gpu.py")
 bench = importlib.util.module_from_spec(spec)
 sys.modules["bench_gpu"] = bench
 spec.loader.exec_module(bench)

@@ -45,4 +45,4 @@ def test_gpu_quickstart_trains_and_saves_a_loadable_checkpoint(tmp_path, capsys)
     checkpoint = latest_hf_checkpoint(tmp_path / "checkpoints" / "ibpo_binary")
     assert checkpoint is not None and checkpoint.parent.parent.name == "global_step_2"
     AutoModelForCausalLM.from_pretrained(checkpoint)
-    assert "scripts/evaluate.py run --model" in out and "scripts/plot_curves.py" in out
+    assert "-m evaluation.evaluate run --model" in out and "-m evaluation.plot_curves" in out

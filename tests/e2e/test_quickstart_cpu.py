@@ -27,4 +27,4 @@ def test_quickstart_with_tensorboard_logger_trains_saves_and_prints_the_loop(cpu
     checkpoint = latest_hf_checkpoint(tmp_path / "checkpoints" / f"ibpo_{IBPOConfig().variant}")
     assert checkpoint is not None and checkpoint.parent.parent.name == "global_step_2"
     AutoModelForCausalLM.from_pretrained(checkpoint)
-    assert f"scripts/evaluate.py run --model {checkpoint}" in out or "scripts/evaluate.py run --model" in out
+    assert f"-m evaluation.evaluate run --model {checkpoint}" in out or "-m evaluation.evaluate run --model" in out

@@ -1,5 +1,5 @@
 """A bad row is named -- file, row, field and what is allowed -- by every entry point that reads a data file:
-``python -m recipe.main`` with the IBPO config and with the counterfactual's, ``scripts/evaluate.py`` and ``data_prep``.
+``python -m recipe.main`` with the IBPO config and with the counterfactual's, ``evaluation/evaluate.py`` and ``data_prep``.
 The rows are checked before anything else that could fail for another reason (an earlier bug turned an empty
 ``override_config`` into omegaconf's "Input cfg is not an OmegaConf config object (dict)", which named nothing)."""
 
@@ -74,7 +74,7 @@ def test_an_empty_override_config_reads_as_no_override(files):
 
 
 def test_evaluate_names_the_bad_row_as_the_preflight_does(files, tmp_path, monkeypatch, capsys):
-    spec = importlib.util.spec_from_file_location("ibpo_evaluate_script", REPO / "scripts" / "evaluate.py")
+    spec = importlib.util.spec_from_file_location("ibpo_evaluate_script", REPO / "evaluation" / "evaluate.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)

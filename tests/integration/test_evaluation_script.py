@@ -1,4 +1,4 @@
-"""scripts/evaluate.py: the whole CLI on the tiny local model (transformers backend, CPU), the per-seed
+"""evaluation/evaluate.py: the whole CLI on the tiny local model (transformers backend, CPU), the per-seed
 orchestration with scripted responses of known correctness (scored by the real reward_fns), the paired
 comparison, and row-level errors for bad parquet input."""
 
@@ -21,7 +21,7 @@ from data_prep.common import MATH_EXTRA_INFO, make_math_row, write_verl_parquet
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "scripts" / "evaluate.py"
+SCRIPT = ROOT / "evaluation" / "evaluate.py"
 
 
 def load_script():

@@ -189,7 +189,7 @@ def test_offline_evaluation_allows_the_response_length_of_training(tmp_path):
     import sys
 
     # scripts/ is not a package (verl ships a top-level `scripts`): load the file by path
-    spec = importlib.util.spec_from_file_location("ibpo_evaluate_script", RECIPE_DIR.parent / "scripts" / "evaluate.py")
+    spec = importlib.util.spec_from_file_location("ibpo_evaluate_script", RECIPE_DIR.parent / "evaluation" / "evaluate.py")
     evaluate = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = evaluate
     spec.loader.exec_module(evaluate)
@@ -276,7 +276,7 @@ def test_one_gpu_start_up_options_compose_against_verl(script, tmp_path):
 
 
 def test_shape_bench_command_runs_the_papers_rule_and_corrects_every_wrong_response(tmp_path):
-    """scripts/bench_one_gpu_shape.py's launch: random weights answer every problem wrong (all groups all-wrong);
+    """lab/scripts/bench_one_gpu_shape.py's launch: random weights answer every problem wrong (all groups all-wrong);
     its command, composed against verl's config, corrects each of them (the count its table prints)."""
     import importlib.util
     import sys
@@ -284,7 +284,7 @@ def test_shape_bench_command_runs_the_papers_rule_and_corrects_every_wrong_respo
     from ibpo.options import IBPOConfig
     from ibpo.pipeline import plan_corrections
 
-    path = RECIPE_DIR.parent / "scripts" / "bench_one_gpu_shape.py"
+    path = RECIPE_DIR.parent / "lab" / "scripts" / "bench_one_gpu_shape.py"
     spec = importlib.util.spec_from_file_location("bench_one_gpu_shape_cmd", path)
     shape = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = shape
@@ -308,13 +308,13 @@ def test_shape_bench_command_runs_the_papers_rule_and_corrects_every_wrong_respo
 
 
 def test_gpu_bench_step_composes_against_verl(tmp_path):
-    """scripts/bench_gpu.py's step part: one launch of the one-GPU script at the bench's reduced shape for three
+    """lab/scripts/bench_gpu.py's step part: one launch of the one-GPU script at the bench's reduced shape for three
     steps with the bench-only method (IBPO, IBPO, GSPO), FAST_START, vLLM eager, one agent-loop and one reward
     worker, the paper's rule and ngram speculation with vLLM's stats, composed against verl's config."""
     import importlib.util
     import sys
 
-    path = RECIPE_DIR.parent / "scripts" / "bench_gpu.py"
+    path = RECIPE_DIR.parent / "lab" / "scripts" / "bench_gpu.py"
     spec = importlib.util.spec_from_file_location("bench_gpu_cmd", path)
     bench = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = bench

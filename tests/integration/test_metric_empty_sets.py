@@ -1,4 +1,4 @@
-"""A rate or mean over an empty set is left out of a step's metrics, not logged as 0 or NaN (README, "Metrics";
+"""A rate or mean over an empty set is left out of a step's metrics, not logged as 0 or NaN (docs/metrics.md;
 docs/method_counterfactual.md, "Metrics"): a logged 0 reads as a measurement (a mean token weight of 0, no
 distractor, every correction wrong) and pulls down any average over steps."""
 

@@ -1,4 +1,4 @@
-"""scripts/plot_curves.py on synthetic logs written by verl's own loggers (file logger and tensorboard
+"""evaluation/plot_curves.py on synthetic logs written by verl's own loggers (file logger and tensorboard
 adapter), with the threshold numbers worked out by hand."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "scripts" / "plot_curves.py"
+SCRIPT = ROOT / "evaluation" / "plot_curves.py"
 FLOPS = "ibpo/compute/total_flops"
 
 

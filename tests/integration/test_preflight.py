@@ -22,7 +22,7 @@ from verl_cpu.launch import cpu_env, cpu_overrides, process_env
 REPO = Path(__file__).resolve().parents[2]
 # A guard against a check that starts training or Ray (minutes), not a speed target: idle it is 8.5-11 s of CPU;
 # under load the CPU time of the same work grew to 16 s (cache and SMT contention). The speed is measured in
-# scripts/bench_preflight_rows.py.
+# lab/scripts/bench_preflight_rows.py.
 PREFLIGHT_BUDGET_S = 30.0
 
 

@@ -605,10 +605,10 @@ def test_a_checkpoint_state_file_that_is_not_a_json_object_is_refused_naming_it(
 
 @pytest.mark.parametrize("shaping", ["reward", "reward_capped", "advantage"])
 def test_the_loop_trains_on_the_trainers_advantages(shaping):
-    """analysis.toy_loop's advantages (main rows: ibpo_sequence_advantages; joint rows: joint_token_advantages)
+    """lab.analysis.toy_loop's advantages (main rows: ibpo_sequence_advantages; joint rows: joint_token_advantages)
     equal what the trainer's hooks and verl's compute_advantage give the actor on the same step, under every
     ibpo.shaping, with joint training on; and the trainer logs the mechanism metrics of the same numbers."""
-    from analysis import toy_loop
+    from lab.analysis import toy_loop
     from ibpo.advantages import ibpo_sequence_advantages
     from ibpo.mechanism import advantage_mechanism
 
@@ -659,7 +659,7 @@ def test_the_loops_gspo_loss_is_verls():
     from verl.trainer.ppo.core_algos import compute_policy_loss_gspo
     from verl.workers.config import ActorConfig
 
-    from analysis.toy_loop import gspo_loss_from_log_probs
+    from lab.analysis.toy_loop import gspo_loss_from_log_probs
 
     torch.manual_seed(0)
     config = ActorConfig(strategy="fsdp", ppo_mini_batch_size=4, ppo_micro_batch_size_per_gpu=1, clip_ratio=0.2,

@@ -17,7 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "architecture.md"
-PACKAGES = ("recipe", "ibpo", "counterfactual", "verl_cpu", "analysis", "data_prep", "reward_fns", "toy_task")
+PACKAGES = ("recipe", "ibpo", "counterfactual", "verl_cpu", "evaluation", "lab", "data_prep", "reward_fns", "toy_task")
 CODE = re.compile(r"`([^`\s]+)`")
 HOP = re.compile(r"^\d+\. `([\w.]+)` calls `([\w.]+)`$")
 

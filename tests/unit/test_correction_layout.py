@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from analysis.correction_workload import build_workload, chat_prompt_ids, correction_requests, zipf_text_ids
+from lab.analysis.correction_workload import build_workload, chat_prompt_ids, correction_requests, zipf_text_ids
 from ibpo.options import IBPOConfig, IBPOConfigError
 from ibpo.pipeline import plan_corrections
 from ibpo.prefix_sharing import common_prefix_length, shared_prefix_fraction, shared_prefix_lengths

@@ -156,7 +156,7 @@ def test_a_malformed_bench_json_is_a_value_error_naming_the_file(tmp_path, conte
     property name ...``)."""
     path = tmp_path / "broken.json"
     path.write_bytes(content)
-    with pytest.raises(ValueError, match="broken.json: not a readable scripts/bench_gpu.py JSON"):
+    with pytest.raises(ValueError, match="broken.json: not a readable lab/scripts/bench_gpu.py JSON"):
         resolve_coefficients(str(path), "Qwen3-1.7B")
 
 

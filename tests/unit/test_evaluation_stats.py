@@ -1,4 +1,4 @@
-"""analysis.evaluation_stats against slow, obviously-correct references: pass@k by enumerating k-subsets, bootstrap
+"""evaluation.stats against slow, obviously-correct references: pass@k by enumerating k-subsets, bootstrap
 means by explicit indexing, interval coverage on data with a known mean, and the paired test's behaviour
 under a true and a null difference."""
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analysis.evaluation_stats import (
+from evaluation.stats import (
     avg_at_k_per_problem,
     best_of_n_choice,
     best_of_n_per_problem,

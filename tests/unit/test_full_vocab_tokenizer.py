@@ -70,7 +70,7 @@ def test_the_shape_benches_size_the_correction_prompts_by_this_tokenizers_count(
     from ibpo.options import IBPOConfig
     from recipe.ibpo.start_checks import correction_template_tokens
 
-    path = Path(__file__).resolve().parents[2] / "scripts" / "bench_one_gpu_shape.py"
+    path = Path(__file__).resolve().parents[2] / "lab" / "scripts" / "bench_one_gpu_shape.py"
     spec = importlib.util.spec_from_file_location("bench_one_gpu_shape", path)
     shape = importlib.util.module_from_spec(spec)
     sys.modules["bench_one_gpu_shape"] = shape

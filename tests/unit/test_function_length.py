@@ -9,7 +9,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 LIMIT = 80
-SOURCE = ("recipe", "ibpo", "counterfactual", "analysis", "verl_cpu", "reward_fns", "data_prep", "toy_task", "scripts")
+SOURCE = ("recipe", "ibpo", "counterfactual", "compute_accounting", "evaluation", "verl_cpu", "reward_fns", "data_prep", "toy_task",
+          "scripts", "lab")
 
 
 def verbatim_copies() -> set[tuple[str, str]]:

@@ -134,7 +134,7 @@ def test_a_json_that_is_not_a_bench_object_is_a_value_error_naming_it(tmp_path, 
     # before: AttributeError ('list' object has no attribute 'get'), which the launcher's pre-flight does not catch
     path = tmp_path / "bench.json"
     path.write_text(content)
-    with pytest.raises(ValueError, match=rf"^{path}: not a scripts/bench_gpu.py JSON"):
+    with pytest.raises(ValueError, match=rf"^{path}: not a lab/scripts/bench_gpu.py JSON"):
         coefficients_from_json(path)
 
 

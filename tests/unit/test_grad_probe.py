@@ -226,7 +226,7 @@ def test_probe_input_refuses_an_unknown_advantage_name():
 
 def test_trainer_probe_leaves_a_ratio_over_zero_variance_out(tiny_model):
     """Every group all wrong: GSPO's advantages are all 0, both GSPO variances are 0 and a ratio over them is left
-    out of the step's metrics (README, "Metrics"), not logged as NaN; the variances themselves are logged."""
+    out of the step's metrics (docs/metrics.md), not logged as NaN; the variances themselves are logged."""
     from verl import DataProto
 
     from recipe.ibpo.correction import batch as corr

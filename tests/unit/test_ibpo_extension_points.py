@@ -183,7 +183,7 @@ def test_no_name_branches_on_mask_signs_or_reference_rules_outside_their_registr
     branch = re.compile(r"""(mask_sign|reference_rule)\s*(==|!=|\bin\b|\bnot in\b)\s*[("'\[]|"""
                         rf"""["']({names})["']\s*(==|!=)""")
     offenders = [f"{path.relative_to(root)}:{number}: {line.strip()}"
-                 for folder in ("ibpo", "recipe", "analysis", "scripts") for path in sorted((root / folder).rglob("*.py"))
+                 for folder in ("ibpo", "recipe", "lab", "evaluation") for path in sorted((root / folder).rglob("*.py"))
                  if path.name not in ("advantages.py", "references.py")
                  for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
                  if branch.search(line)]

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from analysis.credit_localisation import localise
+from lab.analysis.credit_localisation import localise
 from ibpo.advantages import (get_mask_sign, group_normalized_advantages, ibpo_sequence_advantages, shaped_rewards,
                              signed_token_mask)
 from ibpo.alignment import align, closest_reference_below, normalized_edit_distance, unmodified_positions

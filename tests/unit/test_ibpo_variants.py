@@ -67,7 +67,7 @@ def test_no_variant_name_branches_outside_the_registry():
     root = Path(__file__).resolve().parents[2]
     branch = re.compile(r"""variant\s*(==|!=|\bin\b|\bnot in\b)\s*[("'\[]|["'](binary|ratio|mask)["']\s*(==|!=)""")
     offenders = [f"{path.relative_to(root)}:{number}: {line.strip()}"
-                 for folder in ("ibpo", "recipe", "analysis", "scripts") for path in sorted((root / folder).rglob("*.py"))
+                 for folder in ("ibpo", "recipe", "lab", "evaluation") for path in sorted((root / folder).rglob("*.py"))
                  if path.name != "variants.py"
                  for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
                  if branch.search(line)]
@@ -76,7 +76,7 @@ def test_no_variant_name_branches_outside_the_registry():
 
 
 def test_mask_kept_fraction_is_left_out_when_nothing_is_shaped(half_variant):
-    """A mean over no shaped response is left out of the step's metrics (README, "Metrics"): it was logged as
+    """A mean over no shaped response is left out of the step's metrics (docs/metrics.md): it was logged as
     1.0, read as "every token of the shaped responses trained" on a step that shaped none."""
     cfg = IBPOConfig(variant="half", lam=1.9, beta=1.0)
     y = [[1, 2, 3, 4], [1, 2, 9, 4]]

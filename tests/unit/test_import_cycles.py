@@ -11,8 +11,8 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("recipe", "ibpo", "counterfactual", "compute_accounting", "analysis", "data_prep", "reward_fns",
-            "toy_task", "verl_cpu")
+PACKAGES = ("recipe", "ibpo", "counterfactual", "compute_accounting", "evaluation", "data_prep", "reward_fns",
+            "toy_task", "verl_cpu", "lab")
 
 
 def project_modules(root: Path, packages: tuple[str, ...] = PACKAGES) -> dict[str, Path]:

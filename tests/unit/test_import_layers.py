@@ -11,10 +11,11 @@ statement (module level or inside a function) of a package, by its AST.
 
 The methods are the registry's (:func:`recipe.common.methods.registered_methods`): a third method folder is
 checked without an edit here.
-- the pure packages ``ibpo`` and ``counterfactual`` import no recipe, ``analysis``, ``data_prep``, each
+- the pure packages ``ibpo`` and ``counterfactual`` import no recipe, ``data_prep``, each
   other, verl, ``verl_cpu`` or Ray (one exception, :data:`OLD_ENTRY_POINT`);
 - ``data_prep`` (raw files -> verl parquet, the one row writer) is below the demo tasks: ``toy_task`` writes
-  its rows with ``data_prep.common``, and ``data_prep`` imports no ``toy_task``, recipe or ``analysis``.
+  its rows with ``data_prep.common``, and ``data_prep`` imports no ``toy_task`` or recipe;
+- no installed package (setup.py's list) imports ``lab`` (the evidence, not installed).
 """
 
 from __future__ import annotations
@@ -134,14 +135,28 @@ def test_a_method_folder_imports_no_other_method(folder):
 
 
 @pytest.mark.parametrize("package, forbidden", [
-    ("ibpo", ("recipe", "analysis", "data_prep", "counterfactual", "verl", "verl_cpu", "ray")),
-    ("counterfactual", ("recipe", "analysis", "data_prep", "ibpo", "verl", "verl_cpu", "ray")),
-    ("data_prep", ("toy_task", "recipe", "analysis")),
-    ("compute_accounting", ("recipe", "analysis", "data_prep", "ibpo", "counterfactual", "verl", "verl_cpu", "ray",
-                            "torch")),
+    ("ibpo", ("recipe", "data_prep", "counterfactual", "verl", "verl_cpu", "ray")),
+    ("counterfactual", ("recipe", "data_prep", "ibpo", "verl", "verl_cpu", "ray")),
+    ("data_prep", ("toy_task", "recipe")),
+    ("compute_accounting", ("recipe", "data_prep", "ibpo", "counterfactual", "verl", "verl_cpu", "ray", "torch")),
 ])
 def test_lower_layers_import_no_upper_layer(package, forbidden):
     assert offending(ROOT / package, forbidden, exempt=(OLD_ENTRY_POINT,)) == []
+
+
+def installed_packages() -> list[str]:
+    """The top-level packages ``pip install .`` installs: setup.py's ``find_packages`` include list."""
+    source = (ROOT / "setup.py").read_text(encoding="utf-8")
+    include = ast.literal_eval(re.search(r"find_packages\(include=(\[.*?\])\)", source, re.S).group(1))
+    return sorted({name.split(".")[0] for name in include})
+
+
+def test_no_installed_package_imports_the_lab():
+    """``lab/`` is not installed (setup.py), so an installed module that imported it would fail on a user's
+    machine: the lab stands above everything, and nothing installed reaches up to it."""
+    packages = installed_packages()
+    assert "lab" not in packages and {"ibpo", "recipe", "evaluation", "toy_task"} <= set(packages)
+    assert [bad for package in packages for bad in offending(ROOT / package, ("lab",), exempt=(OLD_ENTRY_POINT,))] == []
 
 
 def test_the_old_entry_point_path_is_only_an_alias():

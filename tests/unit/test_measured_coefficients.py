@@ -1,5 +1,5 @@
 """The measured GPU-time coefficients shipped with the package (``compute_accounting/measured/``): each one
-recomputes from the raw output of ``scripts/bench_gpu.py`` committed under ``docs/assets/``, ``measured:<GPU>``
+recomputes from the raw output of ``lab/scripts/bench_gpu.py`` committed under ``docs/assets/``, ``measured:<GPU>``
 resolves them only at the shape they were measured at, and the toy loop and the trainers' pre-flight take them
 (``--cost-model``, ``compute_budget.cost_model``)."""
 
@@ -25,7 +25,7 @@ from compute_accounting.gpu_time import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "lab" / "scripts"))
 RAW = ROOT / "docs" / "assets" / "bench_gpu_h200_coefficients.json"
 COPY_AND_STEP = ROOT / "docs" / "assets" / "bench_gpu_h200_copy_and_step.json"
 TERMS = ("decode_step_s", "decode_s_per_token", "decode_s_per_context_token", "prefill_tokens_per_s",
@@ -39,6 +39,7 @@ def test_the_shipped_h200_coefficients_are_the_raw_runs_and_say_measured():
     assert raw["meta"]["gpu"] == "NVIDIA H200"
     for name in TERMS:
         assert getattr(shipped, name) == raw["coefficients"][name]
+        # the record names the bench by the path it had when it ran (scripts/, before lab/ existed)
         assert shipped.sources[name].startswith("measured: scripts/bench_gpu.py"), name
     assert "lower bound" in shipped.sources["weight_sync_s"]  # in-process load_weights, not verl's sync
 
@@ -124,9 +125,9 @@ def test_the_budget_block_accepts_measured_and_the_preflight_checks_the_models_s
 
 
 def test_the_toy_loop_takes_a_cost_model_and_refuses_a_bad_one_before_any_run(tmp_path, capsys):
-    from analysis import toy_loop
+    from lab.analysis import toy_loop
 
-    args = ["--model", "toy_task/warm_starts/addition_seed0", "--out", str(tmp_path / "out"), "--seeds", "0"]
+    args = ["--model", "lab/toy_tasks/warm_starts/addition_seed0", "--out", str(tmp_path / "out"), "--seeds", "0"]
     with pytest.raises(SystemExit):
         toy_loop.main([*args, "--cost-model", "measured:A100"])
     assert "--cost-model: no measured coefficients for A100" in capsys.readouterr().err

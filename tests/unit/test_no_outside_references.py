@@ -77,8 +77,8 @@ VERSION_ALLOWED = {
                                       "requires it to equal the pin)",
     ("deploy/gpu_wheels.json", '"verl": ["verl-'): "the index's files of that pin (refreshed by scripts/gpu_bundle.py "
                                                  "wheels; tests/unit/test_gpu_bundle.py checks it against the pins)",
-    ("docs/assets/bench_gpu_h200_coefficients.json", '"verl": "'): "the versions scripts/bench_gpu.py recorded",
-    ("docs/assets/bench_gpu_h200_copy_and_step.json", '"verl": "'): "the versions scripts/bench_gpu.py recorded",
+    ("docs/assets/bench_gpu_h200_coefficients.json", '"verl": "'): "the versions lab/scripts/bench_gpu.py recorded",
+    ("docs/assets/bench_gpu_h200_copy_and_step.json", '"verl": "'): "the versions lab/scripts/bench_gpu.py recorded",
 }
 
 

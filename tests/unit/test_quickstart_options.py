@@ -81,7 +81,7 @@ def test_next_commands_evaluate_both_models_and_plot_every_run_in_the_directory(
     assert f"--model {assets['model']}" in run_warm and f"--model {ckpt}" in run_ckpt
     assert run_warm.split("--model")[1].split("--label")[0].split(" ", 2)[2] == \
         run_ckpt.split("--model")[1].split("--label")[0].split(" ", 2)[2]  # same data and sampling
-    assert compare.split()[3].endswith("ibpo_binary/results.json") and compare.split()[4].endswith("warm_start/results.json")
+    assert compare.split()[4].endswith("ibpo_binary/results.json") and compare.split()[5].endswith("warm_start/results.json")
     assert plot.index("--run gspo=") < plot.index("--run ibpo_binary=")
 
 
@@ -151,7 +151,7 @@ def test_an_out_folder_that_is_a_file_is_refused(tmp_path, capsys):
 
 
 def test_a_cached_warm_start_of_another_configuration_is_refused(tmp_path, capsys):
-    # before: a toy_task.warm_start folder's assets.json (another model, task and rows) was run as the quickstart's
+    # before: a lab.toy_tasks.warm_start folder's assets.json (another model, task and rows) was run as the quickstart's
     from toy_task.synthetic_task import demo_assets_config
 
     (tmp_path / "assets.json").write_text(json.dumps({"model": str(tmp_path), "train": str(tmp_path),

@@ -225,7 +225,7 @@ def test_check_ground_truth_contract():
 # ------------------------------------------------------------------------ every gold math-verify accepts
 # "Unusable" means what math-verify cannot parse, not what a fast check does not know: each form below is a gold
 # math-verify parses, and a right answer (the same form or an equivalent one) scores while a wrong one does not.
-# scripts/measure_gold_forms.py measures the same on math-verify's own test cases (README).
+# lab/scripts/measure_gold_forms.py measures the same on math-verify's own test cases (README).
 GOLD_FORMS = [
     (r"\begin{pmatrix} 1 & 2 \\ 3 & 4 \end{pmatrix}",
      [r"\begin{pmatrix} 1 & 2 \\ 3 & 4 \end{pmatrix}", r"\begin{bmatrix} 1 & 2 \\ 3 & 4 \end{bmatrix}",
@@ -274,7 +274,7 @@ def test_the_gold_form_measurement_reads_parametrized_golds(tmp_path):
         'import pytest\n@pytest.mark.parametrize("gold,pred,expected", [("$1$", "1", 1), ("$[0,1)$", "x", 0)])\n'
         'def test_a(gold, pred, expected): pass\n'
         '@pytest.mark.parametrize("pred,gold", [("2", "$3$")])\ndef test_b(pred, gold): pass\n')
-    path = Path(__file__).resolve().parents[2] / "scripts" / "measure_gold_forms.py"
+    path = Path(__file__).resolve().parents[2] / "lab" / "scripts" / "measure_gold_forms.py"
     spec = importlib.util.spec_from_file_location("ibpo_measure_gold_forms", path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod

@@ -15,7 +15,7 @@ import pytest
 from ibpo.alignment import align
 from ibpo.options import IBPOConfig, IBPOConfigError
 from ibpo.shaping import shape_targets
-from toy_task.addition import AdditionProblem, render_solution
+from lab.toy_tasks.addition import AdditionProblem, render_solution
 
 
 def chars(text: str) -> list[int]:

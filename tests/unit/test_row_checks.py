@@ -14,7 +14,7 @@ from data_prep.row_checks import (BadGold, RowCheckError, check_code_gold, check
                                   prose_words)
 from reward_fns import KNOWN_DATA_SOURCES, encode_tests
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "lab" / "scripts"))
 from bench_preflight_rows import dapo_shaped_rows, write_dapo_shaped_parquet  # noqa: E402
 
 

@@ -15,8 +15,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
+FOLDER = {"evaluate": "evaluation", "plot_curves": "evaluation"}  # the others are lab/scripts/
+
+
 def load(name: str):
-    spec = importlib.util.spec_from_file_location(f"scripts_bad_input_{name}", ROOT / "scripts" / f"{name}.py")
+    folder = ROOT / FOLDER[name] if name in FOLDER else ROOT / "lab" / "scripts"
+    spec = importlib.util.spec_from_file_location(f"scripts_bad_input_{name}", folder / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
     spec.loader.exec_module(module)
@@ -58,7 +62,7 @@ def test_a_numeric_option_out_of_range_is_a_parse_error_naming_it(script, entry,
 
 
 def test_interval_text_has_no_interval_over_one_unit_nor_a_zero_width_one():
-    from analysis.evaluation_stats import interval_text
+    from evaluation.stats import interval_text
 
     assert interval_text(0.5, 0.5, 0.5, 1) == "0.500 (n = 1: no interval)"
     assert interval_text(0.5, 0.5, 0.5, 3) == "0.500 (zero spread over 3 seeds: no interval)"
@@ -340,7 +344,7 @@ def test_an_option_the_engine_or_the_report_does_not_use_is_refused(tmp_path, ca
 
 
 def test_report_only_reports_only_the_given_seeds(tmp_path, monkeypatch, capsys):
-    from analysis import equal_compute_report
+    from lab.analysis import equal_compute_report
 
     seen = {}
 
@@ -366,11 +370,11 @@ def test_verl_table_cells_have_no_interval_over_one_seed_and_clip_accuracy():
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# interval and p cells: analysis.evaluation_stats' interval_text / no_interval_reason / p_value_text, nowhere by hand
+# interval and p cells: evaluation.stats' interval_text / no_interval_reason / p_value_text, nowhere by hand
 
 
 def test_p_value_text_prints_an_undefined_p_as_a_dash():
-    from analysis.evaluation_stats import p_value_text
+    from evaluation.stats import p_value_text
 
     assert p_value_text(0.01234) == "0.012" and p_value_text(0.01234, "{:.4f}") == "0.0123"
     assert p_value_text(float("nan")) == "-" and p_value_text(None) == "-"
@@ -389,7 +393,7 @@ def test_compare_cells_go_through_interval_text_and_p_value_text():
 
 
 def test_grad_probe_summary_has_no_interval_over_one_seed():
-    from analysis.grad_probe_loop import summary_lines
+    from lab.analysis.grad_probe_loop import summary_lines
 
     nan = float("nan")
     summary = {"seeds": 1, "steps": 7, "steps_without_ratio": 0, "steps_with_shaping": 5, "median_step_ratio": 0.9,

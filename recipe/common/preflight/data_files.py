@@ -26,7 +26,7 @@ def data_files(config: DictConfig, key: str) -> list[str]:
             raise SetupError(f"data.{key}: {path} is a folder; give the parquet file(s) in it"
                              + (f" (e.g. {', '.join(found)})" if found else " (it holds no .parquet file)"))
         if not where.is_file():
-            raise SetupError(f"data.{key}: {path} does not exist (build it with data_prep, see the README's Data)")
+            raise SetupError(f"data.{key}: {path} does not exist (build it with data_prep, see data_prep/README.md)")
     return [str(Path(p).expanduser()) for p in files]
 
 

@@ -108,7 +108,7 @@ def model_serving_shape(model_path: str) -> ServingShape:
     if missing:
         raise SetupError(f"actor_rollout_ref.model.path={model_path}: the model config has no {missing}, which the "
                          "roofline GPU-time model needs (compute_budget.cost_model=roofline:<GPU>); give "
-                         "compute_budget.cost_model the path of a scripts/bench_gpu.py JSON instead")
+                         "compute_budget.cost_model the path of a lab/scripts/bench_gpu.py JSON instead")
     heads = int(text.num_attention_heads)
     kv_heads = int(getattr(text, "num_key_value_heads", None) or heads)
     head_dim = int(getattr(text, "head_dim", None) or text.hidden_size // heads)

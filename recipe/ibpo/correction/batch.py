@@ -154,7 +154,7 @@ def dump_corrections(directory: str, step: int, requests: list[CorrectionRequest
                      response_ids: list[list[int]], correction_right: list[bool], rewrite: np.ndarray) -> str:
     """Write the step's corrections as JSON lines (``<directory>/ibpo_corrections/step_<step>.jsonl``):
     correction prompt ids, correction ids, target ids, reference ids, correct, rewrite, shaped. Written
-    when verl's ``trainer.rollout_data_dir`` is set (analysis/correction_lookup.py reads them)."""
+    when verl's ``trainer.rollout_data_dir`` is set (lab/analysis/correction_lookup.py reads them)."""
     folder = os.path.join(directory, "ibpo_corrections")
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, f"step_{int(step)}.jsonl")
