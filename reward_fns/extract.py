@@ -374,8 +374,9 @@ _CLAIM_WORD_RE = re.compile(r"(?i)(?<![A-Za-z])(?:answers?|results?|solutions?|f
                             r"works?|too|another|alternative|should|would|could|might|must|equals?)(?![A-Za-z])")
 _INLINE_MATH_RE = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]")
 # A bare value in prose: a number and all that is written against it without a space (``14,400``, ``1/2``, ``2x``,
-# ``-70``, ``204_5``); final punctuation and an unmatched closing bracket are not part of it (:func:`_bare_values`)
-_BARE_VALUE_RE = re.compile(r"(?<![\w.\\])-?\d[^\s$]*")
+# ``2x^2``, ``-70``, ``204_5``); final punctuation and an unmatched closing bracket are not part of it
+# (:func:`_bare_values`), nor is a word's exponent a value of its own (``cm^2``, ``m^{2}``)
+_BARE_VALUE_RE = re.compile(r"(?<![\w.\\^])(?<!\^\{)-?\d[^\s$]*")
 _CLOSING_BRACKETS = {")": "(", "]": "[", "}": "{"}
 
 
@@ -412,13 +413,15 @@ def _later_sentence_hedged(sentence: str, value: str, same_value: SameValue = No
     ``Note that in the above calculation we have used that $13_5$ divided by $2_5$ is $4_5$`` is the solution,
     and ``So 71 apples.``, ``Note that 71 is it.`` are second values. Values are compared by :func:`_restates`."""
     values = [next(g for g in m.groups() if g is not None) for m in _INLINE_MATH_RE.finditer(sentence)]
-    sentence = _TAIL_UNIT_EXPONENT_RE.sub(" ", sentence)  # a unit's exponent in prose (70 cm^2) is no value
+    values += _bare_values(_FOOTNOTE_RE.sub(" ", _INLINE_MATH_RE.sub(" ", sentence)))
+    sentence = _TAIL_UNIT_EXPONENT_RE.sub(" ", sentence)  # a unit's exponent (\text{ cm}^2) is no hedge
     plain = _LATEX_COMMAND_NAME_RE.sub(" ", sentence)
     if "?" in sentence or _TAIL_HEDGE_RE.search(plain) or _NUMBER_WORD_RE.search(plain) \
             or _relation_tokens(sentence) - {"\\to", "\\Rightarrow", "\\implies"}:
         return True
-    values += _bare_values(_INLINE_MATH_RE.sub(" ", sentence))
-    if all(_restates(v, value, same_value) for v in values):
+    # the values of a list restate a box of several values together (``The answer is 3 and 5.``)
+    if all(_restates(v, value, same_value) for v in values) \
+            or (len(values) > 1 and "," in value and _restates(", ".join(values), value, same_value)):
         return any(value_changing_text(word) for word in re.findall(r"[A-Za-z]+", plain))  # "So 2 pi."
     return not (_WORKING_OPENER_RE.match(sentence) and _WORKING_PHRASE_RE.search(sentence)
                 and not _CLAIM_WORD_RE.search(plain))
