@@ -15,6 +15,7 @@ Reply: ``{"status": "ok" | "no_answer" | "bad_gold" | "timeout" | "memory_limit"
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import logging
@@ -207,7 +208,8 @@ class Verifier:
         if bad_gold is not None:
             return bad_gold
         text = req.get("text") or ""
-        answer, how = extract.extract_math_answer(text, lambda restated, box: self.same_value(restated, box, pt, vt))
+        same_value = functools.lru_cache(maxsize=256)(lambda restated, box: self.same_value(restated, box, pt, vt))
+        answer, how = extract.extract_math_answer(text, same_value)  # a value restated many times is compared once
         if answer is None and req.get("fallback"):
             answer, how = extract.stated_final_answer(text), "statement"
         if answer is None:

@@ -456,16 +456,18 @@ def later_statement_differs(text: str, line_end: int, value: str, same_value: Sa
     (``The final answer is:``), what follows up to the next blank line (a ``\\[ \\]`` display) -- is judged
     sentence by sentence as a later sentence on the box's line is (:func:`_later_sentence_hedged`). Every other
     later line stays outside the answer (RULE "next line"): a check, a note, the next paragraph."""
+    judged_to = line_end  # each character is judged once (a statement inside one already judged is skipped)
     for match in list(_ANSWER_WORD_RE.finditer(text, line_end))[-MAX_LATER_STATEMENTS:]:
-        verb_end = _statement_verb_end(text, match)
+        verb_end = _statement_verb_end(text, match) if match.start() >= judged_to else None
         if verb_end is None:
             continue
-        stop = text.find("\n", verb_end)
-        stop = len(text) if stop < 0 else stop
-        stated = text[verb_end:stop]
+        judged_to = text.find("\n", verb_end)
+        judged_to = len(text) if judged_to < 0 else judged_to
+        stated = text[verb_end:judged_to]
         if not stated.strip(" \t*$\\[]"):  # the value is below the statement
-            below = text[stop:stop + MAX_STATED_BELOW_CHARS].lstrip()
-            stated += " " + re.split(r"\n[ \t]*\n", below, maxsplit=1)[0].replace("\n", " ")
+            below = re.split(r"\n[ \t]*\n", text[judged_to:judged_to + MAX_STATED_BELOW_CHARS].lstrip(), maxsplit=1)[0]
+            judged_to = text.find(below, judged_to) + len(below)
+            stated += " " + below.replace("\n", " ")
         if any(_later_sentence_hedged(sentence, value, same_value) for sentence in _SENTENCE_STOP_RE.split(stated)):
             return True
     return False
