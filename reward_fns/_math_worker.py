@@ -15,6 +15,7 @@ Reply: ``{"status": "ok" | "no_answer" | "bad_gold" | "timeout" | "memory_limit"
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import logging
@@ -207,32 +208,51 @@ class Verifier:
         if bad_gold is not None:
             return bad_gold
         text = req.get("text") or ""
-        answer, how = extract.extract_math_answer(text)
+        same_value = functools.lru_cache(maxsize=256)(lambda restated, box: self.same_value(restated, box, pt, vt))
+        answer, how = extract.extract_math_answer(text, same_value)  # a value restated many times is compared once
         if answer is None and req.get("fallback"):
             answer, how = extract.stated_final_answer(text), "statement"
         if answer is None:
             return {"status": "no_answer", "how": "none"}
         reply = {"status": "ok", "correct": False, "pred": answer[:PRED_REPLY_CHARS], "how": how}
-        if how != "boxed_embedded":
-            answer = extract.rewrite_admitted_forms(answer, gold_str)
-        problem = ("the final box is an operand of a larger expression" if how == "boxed_embedded"
-                   else extract.answer_problem(answer, gold_str))
+        if how == "boxed_embedded":
+            reply["detail"] = "the final box is an operand of a larger expression, or hedged after it"
+            return reply
+        reply["correct"], problem = self.judge(answer, gold_str, gold, pt, vt)
         if problem is not None:
             reply["detail"] = problem
-            return reply
+        return reply
+
+    def judge(self, answer: str, gold_str: str, gold: list, pt: int, vt: int) -> tuple[bool, str | None]:
+        """Whether the extracted ``answer`` is the value of the gold (``gold`` parsed from ``gold_str``), and why
+        it cannot be accepted as a whole answer (``None`` if it can): the admitted forms rewritten, the
+        one-final-answer rule, then colon golds, percent golds, or math-verify."""
+        extract = self.extract
+        answer = extract.rewrite_admitted_forms(answer, gold_str)
+        problem = extract.answer_problem(answer, gold_str)
+        if problem is not None:
+            return False, problem
         colon_gold = extract.colon_form(gold_str)
         if colon_gold is not None:
-            reply["correct"] = extract.colon_form(answer) == colon_gold
-            return reply
+            return extract.colon_form(answer) == colon_gold, None
         percent = extract.percent_value(gold_str, spelled=False)
         if percent is not None:  # RULE "percent": math-verify parses a % gold only as text; compare the values
             value = extract.percent_value(answer)
-            reply["correct"] = value is not None and self.safe_verify(self.parse_answer(percent, pt),
-                                                                      self.parse_answer(value, pt), vt)
-            return reply
+            return value is not None and self.safe_verify(self.parse_answer(percent, pt),
+                                                          self.parse_answer(value, pt), vt), None
         pred = self.parse_answer(answer, pt, keep_percent="%" in gold_str)
-        reply["correct"] = bool(pred) and self.safe_verify(gold, pred, vt)
-        return reply
+        return bool(pred) and self.safe_verify(gold, pred, vt), None
+
+    def same_value(self, restated: str, box: str, pt: int, vt: int) -> bool:
+        """RULE "restatement after the box": whether a value restated after the final box is the box's value,
+        judged as an answer is judged against a gold (:meth:`judge`, the box as the gold): ``1/2`` restates
+        ``\\frac12``, ``101_3`` does not restate ``101_2``. A box math-verify cannot parse, or a comparison that
+        times out, is no restatement."""
+        try:
+            gold = self.mv.parse("\\boxed{" + box + "}", self.gold_config, parsing_timeout=pt, raise_on_error=True)
+            return bool(gold) and self.judge(restated, box, gold, pt, vt)[0]
+        except (Exception, self.timeout_exception):  # then the restated value is not shown to be the box's
+            return False
 
 
 def main() -> None:

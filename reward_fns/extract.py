@@ -3,14 +3,16 @@
 Nothing here runs math-verify or model code; everything is a small deterministic string function so it can be
 called anywhere and unit-tested directly. The math functions are linear-time in the length of the text (one
 left-to-right scan for braces; no regular expression with overlapping quantifiers), and the math worker runs
-them under the same wall-clock deadline as math-verify. This module imports nothing but ``re`` so that
-``_math_worker.py`` can load it by path.
+them under the same wall-clock deadline as math-verify. This module imports only the standard library so that
+``_math_worker.py`` can load it by path; the one comparison by value it needs (RULE "restatement after the box")
+is a function the worker passes in (:data:`SameValue`).
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Callable
 
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
@@ -25,6 +27,9 @@ FALLBACK_TAIL_CHARS = 2000
 MAX_ANSWER_CHARS = 2000
 # Boxes of one multi-valued final answer may be separated only by this much connective text.
 MAX_BOX_GAP_CHARS = 80
+# ``same_value(restated, box)``: whether a value restated after the final box is the box's value, compared by value
+# (the math worker passes math-verify's comparison, the box as the gold); ``None`` compares the text only.
+SameValue = Callable[[str, str], bool] | None
 
 
 def strip_thinking(text: str) -> str | None:
@@ -247,9 +252,10 @@ def box_modulus(text: str) -> tuple[str, str, int] | None:
     return ("\\equiv " if equiv else ""), match.group(1).strip(), match.end()
 
 
-def boxes_embedded(text: str) -> bool:
-    """Whether the final box(es) are an operand of a larger expression, or hedged on their line (then the box is
-    not the answer): ``\\boxed{70}+1``, ``2\\boxed{35}``, ``$\\boxed{70}$ (or 71)``, ``\\boxed{70} OR 71``."""
+def boxes_embedded(text: str, same_value: SameValue = None) -> bool:
+    """Whether the final box(es) are an operand of a larger expression, hedged on their line, or followed by a
+    statement of another answer (then the box is not the answer): ``\\boxed{70}+1``, ``2\\boxed{35}``,
+    ``$\\boxed{70}$ (or 71)``, ``\\boxed{70} OR 71``, ``\\boxed{70}`` and a later line ``The answer is 71.``"""
     group = _final_box_group(text)
     if not group:
         return False
@@ -257,7 +263,8 @@ def boxes_embedded(text: str) -> bool:
     modulus = box_modulus(text)
     end = modulus[2] if modulus else (box_percent_end(text) or end)
     value = ", ".join(text[content_start:box_end - 1] for _s, content_start, box_end in group)
-    if line_after_box_hedged(text, end, value):
+    if line_after_box_hedged(text, end, value, same_value) \
+            or later_statement_differs(text, _box_line_end(text, end), value, same_value):
         return True
     after = _AFTER_DECORATION_RE.match(text, end).end()
     return bool(_AFTER_BOX_RE.match(text, after) or _BEFORE_BOX_RE.search(text[max(0, start - 24):start]))
@@ -313,7 +320,7 @@ def value_changing_text(text: str) -> bool:
                 or re.match(r"[^(\[]*[)\]]", text))
 
 
-def line_after_box_hedged(text: str, end: int, value: str | None = None) -> bool:
+def line_after_box_hedged(text: str, end: int, value: str | None = None, same_value: SameValue = None) -> bool:
     """RULE "hedge after the box": whether the rest of the box's line (from ``end``) holds a second value or a
     hedge. In the box's own sentence: a digit or spelled-out number (``(or 71)``, ``[or 71]``, ``— 71``,
     ``\\quad\\text{or}\\quad 71``), a hedge word in any case (``OR``, ``(maybe)``, ``(approximately)``,
@@ -321,20 +328,15 @@ def line_after_box_hedged(text: str, end: int, value: str | None = None) -> bool
     ``\\text{ cm}^2``, a footnote mark), punctuation, explanatory words (``(in dollars)``, ``is the final
     answer.``). A later sentence on the line is judged by :func:`_later_sentence_hedged` against the box's
     ``value``. The next line is outside the answer (RULE "next line"), unless it opens with a closing
-    ``\\]``/``\\)``/``\\end{}`` of the box's math. One pass over the line: linear."""
-    line_end = text.find("\n", end)
-    line_end = len(text) if line_end < 0 else line_end
-    closer = _CLOSER_ON_NEXT_LINE_RE.match(text, end)
-    if closer and closer.end() > line_end:  # the box's display math closes on the next line: judge that line too
-        nxt = text.find("\n", closer.end())
-        line_end = len(text) if nxt < 0 else nxt
-    tail = text[end:line_end]
+    ``\\]``/``\\)``/``\\end{}`` of the box's math, or states an answer (:func:`later_statement_differs`). One pass
+    over the line: linear."""
+    tail = text[end:_box_line_end(text, end)]
     cut = _BOX_OPEN_RE.search(tail)  # a later box is unbalanced (truncated): skipped, as in the extraction
     tail = tail[:cut.start()] if cut else tail
     first_end = _SENTENCE_STOP_RE.search(tail)
     first, later = (tail[:first_end.end()], tail[first_end.end():]) if first_end else (tail, "")
     if value is not None and later.strip():
-        if any(_later_sentence_hedged(sentence, value) for sentence in _SENTENCE_STOP_RE.split(later)):
+        if any(_later_sentence_hedged(sentence, value, same_value) for sentence in _SENTENCE_STOP_RE.split(later)):
             return True
         tail = first
     if not tail.strip(" \t$.,;:!*}"):
@@ -345,6 +347,18 @@ def line_after_box_hedged(text: str, end: int, value: str | None = None) -> bool
     return bool(re.search(r"[0-9?]", plain) or _NUMBER_WORD_RE.search(plain) or _TAIL_HEDGE_RE.search(plain)
                 or (first_word and value_changing_text(first_word.group(1)))
                 or _relation_tokens(tail) - {"\\to", "\\Rightarrow", "\\implies"})
+
+
+def _box_line_end(text: str, end: int) -> int:
+    """Where the final box's line ends (``end``: where the box ends): at the next line break, or at the end of the
+    line after it when that line opens with the closing ``\\]``/``\\)``/``\\end{}`` of the box's display math."""
+    line_end = text.find("\n", end)
+    line_end = len(text) if line_end < 0 else line_end
+    closer = _CLOSER_ON_NEXT_LINE_RE.match(text, end)
+    if closer and closer.end() > line_end:
+        nxt = text.find("\n", closer.end())
+        line_end = len(text) if nxt < 0 else nxt
+    return line_end
 
 
 # A sentence ends at a full stop (before any closing ``$``) or at the close of display math (``$$``, ``\]``),
@@ -359,26 +373,55 @@ _WORKING_PHRASE_RE = re.compile(r"(?i)(?<![A-Za-z])(?:in\s+the\s+above|above\s+(
 _CLAIM_WORD_RE = re.compile(r"(?i)(?<![A-Za-z])(?:answers?|results?|solutions?|final|correct|right|true|valid|"
                             r"works?|too|another|alternative|should|would|could|might|must|equals?)(?![A-Za-z])")
 _INLINE_MATH_RE = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]")
-_BARE_NUMBER_RE = re.compile(r"(?<![\w.])-?\d+(?:(?:,|\.)\d+)*(?:_\{?\w+\}?)?")
+# A bare value in prose: a number and all that is written against it without a space (``14,400``, ``1/2``, ``2x``,
+# ``2x^2``, ``-70``, ``204_5``); final punctuation and an unmatched closing bracket are not part of it
+# (:func:`_bare_values`), nor is a word's exponent a value of its own (``cm^2``, ``m^{2}``)
+_BARE_VALUE_RE = re.compile(r"(?<![\w.\\^])(?<!\^\{)-?\d[^\s$]*")
+_CLOSING_BRACKETS = {")": "(", "]": "[", "}": "{"}
 
 
-def _later_sentence_hedged(sentence: str, value: str) -> bool:
+def _bare_values(text: str) -> list[str]:
+    """The bare values (:data:`_BARE_VALUE_RE`) of prose: ``That is 1/2.`` → ``["1/2"]``, ``So 2x apples
+    (14,400 ways).`` → ``["2x", "14,400"]``."""
+    values = []
+    for match in _BARE_VALUE_RE.finditer(text):
+        value = match.group().rstrip(".,;:!?")
+        while value and value[-1] in _CLOSING_BRACKETS \
+                and value.count(value[-1]) > value.count(_CLOSING_BRACKETS[value[-1]]):
+            value = value[:-1].rstrip(".,;:!?")
+        values.append(value)
+    return values
+
+
+def _restates(restated: str, box: str, same_value: SameValue = None) -> bool:
+    """RULE "restatement after the box": whether ``restated`` is the box's value -- the same text as
+    :func:`_restated_key` compares it (either side may drop the box's percent, degree or unit:
+    :func:`_numeric_core`), else the same value by ``same_value`` (math-verify in the worker: ``1/2`` restates
+    ``\\frac12``, ``2x`` restates ``2 x``; ``x^2+2`` does not restate ``x^2+1``)."""
+    keys = {_restated_key(box), _restated_key(_numeric_core(box))}
+    if _restated_key(restated) in keys or _restated_key(_numeric_core(restated)) in keys:
+        return True
+    return same_value is not None and same_value(restated, box)
+
+
+def _later_sentence_hedged(sentence: str, value: str, same_value: SameValue = None) -> bool:
     """RULE "restatement after the box": a later sentence on the box's line refuses the box when it holds a
     hedge word, a ``?`` or a relation; a restatement of the box's value with a word that changes it (``So 2 pi.``);
     or a value other than the box's -- unless it is a note on the working (:data:`_WORKING_OPENER_RE` and
     :data:`_WORKING_PHRASE_RE`) that claims no answer (:data:`_CLAIM_WORD_RE`). So the MATH/Minerva
     ``Final Answer: The final answer is 14400. I hope it is correct.`` and ``So 70 apples.`` restate the box,
     ``Note that in the above calculation we have used that $13_5$ divided by $2_5$ is $4_5$`` is the solution,
-    and ``So 71 apples.``, ``Note that 71 is it.`` are second values."""
-    sentence = _TAIL_UNIT_EXPONENT_RE.sub(" ", sentence)  # a unit's exponent (\text{ cm}^2) is no value
+    and ``So 71 apples.``, ``Note that 71 is it.`` are second values. Values are compared by :func:`_restates`."""
+    values = [next(g for g in m.groups() if g is not None) for m in _INLINE_MATH_RE.finditer(sentence)]
+    values += _bare_values(_FOOTNOTE_RE.sub(" ", _INLINE_MATH_RE.sub(" ", sentence)))
+    sentence = _TAIL_UNIT_EXPONENT_RE.sub(" ", sentence)  # a unit's exponent (\text{ cm}^2) is no hedge
     plain = _LATEX_COMMAND_NAME_RE.sub(" ", sentence)
     if "?" in sentence or _TAIL_HEDGE_RE.search(plain) or _NUMBER_WORD_RE.search(plain) \
             or _relation_tokens(sentence) - {"\\to", "\\Rightarrow", "\\implies"}:
         return True
-    values = [next(g for g in m.groups() if g is not None) for m in _INLINE_MATH_RE.finditer(sentence)]
-    values += _BARE_NUMBER_RE.findall(_INLINE_MATH_RE.sub(" ", sentence))
-    box, core = _restated_key(value), _restated_key(_numeric_core(value))
-    if all(_restated_key(v) in (box, core) or _restated_key(_numeric_core(v)) in (box, core) for v in values):
+    # the values of a list restate a box of several values together (``The answer is 3 and 5.``)
+    if all(_restates(v, value, same_value) for v in values) \
+            or (len(values) > 1 and "," in value and _restates(", ".join(values), value, same_value)):
         return any(value_changing_text(word) for word in re.findall(r"[A-Za-z]+", plain))  # "So 2 pi."
     return not (_WORKING_OPENER_RE.match(sentence) and _WORKING_PHRASE_RE.search(sentence)
                 and not _CLAIM_WORD_RE.search(plain))
@@ -397,6 +440,37 @@ def _numeric_core(value: str) -> str:
     """The number a box states without its percent, degree or unit (``28\\%``, ``90^\\circ``, ``70 \\text{ cm}`` →
     the number), so ``So 70 apples.`` restates ``\\boxed{70 \\text{ apples}}``."""
     return re.sub(r"\s*(?:\\?%|\^\s*\{?\s*\\circ\s*\}?|°|\\(?:text|mathrm|mbox)\s*\{[^{}]*\})\s*$", "", value)
+
+
+# RULE "answer stated after the box": how far below a statement whose verb ends its line (``The final answer is:``)
+# its value is looked for: up to the next blank line, within this many characters
+MAX_STATED_BELOW_CHARS = 400
+MAX_LATER_STATEMENTS = 64
+
+
+def later_statement_differs(text: str, line_end: int, value: str, same_value: SameValue = None) -> bool:
+    """RULE "answer stated after the box": whether a sentence after the final box's line (from ``line_end``) that
+    STATES the answer (:func:`_statement_verb_end`: ``Final Answer: The final answer is $14401$.``,
+    ``The answer is 14401.``, ``Final answer: 14401``, ``**Therefore, the answer is** 14401``) says anything but
+    the box's ``value``: the rest of its line after the verb -- or, when the verb ends the line
+    (``The final answer is:``), what follows up to the next blank line (a ``\\[ \\]`` display) -- is judged
+    sentence by sentence as a later sentence on the box's line is (:func:`_later_sentence_hedged`). Every other
+    later line stays outside the answer (RULE "next line"): a check, a note, the next paragraph."""
+    judged_to = line_end  # each character is judged once (a statement inside one already judged is skipped)
+    for match in list(_ANSWER_WORD_RE.finditer(text, line_end))[-MAX_LATER_STATEMENTS:]:
+        verb_end = _statement_verb_end(text, match) if match.start() >= judged_to else None
+        if verb_end is None:
+            continue
+        judged_to = text.find("\n", verb_end)
+        judged_to = len(text) if judged_to < 0 else judged_to
+        stated = text[verb_end:judged_to]
+        if not stated.strip(" \t*$\\[]"):  # the value is below the statement
+            below = re.split(r"\n[ \t]*\n", text[judged_to:judged_to + MAX_STATED_BELOW_CHARS].lstrip(), maxsplit=1)[0]
+            judged_to = text.find(below, judged_to) + len(below)
+            stated += " " + below.replace("\n", " ")
+        if any(_later_sentence_hedged(sentence, value, same_value) for sentence in _SENTENCE_STOP_RE.split(stated)):
+            return True
+    return False
 
 
 def math_final_text(text: str) -> str | None:
@@ -496,7 +570,7 @@ def normalise_answer(answer: str) -> str:
             return s[lo:hi]
 
 
-def extract_math_answer(final_text: str) -> tuple[str | None, str]:
+def extract_math_answer(final_text: str, same_value: SameValue = None) -> tuple[str | None, str]:
     """Pick the ONE final answer from the final-answer text (see README "Math"):
 
     1. the boxes of the final answer (:func:`final_boxes`): one box gives its content, several boxes joined by
@@ -504,14 +578,15 @@ def extract_math_answer(final_text: str) -> tuple[str | None, str]:
     2. else the value of the last ``Answer:`` line.
 
     A final box that is an operand of a larger expression (``\\boxed{70}+1``, ``2\\boxed{35}``) gives
-    ``how == "boxed_embedded"``: the stated answer is the expression, not the box, and is scored wrong.
+    ``how == "boxed_embedded"``: the stated answer is the expression, not the box, and is scored wrong; so is a box
+    hedged after it (:func:`boxes_embedded`; ``same_value`` compares a value restated after it with it).
     Returns ``(answer, how)`` with ``how`` in ``{"boxed", "boxed_list", "boxed_embedded", "answer_line", "none"}``.
     """
     final_text = _MARKUP_TAG_RE.sub(_markup_tag, _HTML_TAG_RE.sub("", _without_html_comments(final_text)))
     final_text = _CHAT_TOKEN_RE.sub("\n", final_text)
     contents = [strip_grouping_braces(normalise_answer(c)) for c in final_boxes(final_text)]
     contents = [c for c in contents if c]
-    if contents and boxes_embedded(final_text):
+    if contents and boxes_embedded(final_text, same_value):
         return ", ".join(contents), "boxed_embedded"
     if len(contents) == 1:
         modulus = box_modulus(final_text)
@@ -550,7 +625,10 @@ _DOUBT_RE = re.compile(r"(?i)\?|(?<![A-Za-z])(?:not\s+(?:sure|certain|confident)
                        r"wait|hmm|or\s+(?:maybe|perhaps|possibly)|i'?m\s+not)(?![A-Za-z])")
 
 
-def _statement_value(text: str, match: re.Match) -> str | None:
+def _statement_verb_end(text: str, match: re.Match) -> int | None:
+    """Where the verb of a sentence STATING the answer ends, ``match`` being its ``answer`` word in ``text``
+    (``The final answer is``, ``So the answer:``, ``Final Answer:``): the sentence opens with ``answer`` after
+    nothing but :data:`_STATEMENT_PREFIX_WORDS` and markup, and ``is``, ``=`` or ``:`` follows; else ``None``."""
     prefix = text[max(0, match.start() - 60):match.start()]
     cut = max(prefix.rfind(c) for c in ".!?:\n")
     if cut < 0 and match.start() > 60:
@@ -560,11 +638,17 @@ def _statement_value(text: str, match: re.Match) -> str | None:
         return None
     if any(w.lower() not in _STATEMENT_PREFIX_WORDS for w in re.findall(r"[A-Za-z]+", opening)):
         return None  # "If the answer were ...", "Suppose the answer is ..."
-    rest = text[match.end():match.end() + 1000]
-    verb = _STATEMENT_VERB_RE.match(rest.replace("\t", " "))
+    verb = _STATEMENT_VERB_RE.match(text[match.end():match.end() + 40].replace("\t", " "))
     if verb is None or not verb.group().strip():
         return None
-    rest = rest[verb.end():]
+    return match.end() + verb.end()
+
+
+def _statement_value(text: str, match: re.Match) -> str | None:
+    verb_end = _statement_verb_end(text, match)
+    if verb_end is None:
+        return None
+    rest = text[verb_end:match.end() + 1000]
     for left, right in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
         if rest.startswith(left):
             close = rest.find(right, len(left))

@@ -6,7 +6,7 @@ the same form still scores 0."""
 import pytest
 
 from reward_fns import BadGroundTruth, check_ground_truth, compute_score
-from reward_fns.extract import join_thousands, numeral_bases, percent_value
+from reward_fns.extract import _bare_values, extract_math_answer, join_thousands, numeral_bases, percent_value
 
 
 def verdict(response: str, gold: str) -> str:
@@ -41,6 +41,59 @@ RULES = [
       r"$\boxed{14400}$. Is it 14400?", r"$\boxed{14400}$. So $x \approx 14400$.", r"$\boxed{14400}$. Or more.",
       r"$\boxed{14400}$. Note that 14401 also works.", r"$\boxed{14400}$. Note that 14401 is the answer.",
       r"$\boxed{14400}$. So fourteen thousand.", r"$\boxed{14400}$ or 14401. So 14400."]),
+    # before: a different value STATED as the answer on a later line was outside the answer (RULE "next line")
+    ("answer stated on a later line", "14400",
+     ["So $\\boxed{14400}$.\n\nFinal Answer: The final answer is $14400$. I hope it is correct.",
+      "So $\\boxed{14400}$.\n\nThe answer is 14400.", "So $\\boxed{14400}$.\n\nFinal answer: 14,400",
+      "So $\\boxed{14400}$.\n\n**Final Answer:** $14400$", "So $\\boxed{14400}$.\n\nTherefore, the answer is $120^2$.",
+      "So $\\boxed{14400}$.\n\nThe final answer is:\n\\[\n14400\n\\]",
+      "So $\\boxed{14400}$.\nWe check: $120^2 = 14400$, and 14401 is prime.",  # not a statement of the answer
+      "So $\\boxed{14400}$.\nIf the answer were 14401, the sum would be odd.",
+      "So $\\boxed{14400}$.\nThe answer is reasonable."],
+     ["So $\\boxed{14400}$.\n\nFinal Answer: The final answer is $14401$. I hope it is correct.",
+      "So $\\boxed{14400}$.\n\nThe answer is 14401.", "So $\\boxed{14400}$.\n\nFinal answer: 14401",
+      "So $\\boxed{14400}$.\n\n**Final Answer:** 14401", "So $\\boxed{14400}$.\n\n**The final answer is 14401.**",
+      "So $\\boxed{14400}$.\n\nTherefore the answer is $14401$.", "So $\\boxed{14400}$.\n\nTHE ANSWER IS 14401",
+      "So $\\boxed{14400}$.\n\nThe final answer is:\n\\[\n14401\n\\]", "So $\\boxed{14400}$.\n\nFinal answer:\n\n14401",
+      "So $\\boxed{14400}$.\n\nThe final answer is $$14401$$",
+      "So $\\boxed{14400}$.\nSome check.\nThe answer is 14401.",
+      "So $\\boxed{14400}$.\n\nThe answer is 14400 or 14401.",
+      "So $\\boxed{14400}$.\n\nThe answer is 14400. Actually, 14401.",
+      "So $\\boxed{14400}$.\n\nThe answer is 14400?", "So $\\boxed{14400}$.\n\nThe answer is $x \\approx 14400$.",
+      "So $\\boxed{14400}$.\n\nThe answer is $14400.5$.", "So $\\boxed{14400}$.\n\nThe answer is -14400."]),
+    ("answer stated on a later line, other forms", r"\frac{1}{2}",
+     ["$\\boxed{\\frac{1}{2}}$\n\nThe answer is 1/2.", "$\\boxed{\\frac{1}{2}}$\n\nThe answer is $0.5$.",
+      "$\\boxed{\\frac{1}{2}}$\nFinal Answer: The final answer is $\\dfrac{1}{2}$."],
+     ["$\\boxed{\\frac{1}{2}}$\n\nThe answer is 1/3.", "$\\boxed{\\frac{1}{2}}$\n\nThe answer is $0.499$.",
+      "$\\boxed{\\frac{1}{2}}$\n\nThe answer is $\\frac{1}{2} < 1$.",
+      "$\\boxed{\\frac{1}{2}}$\n\nThe answer is about 1/2."]),
+    ("answer stated on a later line, a base", "101_2",
+     ["$\\boxed{101_2}$\n\nThe answer is $101_2$."], ["$\\boxed{101_2}$\n\nThe answer is $101_3$."]),
+    ("answer stated on a later line after a modulus", "9",
+     ["$x \\equiv \\boxed{9} \\pmod{11}$\n\nThe answer is 9."],
+     ["$x \\equiv \\boxed{9} \\pmod{11}$\n\nThe answer is 10."]),
+    ("answer stated on a later line after several boxes", "3, 5",
+     ["$x=\\boxed{3}$ and $x=\\boxed{5}$\n\nThe answer is 3 and 5."],
+     ["$x=\\boxed{3}$ and $x=\\boxed{5}$\n\nThe answer is 3 and 6.",
+      "$x=\\boxed{3}$ and $x=\\boxed{5}$\n\nThe answer is 3."]),
+    # before: a restated expression or fraction was compared as text (x^2 read as x: a unit's exponent), so the
+    # same value in another spelling was a second value
+    ("a restatement compared by value", "x^2+1",
+     ["So $\\boxed{x^2+1}$. Final Answer: The final answer is $x^2+1$.",
+      "So $\\boxed{x^2+1}$. Final Answer: The final answer is $1+x^2$.",
+      "So $\\boxed{x^2+1}$.\nFinal Answer: The final answer is $x^2+1$. I hope it is correct."],
+     ["So $\\boxed{x^2+1}$. Final Answer: The final answer is $x^2+2$.",
+      "So $\\boxed{x^2+1}$.\nFinal Answer: The final answer is $x^2+2$.", "So $\\boxed{x^2+1}$. So x^2+2.",
+      "So $\\boxed{x^2+1}$. So $x^2+1 \\ge 1$.", "So $\\boxed{x^2+1}$. So $x^2+1$ or $x^2$.",
+      "So $\\boxed{x^2+1}$. So $(x+1)^2$."]),
+    ("a restated fraction compared by value", r"\frac12",
+     [r"$\boxed{\frac12}$. That is 1/2.", r"$\boxed{\frac12}$. That is $0.5$.", r"$\boxed{\frac12}$. So $\frac{2}{4}$."],
+     [r"$\boxed{\frac12}$. That is 1/3.", r"$\boxed{\frac12}$. That is 1/2 or 1/3.", r"$\boxed{\frac12}$. That is 0.51.",
+      r"$\boxed{\frac12}$. That is about 0.5.", r"$\boxed{\frac12}$. That is 1/2 < 1."]),
+    ("a restated product compared by value", "2x",
+     [r"So $\boxed{2x}$. So 2x apples.", r"So $\boxed{2x}$. So $x \cdot 2$ apples."],
+     [r"So $\boxed{2x}$. So 3x apples.", r"So $\boxed{2x}$. So 2x^2 apples.", r"So $\boxed{2x}$. So 2x or 3x apples.",
+      r"So $\boxed{2x}$. So 2 apples."]),
     ("restatement after display math", r"20\%",
      [r"$$\frac{1}{5} \times 100\% = \boxed{20\%}$$ Final Answer: The final answer is $20\%$. I hope it is correct.",
       r"$$\boxed{20\%}.$$ Final Answer: The final answer is $20\%$."],
@@ -135,8 +188,19 @@ def test_rule_helpers():
     assert join_thousands(r"\{3,100\}") == r"\{3,100\}"
     assert percent_value(r"28 \text{ percent}") == "28" and percent_value("28 percent", spelled=False) is None
     assert percent_value("28") is None
+    assert _bare_values("That is 1/2. So 2x^2 apples (14,400 ways), 70 cm^2 or 70 m^{2}; -70.") == \
+        ["1/2", "2x^2", "14,400", "70", "70", "-70"]
 
 
 def test_a_bad_gold_still_raises():
     with pytest.raises(BadGroundTruth):
         compute_score("math_dapo", r"\boxed{1}", r"10,\!000}")
+
+
+def test_a_restatement_is_compared_by_the_comparison_the_worker_passes():
+    text = "$\\boxed{\\frac12}$. That is 1/2.\n\nCheck: 2 halves make 1.\nThe answer is $0.5$."
+    assert extract_math_answer(text) == ("\\frac12", "boxed_embedded")  # the text alone: 1/2 is not \frac12
+    asked = []
+    same_value = lambda restated, box: asked.append((restated, box)) or True  # noqa: E731
+    assert extract_math_answer(text, same_value) == ("\\frac12", "boxed")
+    assert asked == [("1/2", "\\frac12"), ("0.5", "\\frac12")]  # the later sentence, the later statement; not the check
