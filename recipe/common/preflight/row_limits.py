@@ -91,6 +91,14 @@ def row_table(config: DictConfig, rows: tuple[PhaseRow, ...], context: int | Non
     return "\n".join(lines)
 
 
+def observed_rows_line(config: DictConfig, longest: dict[str, int]) -> str:
+    """One line for a step: the longest row of each phase it made (``longest``: phase -> tokens) beside the
+    micro-batch token limits (per GPU x sp) they had to fit."""
+    rows = ", ".join(f"{phase} {tokens}" for phase, tokens in longest.items())
+    limits = ", ".join(f"{limit.option.rsplit('.', 1)[-1]} {limit.per_gpu * limit.sp_size}" for limit in row_limits(config))
+    return f"longest rows this step (tokens): {rows}; micro-batch limits x sp: {limits or 'none (fixed micro-batches)'}"
+
+
 def row_tokens_per_gpu(rows_per_micro_batch: int, max_prompt: int, response_length: int, prompt_length: int,
                        trains_corrections: bool, use_remove_padding: bool, sp_size: int | None) -> int:
     """The config-time default of a per-GPU token limit (``${row_tokens_per_gpu:...}`` in the recipe configs):
