@@ -1,5 +1,5 @@
-"""A model, tokenizer and data for running a launch script on CPU at its own sequence lengths
-(docs/real_lengths.md): a tiny random Qwen2 whose vocabulary is its tokenizer's, an exact decode/encode round trip,
+"""A model, tokenizer and data for running a launch script on CPU at its own sequence lengths (docs/gpu.md, "Real
+lengths on CPU"): a tiny random Qwen3 whose vocabulary is its tokenizer's, an exact decode/encode round trip,
 responses that always run to their full length, and prompts as long as the script's ``MAX_PROMPT``.
 
 - The tokenizer is one token per character (printable ASCII and newline) plus, as single tokens, the fixed

@@ -116,9 +116,10 @@ env_check_script() {
 
 env_check_script "${BASH_SOURCE[1]}"
 
-# RECIPE_DEVICE=cpu runs the script on CPU through verl_cpu, at its own sizes (docs/real_lengths.md): verl_cpu's
-# environment is exported and its device overrides (the hf rollout, fsdp2, fake Ray GPUs: `python3 -m verl_cpu.launch
-# overrides`) are appended to the script's arguments, once (a wrapper passes them on to the script it runs).
+# RECIPE_DEVICE=cpu runs the script on CPU through verl_cpu, at its own sizes (docs/gpu.md, "Real lengths on
+# CPU"): verl_cpu's environment is exported and its device overrides (the hf rollout, fsdp2, fake Ray GPUs:
+# `python3 -m verl_cpu.launch overrides`) are appended to the script's arguments, once (a wrapper passes them on
+# to the script it runs).
 # RECIPE_CPU_GPUS: the fake Ray GPUs (one per FSDP2 rank; the script's NNODES x NGPUS_PER_NODE).
 RECIPE_DEVICE=${RECIPE_DEVICE:-gpu}
 env_choice RECIPE_DEVICE gpu cpu

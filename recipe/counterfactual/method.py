@@ -17,7 +17,8 @@ def _trainer() -> type:
 def _check(config, context) -> None:
     """The longest rows against verl's micro-batch token limits (``recipe.common.preflight.row_limits``); a mode that
     scores masked copies needs log-prob micro-batches of at least 2 rows at the longest masked copy: each
-    response's unmasked row is scored in the micro-batch of its copies (``recipe.counterfactual.batch.micro_batch_rows``)."""
+    response's unmasked row is scored in the micro-batch of its copies
+    (``recipe.counterfactual.batch.micro_batch_rows``)."""
     from compute_accounting.row_lengths import phase_rows
     from recipe.common.methods import method_options
     from recipe.common.preflight.errors import SetupError

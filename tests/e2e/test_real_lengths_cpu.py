@@ -3,7 +3,7 @@ always run to full length (``verl_cpu.real_length_assets``): its correction prom
 its joint-training rows reach their longest, well past the token limit the script used to pass (2 x (MAX_PROMPT +
 MAX_RESPONSE)). That limit is refused before Ray, naming it; the script as it is runs a step through verl's real
 trainer, and the longest rows it made are what the pre-flight bounded. The full-length run (1,024 + 8,192) is the
-documented command of docs/real_lengths.md."""
+documented command of docs/gpu.md, "Real lengths on CPU"."""
 
 from __future__ import annotations
 

@@ -95,7 +95,8 @@ def observed_rows_line(config: DictConfig, longest: dict[str, int]) -> str:
     """One line for a step: the longest row of each phase it made (``longest``: phase -> tokens) beside the
     micro-batch token limits (per GPU x sp) they had to fit."""
     rows = ", ".join(f"{phase} {tokens}" for phase, tokens in longest.items())
-    limits = ", ".join(f"{limit.option.rsplit('.', 1)[-1]} {limit.per_gpu * limit.sp_size}" for limit in row_limits(config))
+    limits = ", ".join(f"{limit.option.rsplit('.', 1)[-1]} {limit.per_gpu * limit.sp_size}"
+                       for limit in row_limits(config))
     return f"longest rows this step (tokens): {rows}; micro-batch limits x sp: {limits or 'none (fixed micro-batches)'}"
 
 
@@ -108,8 +109,8 @@ def row_tokens_per_gpu(rows_per_micro_batch: int, max_prompt: int, response_leng
                       correction_prompt=prompt_length if trains_corrections else None,
                       joint_training=bool(trains_corrections))
     nested = bool(use_remove_padding)
-    return tokens_per_gpu(rows_per_micro_batch, rows[0].measured(nested), longest_trained(rows, nested).measured(nested),
-                          int(sp_size or 1))
+    longest = longest_trained(rows, nested).measured(nested)
+    return tokens_per_gpu(rows_per_micro_batch, rows[0].measured(nested), longest, int(sp_size or 1))
 
 
 def register_row_resolver() -> None:
