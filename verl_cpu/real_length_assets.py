@@ -27,14 +27,14 @@ ALPHABET = [c for c in string.printable if c not in "\t\r\x0b\x0c"]  # 95 printa
 
 
 def prompt_phrases() -> list[str]:
-    """The fixed lines of the prompts a run writes: the DAPO template's and the correction template's."""
-    from data_prep.templates import DAPO_PREFIX, DAPO_SUFFIX
+    """The fixed lines of the prompts a run writes: the DAPO and boxed templates' and the correction template's."""
+    from data_prep.templates import BOXED_INSTRUCTION, DAPO_PREFIX, DAPO_SUFFIX
     from ibpo.options import IBPOConfig
     from ibpo.prompts import build_correction_messages
 
     ibpo = IBPOConfig()
     scaffold = build_correction_messages([{"role": "user", "content": ""}], "", [""] * ibpo.num_references, ibpo)
-    lines = {line for text in (DAPO_PREFIX, DAPO_SUFFIX, scaffold[-1]["content"]) for line in text.split("\n")}
+    lines = {line for text in (DAPO_PREFIX, DAPO_SUFFIX, BOXED_INSTRUCTION, scaffold[-1]["content"]) for line in text.split("\n")}
     return sorted(line for line in lines if len(line) > 1)
 
 

@@ -20,7 +20,7 @@ from verl_cpu.real_length_assets import build_real_length_assets
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 SCRIPT = Path(__file__).resolve().parents[2] / "recipe" / "ibpo" / "run_ibpo_qwen3_1p7b_1gpu.sh"
-MAX_PROMPT, MAX_RESPONSE = 64, 256
+MAX_PROMPT, MAX_RESPONSE = 96, 256
 RUN_TIMEOUT_S = 900
 
 
