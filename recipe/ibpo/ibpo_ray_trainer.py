@@ -117,7 +117,9 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
         if result is not None and self.ibpo.joint_training and result.requests:
             batch = DataProto.concat([batch, corr.build_joint_rows(batch, result, self.ibpo)])
         lengths = batch.batch["attention_mask"].sum(-1).tolist()  # the rows verl's micro-batcher measures
-        longest = {"main": max(lengths[:main_rows]), "joint-training": max(lengths[main_rows:], default=0)}
+        longest = {"main": max(lengths[:main_rows])}
+        if len(lengths) > main_rows:
+            longest["joint-training"] = max(lengths[main_rows:])
         metrics.update({f"ibpo/longest_{phase.replace('-', '_')}_row": float(n) for phase, n in longest.items()})
         print(f"[ibpo] step {self.global_steps}: {observed_rows_line(self.config, longest)}", flush=True)
         self._actor_plan = self._plan_actor_minibatches(main_rows, len(batch) - main_rows)
