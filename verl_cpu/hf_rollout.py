@@ -242,12 +242,16 @@ def left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch
 
 
 class HFGenerator:
-    """A causal LM plus the lock that serialises generation and weight loads on it."""
+    """A causal LM plus the lock that serialises generation and weight loads on it. ``suppress_ids``: token ids
+    never sampled (the checkpoint's ``generation_config.suppress_tokens``, as transformers' ``generate`` reads it;
+    a model that lists its EOS there writes every response to its full length)."""
 
-    def __init__(self, model: torch.nn.Module, eos_ids: Iterable[int], pad_id: int) -> None:
+    def __init__(self, model: torch.nn.Module, eos_ids: Iterable[int], pad_id: int,
+                 suppress_ids: Iterable[int] = ()) -> None:
         self.model = model.eval()
         self.eos_ids = frozenset(int(i) for i in eos_ids)
         self.pad_id = int(pad_id)
+        self.suppress_ids = sorted(int(i) for i in suppress_ids)
         self.lock = threading.Lock()
 
     @classmethod
@@ -263,7 +267,7 @@ class HFGenerator:
         eos_ids = [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
         pad = gen_cfg.pad_token_id if gen_cfg.pad_token_id is not None else model.config.pad_token_id
         pad = pad if pad is not None else (eos_ids[0] if eos_ids else 0)
-        return cls(model, eos_ids, pad)
+        return cls(model, eos_ids, pad, gen_cfg.suppress_tokens or ())
 
     @property
     def max_model_len(self) -> int:
@@ -295,6 +299,7 @@ class HFGenerator:
             max_new_tokens=max(r.max_tokens for r in requests),
             eos_token_id=sorted(self.eos_ids) or None,
             pad_token_id=self.pad_id,
+            suppress_tokens=self.suppress_ids or None,
             return_dict_in_generate=True,
             output_scores=want_logprobs and sampler is None,
         )

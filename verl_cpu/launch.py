@@ -98,6 +98,33 @@ def cpu_overrides(
         f"data.max_response_length={max_response_length}",
         "data.dataloader_num_workers=0",
         f"actor_rollout_ref.model.path={model_path}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={train_batch_size}",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro}",
+        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={micro}",
+        f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={micro}",
+        f"actor_rollout_ref.rollout.n={rollout_n}",
+        *cpu_device_overrides(n_workers, ray_num_cpus),
+        f"trainer.n_gpus_per_node={n_workers}",
+        "trainer.nnodes=1",
+        f"trainer.total_training_steps={total_training_steps}",
+        "trainer.val_before_train=False",
+        "trainer.test_freq=-1",
+        "trainer.save_freq=-1",
+        f"trainer.logger=[{','.join(loggers)}]",
+    ]
+    if reward_path:
+        overrides += [
+            f"reward.custom_reward_function.path={reward_path}",
+            f"reward.custom_reward_function.name={reward_name}",
+        ]
+    return overrides
+
+
+def cpu_device_overrides(ray_gpus: int = 1, ray_num_cpus: int = 16) -> list[str]:
+    """The Hydra overrides that move a run, whatever its sizes, from GPUs to CPU (``ray_gpus`` fake Ray GPUs, one
+    per FSDP2 rank): what :func:`cpu_overrides` adds to a tiny run, and what a launch script appends under
+    ``RECIPE_DEVICE=cpu`` (``recipe/common/launch_env.sh``, ``python -m verl_cpu.launch overrides``)."""
+    return [
         # flash_attention_2 is the default and needs CUDA (notes b3).
         "++actor_rollout_ref.model.override_config.attn_implementation=sdpa",
         # FSDP1 needs an accelerator for sync_module_states (b4, c3); torch.compile costs ~15 s (c4).
@@ -107,37 +134,19 @@ def cpu_overrides(
         "actor_rollout_ref.actor.use_torch_compile=False",
         "actor_rollout_ref.actor.fsdp_config.use_torch_compile=False",
         "actor_rollout_ref.ref.fsdp_config.use_torch_compile=False",
-        f"actor_rollout_ref.actor.ppo_mini_batch_size={train_batch_size}",
-        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro}",
-        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={micro}",
-        f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={micro}",
         "actor_rollout_ref.rollout.name=hf",
-        f"actor_rollout_ref.rollout.n={rollout_n}",
         "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
         # One agent-loop and one reward worker: the defaults (8 each) cost ~50 s of start-up (b7).
         "actor_rollout_ref.rollout.agent.num_workers=1",
         "reward.num_workers=1",
         "trainer.device=cpu",
-        f"trainer.n_gpus_per_node={n_workers}",
-        "trainer.nnodes=1",
-        f"trainer.total_training_steps={total_training_steps}",
-        "trainer.val_before_train=False",
-        "trainer.test_freq=-1",
-        "trainer.save_freq=-1",
-        f"trainer.logger=[{','.join(loggers)}]",
         # V1 trainer: 8 storage actors of 1 logical CPU each deadlock a small Ray cluster (c1).
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
         # Logical CPUs (may exceed the physical count): each placement bundle asks for 3 (a5).
         f"ray_kwargs.ray_init.num_cpus={ray_num_cpus}",
         # verl's resource pools are hard-coded use_gpu=True: declare fake Ray GPUs (a3).
-        f"++ray_kwargs.ray_init.num_gpus={n_workers}",
+        f"++ray_kwargs.ray_init.num_gpus={ray_gpus}",
     ]
-    if reward_path:
-        overrides += [
-            f"reward.custom_reward_function.path={reward_path}",
-            f"reward.custom_reward_function.name={reward_name}",
-        ]
-    return overrides
 
 
 # ---------------------------------------------------------------------------------------------
@@ -328,3 +337,21 @@ def read_metrics_jsonl(path: str | os.PathLike) -> dict[int, dict[str, float]]:
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{path}, line {line_no}: not a verl file-logger record ({exc})") from exc
     return by_step
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m verl_cpu.launch env`` prints :func:`cpu_env`'s variables (``NAME=value`` lines);
+    ``python -m verl_cpu.launch overrides [--ray-gpus N]`` prints :func:`cpu_device_overrides` (one a line)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("what", choices=("env", "overrides"))
+    parser.add_argument("--ray-gpus", type=int, default=1, help="fake Ray GPUs: one per FSDP2 rank of the run")
+    args = parser.parse_args(argv)
+    lines = ([f"{k}={v}" for k, v in cpu_env().items()] if args.what == "env"
+             else cpu_device_overrides(args.ray_gpus))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

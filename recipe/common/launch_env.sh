@@ -115,3 +115,20 @@ env_check_script() {
 }
 
 env_check_script "${BASH_SOURCE[1]}"
+
+# RECIPE_DEVICE=cpu runs the script on CPU through verl_cpu, at its own sizes (docs/gpu.md, "Real lengths on
+# CPU"): verl_cpu's environment is exported and its device overrides (the hf rollout, fsdp2, fake Ray GPUs:
+# `python3 -m verl_cpu.launch overrides`) are appended to the script's arguments, once (a wrapper passes them on
+# to the script it runs).
+# RECIPE_CPU_GPUS: the fake Ray GPUs (one per FSDP2 rank; the script's NNODES x NGPUS_PER_NODE).
+RECIPE_DEVICE=${RECIPE_DEVICE:-gpu}
+env_choice RECIPE_DEVICE gpu cpu
+if [ "${RECIPE_DEVICE}" = cpu ] && [ -z "${RECIPE_CPU_APPENDED:-}" ]; then
+    export RECIPE_CPU_APPENDED=1
+    RECIPE_CPU_GPUS=${RECIPE_CPU_GPUS:-1}
+    env_int RECIPE_CPU_GPUS
+    unset CUDA_VISIBLE_DEVICES   # Ray refuses fake GPUs beside an empty CUDA_VISIBLE_DEVICES (docs/verl_on_cpu.md, a4)
+    while IFS= read -r line; do export "${line?}"; done < <(python3 -m verl_cpu.launch env)
+    while IFS= read -r line; do set -- "$@" "${line}"; done < <(python3 -m verl_cpu.launch overrides \
+                                                                  --ray-gpus "${RECIPE_CPU_GPUS}")
+fi

@@ -33,11 +33,9 @@ for MODE in ${MODES}; do
         actor_rollout_ref.actor.strategy=fsdp2 \
         actor_rollout_ref.actor.ppo_mini_batch_size=${MINI_BATCH} \
         actor_rollout_ref.actor.use_dynamic_bsz=True \
-        actor_rollout_ref.actor.ppo_max_token_len_per_gpu=$(((MAX_PROMPT + MAX_RESPONSE) * 4)) \
         actor_rollout_ref.rollout.name=vllm \
         actor_rollout_ref.rollout.n=${N_RESP} \
         actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=True \
-        actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=$(((MAX_PROMPT + MAX_RESPONSE) * 8)) \
         counterfactual.mode=${MODE} \
         trainer.experiment_name=${EXP_PREFIX}_${MODE} \
         trainer.n_gpus_per_node=${NGPUS_PER_NODE} \

@@ -40,6 +40,7 @@ from ibpo.minibatch import ActorMiniBatchPlan, actor_minibatch_plan, optimizer_u
 from ibpo.options import IBPOConfig
 from recipe.common.methods import method_options
 from recipe.common.preflight.model import configured_context_length, model_flop_shape
+from recipe.common.preflight.row_limits import observed_rows_line
 from recipe.common.trainer_base import HookedRayPPOTrainer, generation_work
 from recipe.ibpo.correction import batch as corr
 from recipe.ibpo.correction.rollout import speculation_on, speculative_config_of
@@ -115,6 +116,12 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
         main_rows = len(batch)
         if result is not None and self.ibpo.joint_training and result.requests:
             batch = DataProto.concat([batch, corr.build_joint_rows(batch, result, self.ibpo)])
+        lengths = batch.batch["attention_mask"].sum(-1).tolist()  # the rows verl's micro-batcher measures
+        longest = {"main": max(lengths[:main_rows])}
+        if len(lengths) > main_rows:
+            longest["joint-training"] = max(lengths[main_rows:])
+        metrics.update({f"ibpo/longest_{phase.replace('-', '_')}_row": float(n) for phase, n in longest.items()})
+        print(f"[ibpo] step {self.global_steps}: {observed_rows_line(self.config, longest)}", flush=True)
         self._actor_plan = self._plan_actor_minibatches(main_rows, len(batch) - main_rows)
         batch, _ = corr.pad_to_rows(batch, self._actor_plan.padded_rows)
         return batch

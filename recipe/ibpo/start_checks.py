@@ -1,6 +1,7 @@
 """IBPO's own start checks: the trainer config against what IBPO needs (its advantage estimator, the
 rule-based streaming reward, the correction pass's rollout) and the correction prompts against the context
-(the budget arithmetic is the pure :mod:`ibpo.correction_lengths`).
+(the budget arithmetic is the pure :mod:`ibpo.correction_lengths`), and the longest rows against verl's
+micro-batch token limits (``recipe.common.preflight.row_limits``).
 
 Run twice: in the driver before Ray, by the shared pre-flight (:func:`recipe.common.preflight.preflight`,
 through the ``check`` of the method ``recipe/ibpo/method.py`` registers), and by
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
+from compute_accounting.row_lengths import PhaseRow, phase_rows
 from ibpo.correction_lengths import (MIN_DERIVED_CANDIDATE_TOKENS, CorrectionBudgetError, correction_budget,
                                      correction_prompt_tokens)
 from ibpo.mechanism import reinforces_wrong_answers
@@ -18,6 +20,7 @@ from ibpo.options import IBPOConfig
 from ibpo.prompts import build_correction_messages
 from recipe.common.methods import method_options
 from recipe.common.preflight.errors import SetupError
+from recipe.common.preflight.row_limits import check_row_limits, row_table
 from recipe.ibpo.correction.rollout import check_correction_rollout
 
 # Chat-template scaffolding around the correction prompt (role headers, generation prompt) plus slack.
@@ -134,6 +137,18 @@ def candidate_share_line(ibpo: IBPOConfig, max_response_length: int) -> str:
             "docs/correction_pass.md)")
 
 
+def ibpo_rows(config: DictConfig, ibpo: IBPOConfig, tokenizer) -> tuple[PhaseRow, ...]:
+    """The longest row of each phase (``compute_accounting.row_lengths.phase_rows``), the correction prompt x~ at
+    its budget by the run's tokenizer (``ibpo`` with the candidate budget resolved, :func:`check_trainer_config`)."""
+    rollout = config.actor_rollout_ref.rollout
+    correction = None
+    if ibpo.enable:
+        correction = correction_prompt_tokens(config.data.max_prompt_length, correction_template_tokens(ibpo, tokenizer),
+                                              1 + ibpo.num_references, ibpo.max_candidate_tokens)
+    return phase_rows(config.data.max_prompt_length, rollout.response_length, rollout.prompt_length, correction,
+                      joint_training=ibpo.enable and ibpo.joint_training)
+
+
 def check_ibpo_run(config: DictConfig, context: int | None) -> None:
     """The pre-flight's IBPO check (the ``ibpo`` method's ``check``): :func:`check_trainer_config` with the
     run's tokenizer and the model's context (``context``: rope scaling applied; None when the model config
@@ -146,6 +161,9 @@ def check_ibpo_run(config: DictConfig, context: int | None) -> None:
     ibpo = check_trainer_config(config, method_options(config, "ibpo"), tokenizer, context)
     if ibpo.enable:
         print("[ibpo] " + candidate_share_line(ibpo, int(config.data.max_response_length)), flush=True)
+    rows = ibpo_rows(config, ibpo, tokenizer)
+    print("[ibpo] " + row_table(config, rows, context), flush=True)
+    check_row_limits(config, rows)
     if reinforces_wrong_answers(ibpo.enable, ibpo.shaping, ibpo.lam):
         print(f"[ibpo] note: ibpo.shaping=reward with ibpo.lam={ibpo.lam} (the paper's rule) gives a shaped wrong answer "
               "a positive advantage wherever λΔ exceeds its group's mean reward, always in a group with no right "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import subprocess
 from pathlib import Path
@@ -13,7 +14,10 @@ import pytest
 from hydra import compose, initialize_config_dir, initialize_config_module
 from omegaconf import OmegaConf
 
+from compute_accounting.row_lengths import phase_rows
 from recipe.common.main import method_from_argv, register_config_resolvers
+from recipe.common.preflight.errors import SetupError
+from recipe.common.preflight.row_limits import check_row_limits
 from recipe.common.methods import method_of, method_options, recipe_top_level_keys, trainer_class_for
 from recipe.common.preflight.verl_validation import check_unknown_keys, check_verl_ranges
 
@@ -67,8 +71,14 @@ def test_script_overrides_compose_against_verl(script, tmp_path):
                                                   "counterfactual": "RayCounterfactualTrainer"}[method]
         if method == "counterfactual":
             assert "ibpo" not in cfg, argv  # a counterfactual run builds no IBPO state
+            check_row_limits(cfg, phase_rows(cfg.data.max_prompt_length, cfg.actor_rollout_ref.rollout.response_length,
+                                             cfg.actor_rollout_ref.rollout.prompt_length, masked_copies=True))
             continue
         ibpo = method_options(cfg, "ibpo")
+        rollout = cfg.actor_rollout_ref.rollout  # every row fits verl's micro-batch limits, x~ at prompt_length
+        check_row_limits(cfg, phase_rows(cfg.data.max_prompt_length, rollout.response_length, rollout.prompt_length,
+                                         rollout.prompt_length if ibpo.enable else None,
+                                         joint_training=ibpo.enable and ibpo.joint_training))
         if ibpo.enable:
             assert cfg.actor_rollout_ref.actor.policy_loss.loss_mode == "gspo"
             assert cfg.actor_rollout_ref.actor.loss_agg_mode == "seq-mean-token-mean"
@@ -431,3 +441,92 @@ def test_one_gpu_script_reads_the_validation_sampling_variables(tmp_path):
     (argv,) = recorded_invocations(ONE_GPU, tmp_path, {"VAL_TEMPERATURE": "0.7", "VAL_TOP_P": "0.8", "VAL_TOP_K": "-1"})
     kw = composed(argv).actor_rollout_ref.rollout.val_kwargs
     assert (kw.temperature, kw.top_p, kw.top_k) == (0.7, 0.8, -1)
+
+
+# ------------------------------------------------------------------ rows against verl's micro-batch token limits
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> str:
+    """A local model folder whose tokenizer the IBPO start check measures the correction template with."""
+    from verl_cpu.tiny_assets import build_tiny_assets
+
+    return build_tiny_assets(tmp_path_factory.mktemp("rows"))["model"]
+
+
+def method_check(script: str, tmp_path: Path, tiny_model: str, context: int, env_vars: dict | None = None,
+                 args: list[str] | None = None) -> str:
+    """The script's config through the method's own start check (as the pre-flight runs it, with the model's
+    tokenizer); returns what it printed."""
+    import contextlib
+    import io
+
+    from recipe.common.methods import method_of, run_method_check
+
+    (argv,) = recorded_invocations(script, tmp_path, {"MODEL_PATH": tiny_model, **(env_vars or {})}, args)
+    launched = method_from_argv(argv[2:])
+    register_config_resolvers()
+    with initialize_config_dir(config_dir=str(launched.config_dir), version_base=None):
+        cfg = compose(config_name=launched.config_name, overrides=argv[2:])
+    OmegaConf.resolve(cfg)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        run_method_check(cfg, method_of(cfg), context)
+    return out.getvalue()
+
+
+ONE_GPU = "run_ibpo_qwen3_1p7b_1gpu.sh"
+
+
+def test_the_one_gpu_scripts_former_actor_limit_is_refused_and_its_default_fits(tiny_model, tmp_path):
+    """Before: 2 x (1,024 + 8,192) = 18,432, and a joint row x~ + y^ of up to 17,696 + 8,192 tokens stopped the run
+    at verl's assertion in the first actor update holding one; now refused before Ray, in one line."""
+    with pytest.raises(SetupError) as refused_limit:
+        method_check(ONE_GPU, tmp_path / "old", tiny_model, 40960,
+                     args=["actor_rollout_ref.actor.ppo_max_token_len_per_gpu=18432"])
+    message = str(refused_limit.value)
+    assert "\n" not in message
+    assert message.startswith("actor_rollout_ref.actor.ppo_max_token_len_per_gpu=18432 (x ulysses_sequence_parallel_"
+                              "size 1 = 18432 tokens) is below the longest joint-training x~ + y^ row")
+    assert "rollout.prompt_length 17696) + rollout.response_length 8192" in message  # the row's two options
+    longest = int(message.split("row, ")[1].split(" tokens")[0])
+    assert 18432 < longest <= 25888 and f"Set actor_rollout_ref.actor.ppo_max_token_len_per_gpu >= {longest}" in message
+    printed = method_check(ONE_GPU, tmp_path / "new", tiny_model, 40960)  # the script as it is: fits
+    assert "ppo_max_token_len_per_gpu 25888 x sp 1" in printed and "log_prob_max_token_len_per_gpu 36864 x sp 1" in printed
+    assert f"joint-training x~ + y^: {longest}; width 25888" in printed
+
+
+@pytest.mark.parametrize("args, option", [
+    (["actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=18432"],
+     "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=18432"),
+    (["actor_rollout_ref.actor.use_kl_loss=True", "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=18432"],
+     "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=18432"),
+])
+def test_the_log_prob_and_reference_limits_are_checked_too(args, option, tiny_model, tmp_path):
+    with pytest.raises(SetupError, match=re.escape(option) + r" .*is below the longest joint-training"):
+        method_check(ONE_GPU, tmp_path, tiny_model, 40960, args=args)
+
+
+def test_without_remove_padding_the_padded_width_is_measured(tiny_model, tmp_path):
+    """No joint rows (JOINT=False), but verl's agent loop pads every prompt to IBPO's wide prompt_length: without
+    remove-padding verl's micro-batcher measures that width, 17,696 + 8,192, for every main row."""
+    args = ["actor_rollout_ref.model.use_remove_padding=False"]
+    with pytest.raises(SetupError, match=r"below the longest main row, 25888 tokens \(its padded width"):
+        method_check(ONE_GPU, tmp_path / "old", tiny_model, 40960, {"JOINT": "False"},
+                     args + ["actor_rollout_ref.actor.ppo_max_token_len_per_gpu=18432"])
+    method_check(ONE_GPU, tmp_path / "new", tiny_model, 40960, {"JOINT": "False"}, args)
+
+
+def test_sequence_parallelism_multiplies_the_per_gpu_limit(tiny_model, tmp_path):
+    """The 32B script: its joint rows (x~ up to 63,776 tokens + 30,720) fit 8 GPUs' share of a row, not one GPU's."""
+    limit = ["actor_rollout_ref.actor.ppo_max_token_len_per_gpu=11812"]  # ceil(94,496 / 8)
+    method_check("run_ibpo_qwen3_32b.sh", tmp_path / "sp8", tiny_model, 131072, args=limit)
+    with pytest.raises(SetupError, match=r"=11812 \(x ulysses_sequence_parallel_size 1 = 11812 tokens\)"):
+        method_check("run_ibpo_qwen3_32b.sh", tmp_path / "sp1", tiny_model, 131072, {"SP_SIZE": "1"}, limit)
+    method_check("run_ibpo_qwen3_32b.sh", tmp_path / "sp1_default", tiny_model, 131072, {"SP_SIZE": "1"})
+
+
+def test_the_counterfactual_scripts_limits_fit_and_a_short_one_is_refused(tiny_model, tmp_path):
+    env = {"MODES": "counterfactual"}
+    method_check("run_counterfactual_math.sh", tmp_path / "ok", tiny_model, 40960, env)
+    with pytest.raises(SetupError, match=r"actor_rollout_ref.actor.ppo_max_token_len_per_gpu=8192 .* main row, 10240"):
+        method_check("run_counterfactual_math.sh", tmp_path / "short", tiny_model, 40960, env,
+                     ["actor_rollout_ref.actor.ppo_max_token_len_per_gpu=8192"])

@@ -515,7 +515,7 @@ def test_free_form_nodes_and_dataclass_fields_take_keys_verls_yaml_lacks(tiny_ru
      "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1: the counterfactual method scores"),
     (["actor_rollout_ref.actor.use_dynamic_bsz=true", "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=true",
       "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=4096",
-      "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=${data.max_response_length}"],
+      "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=100"],  # one row of 64 + 16 tokens
      "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu="),
 ])
 def test_a_counterfactual_log_prob_micro_batch_of_one_row_is_refused(tiny_run, overrides, named):

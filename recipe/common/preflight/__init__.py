@@ -8,7 +8,9 @@ run fails in seconds with one line naming the option (``recipe.common.main.run_p
 - ``verl_validation``: verl's option types and its own ``validate_config``, in the driver;
 - ``model``: the model's path, context length and FLOP shape, from its config;
 - ``reward_function``: the reward function loaded as verl loads it, its keyword arguments, the self-test;
-- ``data_files``: the data files and every row in them.
+- ``data_files``: the data files and every row in them;
+- ``row_limits``: the longest row of each phase against verl's micro-batch token limits (a method's start check
+  calls it with its rows) and the ``${row_tokens_per_gpu:...}`` config default that fits them.
 
 A method's own check lives in its folder and is given to the
 registry (``recipe.common.methods.Method.check``) by the method's registration; nothing here imports a method's

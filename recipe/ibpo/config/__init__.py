@@ -38,7 +38,11 @@ def ibpo_prompt_length(enable: bool, max_prompt: int, max_response: int, num_ref
 
 
 def register_config_resolvers() -> None:
-    """Register ``${ibpo_prompt_length:...}`` (used by ``ibpo_trainer.yaml``) with OmegaConf; idempotent."""
+    """Register ``${ibpo_prompt_length:...}`` and the shared ``${row_tokens_per_gpu:...}``
+    (``recipe.common.preflight.row_limits``; both used by ``ibpo_trainer.yaml``) with OmegaConf; idempotent."""
     from omegaconf import OmegaConf
 
+    from recipe.common.preflight.row_limits import register_row_resolver
+
     OmegaConf.register_new_resolver("ibpo_prompt_length", ibpo_prompt_length, replace=True)
+    register_row_resolver()
