@@ -101,8 +101,7 @@ def prime(sample: MixSample) -> tuple[str, float]:
     it (``continuous=True``, the ground truth as JSON text)."""
     from verl.utils.reward_score import prime_code
     start = time.perf_counter()
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):  # its tracebacks
-        score = prime_code.compute_score(sample.response, sample.tests_json, continuous=True)[0]
+    score = prime_code.compute_score(sample.response, sample.tests_json, continuous=True)[0]
     return ("correct" if score is True or score == 1 else "not correct"), time.perf_counter() - start
 
 
@@ -166,7 +165,8 @@ def print_neutral_mix(threads: int, path: Path = MIX_FIXTURE) -> None:
     samples = load_mix(path)
     counts = Counter(s.kind for s in samples)
     load_before = os.getloadavg()[0]
-    run = run_mix(samples, threads)
+    with contextlib.redirect_stderr(io.StringIO()):  # prime_code prints every failing program's traceback
+        run = run_mix(samples, threads)
     header = (f"\nNeutral mix: {len(samples)} responses on {len({s.question_id for s in samples})} real LCB rows, "
               f"{threads} thread(s), load average {load_before:.1f} before / {os.getloadavg()[0]:.1f} after: "
               + ", ".join(f"{k} {counts[k]} ({counts[k] / len(samples):.0%})" for k in MIX_KINDS if counts[k]))
