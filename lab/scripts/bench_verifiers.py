@@ -1,17 +1,29 @@
-"""Benchmark the verifiers: samples/s for math and code (stdin, functional) at 1 and 2 workers, and the per-call
-cost of isolation. Prints a comparison table. Usage: ``python lab/scripts/bench_verifiers.py [--samples N]``."""
+"""Benchmark the verifiers. First the code verifier against verl's ``prime_code`` in one run on a neutral mix of
+real LiveCodeBench rows (every verdict kind in stated shares; a comparison table with the time per verdict kind and
+the ratio with and without the time-outs); then math against verl's ``math_verify``, samples/s for math and code at
+1 and 2 workers, and the per-call cost of isolation.
+Usage: ``python lab/scripts/bench_verifiers.py [--only-neutral-mix] [--mix-threads 2] [--samples N]``."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
+import json
 import os
 import subprocess
 import sys
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
 
+from data_prep.common import RawRow, RowRef
+from data_prep.livecodebench import lcb_row
 from option_types.cli import nonnegative_int, positive_int
 from reward_fns import compute_score, encode_tests
+from reward_fns.code_tests import decode_tests
 from reward_fns.code_verifier import CodeLimits, prepare_tests, run_code_tests, set_max_concurrent_sandboxes
 from reward_fns.math_verifier import get_math_pool, reset_math_pool
 from reward_fns.sandbox import detect_isolation
@@ -36,178 +48,150 @@ def throughput(items: list[tuple], threads: int) -> float:
     return len(items) / elapsed
 
 
-# --- comparison with verl's own verifiers on the same samples ------------------------------------------------
-# LiveCodeBench-style stdin problems (verl's prime_code runs APPS-style stdin tests; its call-based format differs
-# from LCB's, so the comparison uses stdin problems only): a right and a wrong program per problem, and the real
-# LCB row 1873_A from tests/fixtures.
-_FIXTURE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tests", "fixtures", "reward",
-                        "lcb_1873_A.json")
-_PROBLEMS = [
-    ("a, b = map(int, input().split())\nprint(a + b)", "a, b = map(int, input().split())\nprint(a - b)",
-     [f"{i} {3 * i + 1}\n" for i in range(8)], [f"{4 * i + 1}\n" for i in range(8)]),
-    ("n = int(input())\nxs = list(map(int, input().split()))\nprint(max(xs) - min(xs))",
-     "n = int(input())\nxs = list(map(int, input().split()))\nprint(max(xs))",
-     [f"5\n{i} {i + 7} 3 {2 * i} 1\n" for i in range(1, 9)],
-     [f"{max(i, i + 7, 3, 2 * i, 1) - min(i, i + 7, 3, 2 * i, 1)}\n" for i in range(1, 9)]),
-    ("import sys\nfor line in sys.stdin.read().split()[1:]:\n    print(line[::-1])",
-     "import sys\nfor line in sys.stdin.read().split()[1:]:\n    print(line)",
-     [f"2\nab{i}\nxyz{i}\n" for i in range(8)], [f"{i}ba\n{i}zyx\n" for i in range(8)]),
-]
+# --- code: a NEUTRAL mix of real LiveCodeBench rows, ours against verl's prime_code in one run -----------------
+# tests/fixtures/reward/lcb_bench_mix.json: five real LCB rows (stdin and functional) with their full private tests,
+# decoded by data_prep.livecodebench as a user's data is, and 28 responses of every verdict kind in the stated
+# shares ("mix"; where rows, responses and shares come from: its "source" and "mix_note").
+MIX_FIXTURE = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "reward" / "lcb_bench_mix.json"
+MIX_KINDS = ("correct", "wrong_answer", "runtime_error", "compile_error", "timeout", "memory_limit", "no_answer")
 
 
-def comparison_samples() -> list[tuple[str, dict]]:
-    """(program, {"inputs", "outputs"}) pairs: for each problem its right and its wrong program."""
-    import json
+@dataclass(frozen=True)
+class MixSample:
+    """One response of the mix: its problem, the verdict it is stated to earn, and both verifiers' inputs."""
+
+    question_id: str
+    kind: str
+    response: str
+    ground_truth: str  # ours: encode_tests(...) as data_prep.livecodebench writes it
+    tests_json: str  # prime_code: the same tests as JSON text, as a verl row carries them
+
+
+def load_mix(path: Path = MIX_FIXTURE) -> list[MixSample]:
+    """The mix's samples, every row decoded by ``data_prep.livecodebench.lcb_row``; raises ``ValueError`` naming
+    the file when a response names no row or the responses' kinds differ from the file's stated ``mix``."""
+    doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    truths = {}
+    for number, raw in enumerate(doc["rows"], start=1):
+        row = lcb_row(RawRow(RowRef(str(path), number), raw), "livecodebench_v6", "eval", number, "chat")
+        truths[raw["question_id"]] = row["reward_model"]["ground_truth"]
     samples = []
-    for right, wrong, inputs, outputs in _PROBLEMS:
-        samples += [(right, {"inputs": inputs, "outputs": outputs}), (wrong, {"inputs": inputs, "outputs": outputs})]
-    with open(_FIXTURE, encoding="utf-8") as fh:
-        row = json.load(fh)
-    solution = ("t = int(input())\nfor _ in range(t):\n    s = input().strip()\n"
-                "    print('YES' if sum(a != b for a, b in zip(s, 'abc')) <= 2 else 'NO')")
-    samples.append((solution, {"inputs": row["inputs"], "outputs": row["outputs"]}))
+    for number, item in enumerate(doc["responses"], start=1):
+        if item["question_id"] not in truths or item["kind"] not in MIX_KINDS:
+            raise ValueError(f"{path}: response {number}: question_id {item['question_id']!r} or kind "
+                             f"{item['kind']!r} unknown (rows: {sorted(truths)}, kinds: {MIX_KINDS})")
+        truth = truths[item["question_id"]]
+        samples.append(MixSample(item["question_id"], item["kind"], item["response"], truth,
+                                 json.dumps(decode_tests(truth))))
+    counts = Counter(s.kind for s in samples)
+    if counts != Counter(doc["mix"]):
+        raise ValueError(f"{path}: the responses' kinds {dict(counts)} differ from its stated mix {doc['mix']}")
     return samples
 
 
-def compare_with_verl(threads: int, rounds: int) -> list[tuple[str, float, str]]:
-    """Samples/s and agreement of ours vs verl's prime_code (code) and verl's math_verify (math)."""
-    from verl.utils.reward_score import math_verify as verl_math_verify
-    from verl.utils.reward_score import prime_code
+def ours(sample: MixSample) -> tuple[str, float]:
+    """(verdict, seconds) of our ``compute_score`` on one sample."""
+    start = time.perf_counter()
+    verdict = compute_score("livecodebench_v6", sample.response, sample.ground_truth)["verdict"]
+    return verdict, time.perf_counter() - start
 
-    rows = []
-    code = comparison_samples() * rounds
-    ours_items = [("livecodebench_v6", f"```python\n{prog}\n```", encode_tests(dict(tc, fn_name=None)))
-                  for prog, tc in code]
+
+def prime(sample: MixSample) -> tuple[str, float]:
+    """(``correct`` or ``not correct``, seconds) of verl's ``prime_code`` called as verl's default reward calls
+    it (``continuous=True``, the ground truth as JSON text)."""
+    from verl.utils.reward_score import prime_code
+    start = time.perf_counter()
+    score = prime_code.compute_score(sample.response, sample.tests_json, continuous=True)[0]
+    return ("correct" if score is True or score == 1 else "not correct"), time.perf_counter() - start
+
+
+def timed_pass(fn, samples: list[MixSample], threads: int) -> tuple[list[tuple[str, float]], float]:
+    """Per-sample (verdict, seconds) and the wall time of one pass with ``threads`` caller threads, after an
+    untimed warm-up call (the first worker, pool or manager starts outside the timed region)."""
+    fn(samples[0])
+    start = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        results = list(pool.map(fn, samples))
+    return results, time.perf_counter() - start
+
+
+@dataclass
+class MixRun:
+    """One run of both verifiers on the mix: per-sample results and wall times (all, and without time-outs)."""
+
+    samples: list[MixSample]
+    results: dict[str, list[tuple[str, float]]]
+    wall: dict[str, float]
+    wall_no_timeouts: dict[str, float]
+
+
+def run_mix(samples: list[MixSample], threads: int) -> MixRun:
+    """Ours then prime_code over the whole mix, then each again over the mix without its time-outs."""
+    run = MixRun(samples, {}, {}, {})
+    rest = [s for s in samples if s.kind != "timeout"]
+    for name, fn in (("ours", ours), ("prime_code", prime)):
+        run.results[name], run.wall[name] = timed_pass(fn, samples, threads)
+        run.wall_no_timeouts[name] = timed_pass(fn, rest, threads)[1] if rest else 0.0
+    return run
+
+
+def mix_table(run: MixRun, header: str) -> str:
+    """The comparison table: per verdict kind, each verifier's seconds per sample and in all (where the time
+    goes) and how many it judged right; then the wall times and the ratios, with and without the time-outs."""
+    lines = [header, "| verdict kind   |  n | ours s/sample | prime s/sample | ours s, all | prime s, all | ours right |"
+             " prime right |", "|" + "|".join("-" * w for w in (16, 4, 15, 16, 13, 14, 12, 13)) + "|"]
+    for kind in MIX_KINDS:
+        idx = [i for i, s in enumerate(run.samples) if s.kind == kind]
+        if not idx:
+            continue
+        mine = [run.results["ours"][i] for i in idx]
+        theirs = [run.results["prime_code"][i] for i in idx]
+        ours_s, prime_s = sum(t for _, t in mine), sum(t for _, t in theirs)
+        ours_ok = sum(verdict == kind for verdict, _ in mine)
+        prime_ok = sum((verdict == "correct") == (kind == "correct") for verdict, _ in theirs)
+        lines.append(f"| {kind:<14} | {len(idx):>2} | {ours_s / len(idx):>13.3f} | {prime_s / len(idx):>14.3f} | "
+                     f"{ours_s:>11.2f} | {prime_s:>12.2f} | {ours_ok:>7}/{len(idx):<2} | {prime_ok:>8}/{len(idx):<2} |")
+    wall, rest = run.wall, run.wall_no_timeouts
+    n, n_rest = len(run.samples), sum(s.kind != "timeout" for s in run.samples)
+    lines.append(f"wall, whole mix ({n}): ours {wall['ours']:.2f} s, prime_code {wall['prime_code']:.2f} s, "
+                 f"ratio {wall['prime_code'] / wall['ours']:.2f}x (prime_code time / ours; >1: ours faster)")
+    if n_rest:
+        lines.append(f"wall, without the time-outs ({n_rest}, a second pass): ours {rest['ours']:.2f} s, prime_code "
+                     f"{rest['prime_code']:.2f} s, ratio {rest['prime_code'] / rest['ours']:.2f}x")
+    return "\n".join(lines)
+
+
+def print_neutral_mix(threads: int, path: Path = MIX_FIXTURE) -> None:
+    samples = load_mix(path)
+    counts = Counter(s.kind for s in samples)
+    load_before = os.getloadavg()[0]
+    with contextlib.redirect_stderr(io.StringIO()):  # prime_code prints every failing program's traceback
+        run = run_mix(samples, threads)
+    header = (f"\nNeutral mix: {len(samples)} responses on {len({s.question_id for s in samples})} real LCB rows, "
+              f"{threads} thread(s), load average {load_before:.1f} before / {os.getloadavg()[0]:.1f} after: "
+              + ", ".join(f"{k} {counts[k]} ({counts[k] / len(samples):.0%})" for k in MIX_KINDS if counts[k]))
+    print(mix_table(run, header), flush=True)
+
+
+def compare_math_with_verl(threads: int, rounds: int) -> list[tuple[str, float, str]]:
+    """Samples/s and agreement of ours vs verl's math_verify on the same items."""
+    from verl.utils.reward_score import math_verify as verl_math_verify
 
     def timed(fn, items):
-        with ThreadPoolExecutor(max_workers=threads) as pool:  # warm: every worker/pool/manager starts untimed
+        with ThreadPoolExecutor(max_workers=threads) as pool:  # warm: every worker/pool starts untimed
             list(pool.map(fn, items[:2 * threads]))
         start = time.perf_counter()
         with ThreadPoolExecutor(max_workers=threads) as pool:
             out = list(pool.map(fn, items))
         return len(items) / (time.perf_counter() - start), out
 
-    rate, ours = timed(lambda it: compute_score(*it)["score"], ours_items)
-    rows.append((f"code, ours (compute_score, sandboxed), {threads} thread(s)", rate,
-                 f"{sum(ours):.0f}/{len(ours)} right"))
-    rate, theirs = timed(lambda it: float(prime_code.compute_score(f"```python\n{it[0]}\n```", it[1], continuous=True)[0] == 1),
-                         code)
-    rows.append((f"code, verl prime_code, {threads} thread(s)", rate, f"{sum(theirs):.0f}/{len(theirs)} right"))
+    rows = []
     math_items = [MATH_ITEMS[i % len(MATH_ITEMS)] for i in range(16 * rounds)]
-    rate, ours = timed(lambda it: compute_score(*it)["score"], math_items)
-    rows.append((f"math, ours (compute_score), {threads} thread(s)", rate, f"{sum(ours):.0f}/{len(ours)} right"))
+    rate, mine = timed(lambda it: compute_score(*it)["score"], math_items)
+    rows.append((f"math, ours (compute_score), {threads} thread(s)", rate, f"{sum(mine):.0f}/{len(mine)} right"))
     rate, theirs = timed(lambda it: float(verl_math_verify.compute_score(it[1], it[2])), math_items)
     rows.append((f"math, verl math_verify, {threads} thread(s)", rate, f"{sum(theirs):.0f}/{len(theirs)} right"))
     return rows
-
-
-# --- a NEUTRAL mix: real LiveCodeBench tests, every verdict kind in a stated share -----------------------------
-# The real row 1873_A (tests/fixtures/reward/lcb_1873_A.json: its public test, then its 4 decoded private tests;
-# the only real LCB row whose private tests this project holds offline) with 28 responses in the shares of the
-# issue-36 mix of real LCB responses: 12 right, 9 wrong answer, 4 runtime error, 1 compile error, 2 time-outs
-# (43% right, 32% wrong, 14% runtime error, 4% compile error, 7% time-out). Each response is a full chat answer
-# (prose, then a fenced program), written as a model writes them.
-_RIGHT = [
-    "t = int(input())\nfor _ in range(t):\n    s = input().strip()\n    print('YES' if sum(a != b for a, b in zip(s, 'abc')) <= 2 else 'NO')",
-    "import sys\ndata = sys.stdin.read().split()\nfor s in data[1:]:\n    print('NO' if s in ('bca', 'cab') else 'YES')",
-    "t = int(input())\nfor _ in range(t):\n    s = input()\n    ok = s == 'abc' or any(''.join(x) == 'abc' for x in [\n        (s[1], s[0], s[2]), (s[2], s[1], s[0]), (s[0], s[2], s[1])])\n    print('YES' if ok else 'NO')",
-    "def solve(s):\n    if s == 'abc':\n        return True\n    for i in range(3):\n        for j in range(i + 1, 3):\n            t = list(s)\n            t[i], t[j] = t[j], t[i]\n            if ''.join(t) == 'abc':\n                return True\n    return False\n\nfor _ in range(int(input())):\n    print('YES' if solve(input().strip()) else 'NO')",
-    "n = int(input())\nout = []\nfor _ in range(n):\n    s = input().strip()\n    diff = sum(1 for i in range(3) if s[i] != 'abc'[i])\n    out.append('YES' if diff != 3 else 'NO')\nprint('\\n'.join(out))",
-    "import sys\ninput = sys.stdin.readline\nt = int(input())\nfor _ in range(t):\n    s = input().strip()\n    print('YES' if s[0] == 'a' or s[1] == 'b' or s[2] == 'c' else 'NO')",
-    "from itertools import permutations\ngood = {'abc'}\nfor i in range(3):\n    for j in range(i + 1, 3):\n        t = list('abc'); t[i], t[j] = t[j], t[i]; good.add(''.join(t))\nfor _ in range(int(input())):\n    print('YES' if input().strip() in good else 'NO')",
-    "def main():\n    t = int(input())\n    for _ in range(t):\n        s = input()\n        cnt = 0\n        for a, b in zip(s, 'abc'):\n            if a != b:\n                cnt += 1\n        print('YES' if cnt in (0, 2) else 'NO')\n\nif __name__ == '__main__':\n    main()",
-    "lines = open(0).read().split()\nprint('\\n'.join('YES' if sum(c != d for c, d in zip(w, 'abc')) < 3 else 'NO' for w in lines[1:]))",
-    "t = int(input())\nres = []\nfor _ in range(t):\n    s = input().strip()\n    res.append('NO' if s in ['bca', 'cab'] else 'YES')\nfor r in res:\n    print(r)",
-    "import sys\nfor line in sys.stdin.readlines()[1:]:\n    s = line.strip()\n    if not s:\n        continue\n    print('YES' if sorted(s) == list('abc') and sum(x != y for x, y in zip(s, 'abc')) <= 2 else 'NO')",
-    "T = int(input())\nfor _ in range(T):\n    s = list(input().strip())\n    wrong = [i for i in range(3) if s[i] != 'abc'[i]]\n    print('YES' if len(wrong) <= 2 else 'NO')",
-]
-_WRONG = [
-    "t = int(input())\nfor _ in range(t):\n    input()\n    print('YES')",
-    "t = int(input())\nfor _ in range(t):\n    s = input().strip()\n    print('YES' if sum(a != b for a, b in zip(s, 'abc')) <= 1 else 'NO')",
-    "t = int(input())\nfor _ in range(t):\n    s = input().strip()\n    print('yes' if s != 'bca' and s != 'cab' else 'no')",
-    "t = int(input())\nfor _ in range(t):\n    s = input().strip()\n    print('NO' if s in ('bca', 'cba') else 'YES')",
-    "t = int(input())\nfor _ in range(t):\n    s = input().strip()\n    print('YES' if s == 'abc' else 'NO')",
-    "t = int(input())\nans = 0\nfor _ in range(t):\n    s = input().strip()\n    ans += s in ('bca', 'cab')\nprint(ans)",
-    "t = int(input())\nfor _ in range(t):\n    s = input().strip()\n    print('YES' if s[0] == 'a' and s[2] == 'c' else 'NO')",
-    "t = int(input())\nfor _ in range(t):\n    s = input().strip()\n    print('NO' if sum(a == b for a, b in zip(s, 'abc')) == 0 else 'YES', end=' ')",
-    "t = int(input())\nfor _ in range(t - 1):\n    s = input().strip()\n    print('NO' if s in ('bca', 'cab') else 'YES')",
-]
-_RUNTIME_ERROR = [
-    "t = int(input())\nfor _ in range(t):\n    s = input().strip()\n    print('YES' if s[3] == 'c' else 'NO')",
-    "t = int(input())\nfor _ in range(t):\n    s = input().strip()\n    print(answer(s))",
-    "t, s = map(int, input().split())\nprint(t + s)",
-    "import sys\nsys.setrecursionlimit(100)\ndef f(n):\n    return f(n + 1)\nt = int(input())\nprint(f(t))",
-]
-_COMPILE_ERROR = ["t = int(input())\nfor _ in range(t)\n    print('YES')"]
-_TIMEOUT = [
-    "t = int(input())\nfor _ in range(t):\n    s = input().strip()\n    while s != 'abc':\n        s = s[1:] + s[0]\n    print('YES')",
-    "t = int(input())\ncount = 0\nfor i in range(10 ** 12):\n    count += i % 3\nprint('YES')",
-]
-NEUTRAL_MIX = ([(p, "correct") for p in _RIGHT] + [(p, "wrong_answer") for p in _WRONG]
-               + [(p, "runtime_error") for p in _RUNTIME_ERROR] + [(p, "compile_error") for p in _COMPILE_ERROR]
-               + [(p, "timeout") for p in _TIMEOUT])
-
-
-def neutral_mix_samples() -> list[tuple[str, str, dict]]:
-    """(response, expected verdict, LCB tests) for the neutral mix, interleaved so kinds spread over the run."""
-    import json
-    with open(_FIXTURE, encoding="utf-8") as fh:
-        row = json.load(fh)
-    tests = {"inputs": row["inputs"], "outputs": row["outputs"]}
-    ordered = sorted(enumerate(NEUTRAL_MIX), key=lambda item: (item[0] * 7919) % len(NEUTRAL_MIX))
-    return [(f"Let me think about the swaps.\n\n```python\n{prog}\n```\nThis reads the input and prints the answers.",
-             verdict, tests) for _, (prog, verdict) in ordered]
-
-
-def compare_on_neutral_mix(threads: int) -> tuple[list[tuple], dict]:
-    """Run ours and verl's prime_code (``continuous=True``, as verl's default reward calls it) on the neutral mix
-    with ``threads`` caller threads; per-sample latency and verdicts. Returns (rows, totals)."""
-    from verl.utils.reward_score import prime_code
-    samples = neutral_mix_samples()
-
-    def ours(item):
-        t0 = time.perf_counter()
-        out = compute_score("livecodebench_v6", item[0], encode_tests(dict(item[2], fn_name=None)))
-        return out["verdict"], time.perf_counter() - t0
-
-    def theirs(item):
-        t0 = time.perf_counter()
-        ok = prime_code.compute_score(item[0], item[2], continuous=True)[0]
-        return ("correct" if ok is True or ok == 1 else "not correct"), time.perf_counter() - t0
-
-    totals = {}
-    results = {}
-    for name, fn in (("ours", ours), ("prime_code", theirs)):
-        with ThreadPoolExecutor(max_workers=threads) as pool:  # warm-up outside the timed region
-            list(pool.map(fn, samples[:2]))
-        start = time.perf_counter()
-        with ThreadPoolExecutor(max_workers=threads) as pool:
-            results[name] = list(pool.map(fn, samples))
-        totals[name] = time.perf_counter() - start
-    rows = []
-    for kind in ("correct", "wrong_answer", "runtime_error", "compile_error", "timeout"):
-        idx = [i for i, s in enumerate(samples) if s[1] == kind]
-        ours_ok = sum(results["ours"][i][0] == kind for i in idx)
-        prime_ok = sum((results["prime_code"][i][0] == "correct") == (kind == "correct") for i in idx)
-        rows.append((kind, len(idx), sum(results["ours"][i][1] for i in idx) / len(idx),
-                     sum(results["prime_code"][i][1] for i in idx) / len(idx), ours_ok, prime_ok))
-    return rows, totals
-
-
-def print_neutral_mix(threads: int) -> None:
-    rows, totals = compare_on_neutral_mix(threads)
-    n = sum(r[1] for r in rows)
-    print(f"\nNeutral mix, real LCB row 1873_A (5 tests), {threads} thread(s), load average "
-          f"{os.getloadavg()[0]:.1f}: " + ", ".join(f"{r[0]} {r[1]} ({r[1] / n:.0%})" for r in rows))
-    print(f"| {'verdict':<14} | {'n':>2} | {'ours s/sample':>13} | {'prime_code s/sample':>19} | {'ours right':>10} |"
-          f" {'prime right':>11} |\n|{'-' * 16}|{'-' * 4}|{'-' * 15}|{'-' * 21}|{'-' * 12}|{'-' * 13}|")
-    for kind, count, ours_s, prime_s, ours_ok, prime_ok in rows:
-        print(f"| {kind:<14} | {count:>2} | {ours_s:>13.3f} | {prime_s:>19.3f} | {ours_ok:>7}/{count:<2} |"
-              f" {prime_ok:>8}/{count:<2} |")
-    print(f"| {'total (wall)':<14} | {n:>2} | {totals['ours']:>12.2f}s | {totals['prime_code']:>18.2f}s |"
-          f" {'':>10} | {'':>11} |")
-    print(f"samples/s: ours {n / totals['ours']:.2f}, prime_code {n / totals['prime_code']:.2f}, "
-          f"ratio {totals['prime_code'] / totals['ours']:.2f}x", flush=True)
 
 
 def per_call_seconds(fn, repeats: int) -> float:
@@ -223,28 +207,25 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--samples", type=positive_int, default=64)
     parser.add_argument("--repeats", type=positive_int, default=20)
     parser.add_argument("--compare-rounds", type=nonnegative_int, default=2,
-                        help="passes over the comparison samples (7 code, 16 math per pass); 0 skips the comparison")
-    parser.add_argument("--only-compare", action="store_true", help="print only the comparison with verl")
-    parser.add_argument("--neutral-mix", type=int, choices=[0, 1], default=1, help="1: also run the neutral mix of real LCB tests")
-    parser.add_argument("--only-neutral-mix", action="store_true", help="print only the neutral-mix comparison")
+                        help="passes over the math comparison items (16 per pass); 0 skips the comparison")
+    parser.add_argument("--neutral-mix", type=int, choices=[0, 1], default=1, help="1: run the code neutral mix")
+    parser.add_argument("--only-neutral-mix", action="store_true", help="print only the code neutral-mix comparison")
+    parser.add_argument("--mix-threads", type=positive_int, default=2,
+                        help="caller threads (and our concurrent sandboxes) for the neutral mix")
     args = parser.parse_args(argv)
     report = detect_isolation()
     print(report.describe(), file=sys.stderr)
     if args.neutral_mix or args.only_neutral_mix:
-        for threads in (1, 2):
-            set_max_concurrent_sandboxes(threads)
-            print_neutral_mix(threads)
+        set_max_concurrent_sandboxes(args.mix_threads)
+        print_neutral_mix(args.mix_threads)
         if args.only_neutral_mix:
             return
     if args.compare_rounds:
-        print(f"\n| {'same samples: ours vs verl':<58} | {'samples/s':>9} | {'agreement':<12} |\n"
+        print(f"\n| {'same items: ours vs verl':<58} | {'samples/s':>9} | {'agreement':<12} |\n"
               f"|{'-' * 60}|{'-' * 11}|{'-' * 14}|")
         for threads in (1, 2):
-            set_max_concurrent_sandboxes(threads)
-            for name, rate, note in compare_with_verl(threads, args.compare_rounds):
+            for name, rate, note in compare_math_with_verl(threads, args.compare_rounds):
                 print(f"| {name:<58} | {rate:>9.2f} | {note:<12} |", flush=True)
-        if args.only_compare:
-            return
     rows = []
     for workers in (1, 2):
         os.environ["IBPO_MATH_WORKERS"] = str(workers)
