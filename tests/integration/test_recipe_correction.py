@@ -611,6 +611,7 @@ def test_the_loop_trains_on_the_trainers_advantages(shaping):
     from analysis import toy_loop
     from ibpo.advantages import ibpo_sequence_advantages
     from ibpo.mechanism import advantage_mechanism
+    from ibpo.pipeline import joint_rewards, joint_row_uids
 
     n = 4
     trainer = make_trainer({"variant": "binary", "lam": 0.6, "joint_training": True, "shaping": shaping,
@@ -637,11 +638,11 @@ def test_the_loop_trains_on_the_trainers_advantages(shaping):
         assert (loop_main[1:] <= 0).all()
 
     ok = result.correction_scores >= 0.5
-    joint = toy_loop.CorrectionResult(
+    cfg = trainer.ibpo
+    joint = toy_loop.CorrectionResult(  # the joint rows as analysis.toy_loop.correction_pass builds them
         delta.numpy(), joint_responses=[[0] * 3 for _ in result.requests],
-        joint_rewards=[float(s) - 0.25 * float(w) for s, w in zip(result.correction_scores,
-                                                                  result.outcome.correction_rewrite)],
-        joint_group_ids=[f"{r.group_id}:correction" for r in result.requests])
+        joint_rewards=joint_rewards(result.correction_scores, result.outcome.correction_rewrite, cfg).tolist(),
+        joint_group_ids=joint_row_uids(result.requests, cfg.joint_grouping).tolist())
     loop_joint = [float(a[0]) for a in toy_loop.joint_token_advantages(joint)]
     rows = len(result.requests)
     assert trained[8:8 + rows].tolist() == pytest.approx(loop_joint, abs=1e-6)
