@@ -40,7 +40,7 @@ from ibpo.minibatch import ActorMiniBatchPlan, actor_minibatch_plan, optimizer_u
 from ibpo.options import IBPOConfig
 from recipe.common.methods import method_options
 from recipe.common.preflight.model import configured_context_length, model_flop_shape
-from recipe.common.trainer_base import HookedRayPPOTrainer, generation_work
+from recipe.common.trainer_base import HookedRayPPOTrainer, StepCost, generation_work
 from recipe.ibpo.correction import batch as corr
 from recipe.ibpo.correction.rollout import speculation_on, speculative_config_of
 from recipe.ibpo.correction.step import run_correction_pass
@@ -54,7 +54,7 @@ from recipe.ibpo.step_record import IBPOStep
 class RayIBPOTrainer(HookedRayPPOTrainer):
     """verl's PPO trainer with IBPO's counterfactual correction pass in every training step."""
 
-    STEP_FLOPS_METRIC = "ibpo/compute/step_flops"  # the compute budget's FLOPs (trainer_base)
+    COUNTS_FLOPS = True  # its step_cost carries the step's FLOPs (trainer_base)
     IBPO_STATE_FILE = STATE_FILE
 
     def __init__(self, *args, **kwargs):
@@ -162,7 +162,8 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
             correction_output = DataProto.concat([correction_output, *step.generation_padding])
         work = step_work(batch, step.batch_rows(), correction_output, grad_probe=step.grad_probe_lengths,
                          **self._training_passes())
-        compute_metrics(work, self.model_shape, metrics, self.run_state.compute_totals)
+        flops = compute_metrics(work, self.model_shape, metrics, self.run_state.compute_totals)
+        self.step_cost = StepCost(flops.total)
         if self.gpu_time_coefficients is None:  # no cost model: nothing to price (and no replay to pay for)
             return
 
@@ -170,8 +171,9 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
             return generation_work(output) if self._ngram is None else corr.speculative_generation_work(
                 output, self._ngram)
 
-        self._model_gpu_seconds(work, decode_work(batch.select_idxs(step.rows.main)),
-                                None if correction_output is None else decode_work(correction_output), metrics)
+        self.step_cost = StepCost(flops.total, self._model_gpu_seconds(
+            work, decode_work(batch.select_idxs(step.rows.main)),
+            None if correction_output is None else decode_work(correction_output), metrics))
 
     def _step_metrics(self, batch: DataProto, metrics: dict, timing_raw: dict) -> None:
         """End of step: measured seconds per phase, the speculation counters and the running time total (the

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from verl import DataProto
 
-from compute_accounting.flops import ModelShape, StepWork, step_flops
+from compute_accounting.flops import ModelShape, StepFlops, StepWork, step_flops
 from recipe.ibpo.correction.batch import IBPORows
 
 
@@ -47,9 +47,9 @@ def step_work(batch: DataProto, rows: IBPORows, correction_output: DataProto | N
     )
 
 
-def compute_metrics(work: StepWork, shape: ModelShape, metrics: dict, totals: dict[str, float]) -> None:
-    """The step's FLOPs per phase (``compute_accounting.flops.step_flops``) and tokens (from the generation
-    metrics already in ``metrics``), added to the running ``totals`` (in place) and logged with them."""
+def compute_metrics(work: StepWork, shape: ModelShape, metrics: dict, totals: dict[str, float]) -> StepFlops:
+    """The step's FLOPs per phase (``compute_accounting.flops.step_flops``, returned) and tokens (from the
+    generation metrics already in ``metrics``), added to the running ``totals`` (in place) and logged with them."""
     flops = step_flops(work, shape)
     generated = metrics.get("ibpo/main_gen_tokens", 0.0) + metrics.get("ibpo/correction_gen_tokens", 0.0)
     prompt_tokens = metrics.get("ibpo/main_prompt_tokens", 0.0) + metrics.get("ibpo/correction_prompt_tokens", 0.0)
@@ -59,3 +59,4 @@ def compute_metrics(work: StepWork, shape: ModelShape, metrics: dict, totals: di
     metrics.update({TOTAL_METRICS[k]: v for k, v in totals.items()})
     metrics.update(flops.as_metrics())
     metrics["ibpo/compute/step_flops"] = flops.total
+    return flops
