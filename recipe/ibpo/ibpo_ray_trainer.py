@@ -82,10 +82,10 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
 
     def init_workers(self):
         """The ``ibpo`` estimator's guard: this trainer shapes the reward it normalises, so it announces itself
-        (``recipe.verl_plugin.assert_registered`` marks the process; the estimator refuses a run no IBPO trainer
+        (``recipe.ibpo.verl_plugin.assert_registered`` marks the process; the estimator refuses a run no IBPO trainer
         started). Another method's trainer never gets here with ``algorithm.adv_estimator=ibpo``: the registry
         refuses it (``recipe.common.methods.method_of``)."""
-        from recipe.verl_plugin import assert_registered
+        from recipe.ibpo.verl_plugin import assert_registered
 
         if self.config.algorithm.adv_estimator == "ibpo":
             assert_registered()  # verl swallows entry-point failures at DEBUG: fail here, loudly

@@ -23,7 +23,7 @@ from omegaconf import OmegaConf
 from verl import DataProto
 from verl.trainer.ppo.ray_trainer import compute_advantage
 
-import recipe.verl_plugin  # noqa: F401  (registration; the entry point does this under `import verl` too)
+import recipe.ibpo.verl_plugin  # noqa: F401  (registration; the entry point does this under `import verl` too)
 from ibpo.advantages import get_mask_sign
 from compute_accounting.flops import ModelShape, forward_flops
 from ibpo.options import IBPOConfig

@@ -125,7 +125,7 @@ def test_the_correction_loop_puts_the_rows_bound_into_the_request(monkeypatch):
 
 
 def test_the_loop_is_registered_with_verl():
-    import recipe.verl_plugin  # noqa: F401  (the verl.plugins entry point)
+    import recipe.ibpo.verl_plugin  # noqa: F401  (the verl.plugins entry point)
     from verl.experimental.agent_loop import agent_loop
 
     from ibpo.correction_lengths import AGENT_LOOP_NAME

@@ -4,7 +4,7 @@
   shape, the joint rows, the token mask); no Ray, no workers;
 - ``rollout``: the correction rollout's start checks and settings (lookup speculation, the length bound);
 - ``agent_loop``: verl's single-turn agent loop with a per-row ``max_tokens`` (imported by verl's agent-loop
-  workers through ``recipe.verl_plugin``).
+  workers through ``recipe.ibpo.verl_plugin``).
 
 Nothing is imported here: an agent-loop worker that loads ``agent_loop`` does not pay for ``batch``.
 """
