@@ -90,7 +90,7 @@ from compute_accounting.gpu_time import (  # noqa: E402
     roofline_coefficients,
     train_forward_tokens_per_s,
 )
-from recipe.ibpo.correction.rollout import SPEC_PROM_COUNTERS, SpecCounters, spec_counter_metrics  # noqa: E402
+from recipe.ibpo.correction.spec_counters import SPEC_PROM_COUNTERS, SpecCounters, spec_counter_metrics  # noqa: E402
 
 PARTS = ("coefficients", "copy", "step")
 # Planning estimates (seconds) from the H200 runs of 2026-11-27 (docs/gpu.md; c9ae526 and 74eb390): the

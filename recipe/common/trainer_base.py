@@ -35,7 +35,6 @@ a method's own guards live in its trainer. ReMax's second (greedy) generation ro
 
 from __future__ import annotations
 
-import json
 import os
 import uuid
 from dataclasses import dataclass
@@ -68,70 +67,11 @@ from verl.utils.skip.skip_manager import SkipManager
 
 from compute_accounting.flops import StepWork
 from compute_accounting.gpu_time import GenerationWork, StepSeconds, step_seconds
+from recipe.common.step_io import generation_work, read_state_file, require_finite_scores, write_json_atomically
 
 # the step's modelled GPU seconds (``compute_accounting.gpu_time.StepSeconds.as_metrics``): the total under this
 # name, each phase under ``<name>/<phase>``
 MODELLED_SECONDS_METRIC = "compute/modelled_gpu_seconds"
-
-
-class NonFiniteRewardError(RuntimeError):
-    """A reward function returned nan or ±inf: training on it would turn the advantages and then the weights
-    into nan (verl trains on whatever the reward manager stored)."""
-
-
-def write_json_atomically(path: str, data) -> None:
-    """Write ``data`` as JSON through a temporary file: a crash mid-write leaves the previous file, never half of
-    one (every checkpointed state file: the compute ledger, a method's own state)."""
-    with open(path + ".tmp", "w") as f:
-        json.dump(data, f)
-    os.replace(path + ".tmp", path)
-
-
-class ResumedStateError(ValueError):
-    """A checkpoint's state file (the compute ledger, a method's own state) is not what this recipe's trainer
-    writes: a resumed run would continue from garbage."""
-
-
-def json_kind(value) -> str:
-    """What JSON calls the type of a value :func:`json.load` returned (for a refusal: "a JSON array")."""
-    kinds = {dict: "object", list: "array", str: "string", bool: "boolean", int: "number", float: "number"}
-    return "null" if value is None else kinds.get(type(value), type(value).__name__)
-
-
-def read_state_file(path: str) -> dict:
-    """The JSON object a checkpoint's state file holds; a file that is not one (truncated, not JSON, a JSON list)
-    is refused naming it (:class:`ResumedStateError`)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            state = json.load(f)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ResumedStateError(f"{path} is not a JSON file ({error}): resume from a checkpoint this recipe's trainer "
-                                "wrote whole, or start a new run (trainer.resume_mode=disable)") from None
-    if not isinstance(state, dict):
-        raise ResumedStateError(f"{path} holds a JSON {json_kind(state)}, not an object: resume from a checkpoint "
-                                "this recipe's trainer wrote, or start a new run (trainer.resume_mode=disable)")
-    return state
-
-
-def generation_work(output: DataProto) -> GenerationWork:
-    """The GPU-time model's view of a generation (``compute_accounting.gpu_time.GenerationWork``): each row's
-    prompt tokens (valid tokens less the response) and response tokens, decoded without speculation."""
-    generated = output.batch["response_mask"].sum(-1)
-    return GenerationWork((output.batch["attention_mask"].sum(-1) - generated).tolist(), generated.tolist())
-
-
-def require_finite_scores(scores: torch.Tensor, data_sources, what: str) -> None:
-    """Stop the run when a sequence score is not finite, naming the rows and their ``data_source``
-    (``scores``: one per row; ``data_sources``: the batch's ``non_tensor_batch["data_source"]`` or None)."""
-    bad = ~torch.isfinite(scores)
-    if not bool(bad.any()):
-        return
-    rows = bad.nonzero().flatten().tolist()
-    sources = sorted({str(data_sources[i]) for i in rows}) if data_sources is not None else "unknown"
-    raise NonFiniteRewardError(
-        f"{what}: the reward function returned a non-finite score for {len(rows)} of {len(scores)} rows "
-        f"(rows {rows[:8]}, values {[float(scores[i]) for i in rows[:3]]}, data_source {sources}); "
-        "a verifier must return a finite number (reward.custom_reward_function)")
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,8 @@ from counterfactual.importance import CounterfactualConfig
 from compute_accounting.flops import step_flops
 from recipe.common.methods import method_options
 from recipe.common.preflight.model import model_flop_shape
-from recipe.common.trainer_base import HookedRayPPOTrainer, StepCost, generation_work
+from recipe.common.step_io import generation_work
+from recipe.common.trainer_base import HookedRayPPOTrainer, StepCost
 
 STEP_FLOPS_METRIC = "counterfactual/compute/step_flops"  # the step's FLOPs, as logged
 

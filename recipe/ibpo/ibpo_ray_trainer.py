@@ -40,7 +40,8 @@ from ibpo.minibatch import ActorMiniBatchPlan, actor_minibatch_plan, optimizer_u
 from ibpo.options import IBPOConfig
 from recipe.common.methods import method_options
 from recipe.common.preflight.model import configured_context_length, model_flop_shape
-from recipe.common.trainer_base import HookedRayPPOTrainer, StepCost, generation_work
+from recipe.common.step_io import generation_work
+from recipe.common.trainer_base import HookedRayPPOTrainer, StepCost
 from recipe.ibpo.correction import batch as corr
 from recipe.ibpo.correction.rollout import speculation_on, speculative_config_of
 from recipe.ibpo.correction.step import run_correction_pass

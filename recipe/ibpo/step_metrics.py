@@ -16,7 +16,7 @@ from ibpo.mechanism import RewardDropAlarm, advantage_mechanism, localised_cover
 from ibpo.options import IBPOConfig
 from ibpo.variants import get_variant
 from recipe.ibpo.correction import batch as corr
-from recipe.ibpo.correction.rollout import SpecCounterReader, spec_counter_metrics
+from recipe.ibpo.correction.spec_counters import SpecCounterReader, spec_counter_metrics
 from recipe.ibpo.step_compute import generation_tokens
 
 

@@ -475,7 +475,7 @@ def test_correction_prefix_cache_metrics():
 def test_a_non_finite_reward_stops_the_step_naming_rows_and_source(bad, monkeypatch):
     """A verifier that returns nan would make its group's advantages and then the weights nan: the scores of the
     main generation (and of the corrections, read by the same function) and of the trained batch are checked."""
-    from recipe.common.trainer_base import NonFiniteRewardError
+    from recipe.common.step_io import NonFiniteRewardError
 
     trainer = make_trainer({"variant": "binary"})
     monkeypatch.setattr(sys.modules[__name__], "score", lambda r: bad if r == [7, 7, 9] else float(r == CORRECT))
@@ -591,7 +591,7 @@ def test_a_resumed_state_of_another_run_or_option_set_stops_naming_the_option():
 def test_a_checkpoint_state_file_that_is_not_a_json_object_is_refused_naming_it(tmp_path, text, refusal):
     """What every resumed state file is read through (the compute ledger, ibpo_state.json): a truncated or
     non-JSON file, or JSON that is not an object, is refused naming the file."""
-    from recipe.common.trainer_base import ResumedStateError, read_state_file
+    from recipe.common.step_io import ResumedStateError, read_state_file
 
     path = tmp_path / "ibpo_state.json"
     path.write_text(text)

@@ -23,7 +23,7 @@ from compute_accounting.gpu_time import (
     roofline_coefficients,
     train_forward_tokens_per_s,
 )
-from recipe.ibpo.correction.rollout import SpecCounters, spec_counter_metrics
+from recipe.ibpo.correction.spec_counters import SpecCounters, spec_counter_metrics
 from verl_cpu.launch import read_metrics_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,7 +18,8 @@ from compute_accounting.gpu_time import GenerationWork, roofline_coefficients, s
 from recipe.common.preflight.compute_budget import compute_budget_from, gpu_time_coefficients
 from recipe.common.preflight.errors import SetupError
 from recipe.common.preflight.model import model_serving_shape
-from recipe.common.trainer_base import MODELLED_SECONDS_METRIC, HookedRayPPOTrainer, StepCost, generation_work
+from recipe.common.step_io import generation_work
+from recipe.common.trainer_base import MODELLED_SECONDS_METRIC, HookedRayPPOTrainer, StepCost
 
 
 @pytest.fixture

@@ -33,7 +33,7 @@ from ibpo.lookup_decoding import NgramParams, batch_decode_steps, simulate_looku
 from ibpo.pipeline import (CORRECTION_UID_SUFFIX, CorrectionRequest, CorrectionStep, ShapingOutcome, joint_row_uids,
                            rewrite_penalties)
 from ibpo.prefix_sharing import shared_prefix_lengths
-from recipe.common.trainer_base import require_finite_scores
+from recipe.common.step_io import require_finite_scores
 
 # keys IBPO adds to the training batch
 DELTA_KEY = "ibpo_delta"
