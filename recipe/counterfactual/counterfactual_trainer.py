@@ -68,7 +68,7 @@ class RayCounterfactualTrainer(HookedRayPPOTrainer):
         batch.batch["advantages"] = batch.batch["advantages"] * weights.to(batch.batch["advantages"].dtype)
         metrics.update(cf_metrics)
         metrics["counterfactual/forward_s"] = timing_raw.get("counterfactual_forward", 0.0)
-        work = self._plain_step_work(batch, counterfactual_forward=forward_rows)
+        work = self._plain_step_work(batch, forward_phases={"counterfactual_forward": forward_rows})
         flops = step_flops(work, self.model_shape).total
         metrics[STEP_FLOPS_METRIC] = flops
         self.step_cost = StepCost(flops, self._model_gpu_seconds(work, generation_work(batch), None, metrics))

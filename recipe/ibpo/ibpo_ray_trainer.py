@@ -33,7 +33,6 @@ from verl.utils.debug import marked_timer
 from verl.utils.py_functional import rename_dict
 from verl.workers.utils.padding import left_right_2_no_padding
 
-from compute_accounting.flops import phase_seconds
 from ibpo.advantages import get_mask_sign, shapes_reward
 from ibpo.lookup_decoding import ngram_params_from_speculative_config
 from ibpo.minibatch import ActorMiniBatchPlan, actor_minibatch_plan, optimizer_updates_reported, row_multiples
@@ -48,7 +47,7 @@ from recipe.ibpo.correction.step import run_correction_pass
 from recipe.ibpo.run_state import STATE_FILE, IBPORunState
 from recipe.ibpo.start_checks import check_trainer_config
 from recipe.ibpo.step_compute import compute_metrics, generation_tokens, step_work
-from recipe.ibpo.step_metrics import MechanismMetrics, SpeculationCounters, theorem_metrics
+from recipe.ibpo.step_metrics import MechanismMetrics, SpeculationCounters, phase_seconds, theorem_metrics
 from recipe.ibpo.step_record import IBPOStep
 
 

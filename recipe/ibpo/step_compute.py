@@ -38,8 +38,7 @@ def step_work(batch: DataProto, rows: IBPORows, correction_output: DataProto | N
         main_gen=main,
         correction_gen=[] if correction_output is None else correction_output.batch["attention_mask"].sum(-1).tolist(),
         train_main=main, train_joint=lengths[rows.is_correction].tolist(), train_padding=lengths[rows.is_padding].tolist(),
-        counterfactual_forward=[],  # counterfactual weighting runs in its own trainer
-        grad_probe=list(grad_probe),
+        backward_phases={"grad_probe": list(grad_probe)},  # the gradient probe's rows (logged even when empty)
         ppo_epochs=ppo_epochs,
         gradient_checkpointing=gradient_checkpointing,
         old_log_prob_forward=old_log_prob_forward,
@@ -57,6 +56,6 @@ def compute_metrics(work: StepWork, shape: ModelShape, metrics: dict, totals: di
     totals["total_tokens"] += generated + prompt_tokens
     totals["total_flops"] += flops.total
     metrics.update({TOTAL_METRICS[k]: v for k, v in totals.items()})
-    metrics.update(flops.as_metrics())
+    metrics.update(flops.as_metrics("ibpo/compute/step_flops/"))
     metrics["ibpo/compute/step_flops"] = flops.total
     return flops

@@ -123,7 +123,7 @@ def test_a_trainers_own_pricing_reaches_the_ledger(model_dir):
     step; the ledger takes that total, not the plain step's."""
     t = trainer(run_config(model_dir, unit="modelled_gpu_seconds", limit=1e9))
     batch = rows([3, 5], [4, 2])
-    work = StepWork(main_gen=[7, 7], train_main=[7, 7], counterfactual_forward=[7, 7, 7], ppo_epochs=2)
+    work = StepWork(main_gen=[7, 7], train_main=[7, 7], forward_phases={"counterfactual_forward": [7, 7, 7]}, ppo_epochs=2)
     correction = GenerationWork([20, 30], [6, 1])
     metrics = {}
     t.step_cost = StepCost(None, t._model_gpu_seconds(work, generation_work(batch), correction, metrics))
