@@ -58,9 +58,9 @@ setup(
     entry_points={
         # verl imports every entry point of this group at `import verl` (verl/__init__.py), in every process.
         "verl.plugins": [
-            # advantage estimator `ibpo`, agent loop `ibpo_correction` (an install made before this module moved
-            # names `ibpo.verl_plugin`, which is this module under its old name)
-            "ibpo = recipe.verl_plugin",
+            # every method folder's recipe/<folder>/verl_plugin.py (IBPO's: advantage estimator `ibpo`, agent loop
+            # `ibpo_correction`); an install made before names `ibpo = recipe.verl_plugin`, an alias of IBPO's
+            "methods = recipe.common.verl_plugin",
             "verl_cpu = verl_cpu.plugin",  # CPU platform + `hf` rollout (inert unless VERL_PLATFORM=cpu)
         ],
     },

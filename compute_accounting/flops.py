@@ -1,6 +1,10 @@
 """What one RL step costs: FLOPs per phase and measured seconds per phase (paper §5, App. B: methods are
 compared at matched compute, so the counter must not flatter the method that does more work).
 
+A method's own passes (a no-grad forward over extra rows, a per-sample-gradient probe) are phases the method
+names in its :class:`StepWork` (``forward_phases``, ``backward_phases``): they are counted and logged under those
+names, so this package names no method and a new method's phase needs no edit here.
+
 FLOPs of a dense decoder-only transformer, per sequence of ``s`` tokens, one forward pass:
 
     F(s) = 2·N·s + 2·L·d·s·(s + 1)
@@ -79,15 +83,29 @@ def token_counts(lengths: Sequence[float] | np.ndarray, name: str = "sequence le
     return s
 
 
+# the phases every step has (a method's own are named in its StepWork), and the per-row shares inside them
+SHARED_PHASES = ("main_gen", "correction_gen", "old_log_prob", "ref_log_prob", "actor_update")
+ROW_SHARES = ("joint_rows", "padding_rows")
+
+
 def check_step_work(work: "StepWork") -> None:
     """Refuse a :class:`StepWork` no step can have done (a ValueError naming the field): ``ppo_epochs`` not an
-    integer >= 1, or a row length that is negative, NaN or infinite."""
+    integer >= 1, a row length that is negative, NaN or infinite, or a method phase named like a shared phase (of
+    this counter or of the GPU-time model) or twice."""
     epochs = work.ppo_epochs
     if isinstance(epochs, bool) or not isinstance(epochs, Integral) or epochs < 1:
         raise ValueError(f"ppo_epochs must be an integer >= 1, got {epochs!r}")
-    for name in ("main_gen", "correction_gen", "train_main", "train_joint", "train_padding",
-                 "counterfactual_forward", "grad_probe"):
+    for name in ("main_gen", "correction_gen", "train_main", "train_joint", "train_padding"):
         token_counts(getattr(work, name), f"StepWork.{name}")
+    taken = set(SHARED_PHASES + ROW_SHARES) | {"main_gen_prefill", "main_gen_decode", "correction_gen_prefill",
+                                                "correction_gen_decode", "weight_sync"}
+    for kind in ("forward_phases", "backward_phases"):
+        for phase, rows in getattr(work, kind).items():
+            if phase in taken or not isinstance(phase, str) or not phase:
+                raise ValueError(f"StepWork.{kind}: phase {phase!r} is a shared phase's name, another of the step's "
+                                 "phases or not a name; name a method's phase for what it does")
+            taken.add(phase)
+            token_counts(rows, f"StepWork.{kind}[{phase!r}]")
 
 
 def forward_flops(lengths: Sequence[int] | np.ndarray, shape: ModelShape) -> float:
@@ -105,8 +123,10 @@ class StepWork:
     train_main: Sequence[int] = ()  # training-batch rows: main responses
     train_joint: Sequence[int] = ()  # training-batch rows: joint-training correction samples
     train_padding: Sequence[int] = ()  # training-batch rows: no-op padding (2 tokens each)
-    counterfactual_forward: Sequence[int] = ()  # counterfactual method: masked copies + unmasked rows (no-grad)
-    grad_probe: Sequence[int] = ()  # rows of the gradient-variance probe (forward + backward each)
+    # a method's own passes, by the phase name it declares (counted and logged under it): no-grad forwards and
+    # forward + backward passes, each over rows of these valid-token lengths
+    forward_phases: Mapping[str, Sequence[int]] = field(default_factory=dict)
+    backward_phases: Mapping[str, Sequence[int]] = field(default_factory=dict)
     ppo_epochs: int = 1
     gradient_checkpointing: bool = False  # actor update recomputes the forward during backward
     old_log_prob_forward: bool = True  # False under verl's rollout-correction bypass mode
@@ -115,35 +135,36 @@ class StepWork:
 
 @dataclass(frozen=True)
 class StepFlops:
-    """FLOPs of one step, per phase; ``joint_rows`` / ``padding_rows`` are the shares (already inside the
-    training phases) spent on those rows."""
+    """FLOPs of one step, per phase (the shared ones, then ``own``: the method's, by the names its
+    :class:`StepWork` declares); ``joint_rows`` / ``padding_rows`` are the shares (already inside the training
+    phases) spent on those rows."""
 
     main_gen: float
     correction_gen: float
     old_log_prob: float
     ref_log_prob: float
     actor_update: float
-    counterfactual_forward: float
-    grad_probe: float
+    own: Mapping[str, float]
     joint_rows: float
     padding_rows: float
     total: float = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "total", self.main_gen + self.correction_gen + self.old_log_prob + self.ref_log_prob
-                           + self.actor_update + self.counterfactual_forward + self.grad_probe)
+                           + self.actor_update + sum(self.own.values()))
 
-    def as_metrics(self, prefix: str = "ibpo/compute/step_flops/") -> dict[str, float]:
-        """Per-phase metrics (the total is logged by the trainer as ``ibpo/compute/step_flops``)."""
-        return {f"{prefix}{k}": float(getattr(self, k)) for k in (
-            "main_gen", "correction_gen", "old_log_prob", "ref_log_prob", "actor_update", "counterfactual_forward",
-            "grad_probe", "joint_rows", "padding_rows")}
+    def as_metrics(self, prefix: str) -> dict[str, float]:
+        """Per-phase metrics under ``prefix`` (the method's; its trainer logs the total)."""
+        return {**{f"{prefix}{k}": float(getattr(self, k)) for k in SHARED_PHASES},
+                **{f"{prefix}{k}": float(v) for k, v in self.own.items()},
+                **{f"{prefix}{k}": float(getattr(self, k)) for k in ROW_SHARES}}
 
 
 def step_flops(work: StepWork, shape: ModelShape) -> StepFlops:
     """FLOPs of one step (module docstring): both generations, the old-log-prob and reference forwards
     and ``ppo_epochs`` actor updates (3 forwards each, 4 with gradient checkpointing) over every training
-    row (main, joint and padding), the counterfactual forwards and the gradient probe."""
+    row (main, joint and padding), and the method's own phases: a no-grad forward, or a forward + backward
+    (3 forwards, 4 with gradient checkpointing), over each of their rows."""
     check_step_work(work)
     per_row_kind = {kind: forward_flops(rows, shape) for kind, rows in (
         ("main", work.train_main), ("joint", work.train_joint), ("padding", work.train_padding))}
@@ -156,36 +177,9 @@ def step_flops(work: StepWork, shape: ModelShape) -> StepFlops:
         old_log_prob=train_forward if work.old_log_prob_forward else 0.0,
         ref_log_prob=train_forward if work.reference_forward else 0.0,
         actor_update=update_passes * train_forward,
-        counterfactual_forward=forward_flops(work.counterfactual_forward, shape),
-        grad_probe=(3 + int(work.gradient_checkpointing)) * forward_flops(work.grad_probe, shape),
+        own={**{phase: forward_flops(rows, shape) for phase, rows in work.forward_phases.items()},
+             **{phase: (3 + int(work.gradient_checkpointing)) * forward_flops(rows, shape)
+                for phase, rows in work.backward_phases.items()}},
         joint_rows=training_passes * per_row_kind["joint"],
         padding_rows=training_passes * per_row_kind["padding"],
     )
-
-
-# metric phase name -> verl / trainer ``marked_timer`` names whose seconds it sums
-TIMED_PHASES: dict[str, tuple[str, ...]] = {
-    "gen": ("gen",),  # the whole generation block: main generation + correction pass
-    "main_gen": ("ibpo_main_gen",),
-    "correction_gen": ("ibpo_gen",),
-    "host": ("ibpo_plan", "ibpo_shape"),  # IBPO's own host work: plan, align, shape
-    "lookup_proxy": ("ibpo_lookup_proxy",),  # diagnostic replay of the ngram proposer (lookup_proxy_interval), not method work
-    "reward": ("reward",),
-    "old_log_prob": ("old_log_prob",),
-    "ref_log_prob": ("ref",),
-    "adv": ("adv",),
-    "grad_probe": ("ibpo_grad_probe",),
-    "counterfactual": ("counterfactual",),
-    "update_actor": ("update_actor",),
-    "update_weights": ("update_weights",),
-    "save_checkpoint": ("save_checkpoint",),
-    "testing": ("testing",),
-    "step": ("step",),
-}
-
-
-def phase_seconds(timing_raw: Mapping[str, float]) -> dict[str, float]:
-    """Measured seconds per phase of one step from verl's ``timing_raw`` (``marked_timer``), as
-    ``ibpo/time/<phase>_s``; a phase that did not run this step is 0."""
-    return {f"ibpo/time/{phase}_s": float(sum(timing_raw.get(name, 0.0) for name in names))
-            for phase, names in TIMED_PHASES.items()}

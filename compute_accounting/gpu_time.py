@@ -351,13 +351,10 @@ def generation_seconds(work: GenerationWork, coeff: GpuTimeCoefficients) -> dict
     return {"prefill": float(p.sum() / coeff.prefill_tokens_per_s), "decode": float(decode)}
 
 
-PHASES = ("main_gen_prefill", "main_gen_decode", "correction_gen_prefill", "correction_gen_decode", "old_log_prob",
-          "ref_log_prob", "actor_update", "counterfactual_forward", "grad_probe", "weight_sync")
-
-
 @dataclass(frozen=True)
 class StepSeconds:
-    """Modelled GPU seconds of one step per phase (:data:`PHASES`) and their total."""
+    """Modelled GPU seconds of one step per phase (both generations' prefill and decode, the training passes, the
+    method's own phases by the names its ``StepWork`` declares, the weight sync) and their total."""
 
     phases: Mapping[str, float]
 
@@ -365,7 +362,7 @@ class StepSeconds:
     def total(self) -> float:
         return float(sum(self.phases.values()))
 
-    def as_metrics(self, prefix: str = "compute/modelled_gpu_seconds/") -> dict[str, float]:
+    def as_metrics(self, prefix: str) -> dict[str, float]:
         return {**{f"{prefix}{k}": float(v) for k, v in self.phases.items()}, prefix.rstrip("/"): self.total}
 
 
@@ -388,8 +385,9 @@ def step_seconds(work: StepWork, main: GenerationWork, correction: GenerationWor
         "old_log_prob": train_tokens * per_fwd if work.old_log_prob_forward else 0.0,
         "ref_log_prob": train_tokens * per_fwd if work.reference_forward else 0.0,
         "actor_update": update_passes * train_tokens * per_fwd,
-        "counterfactual_forward": float(sum(work.counterfactual_forward)) * per_fwd,
-        "grad_probe": (3 + int(work.gradient_checkpointing)) * float(sum(work.grad_probe)) * per_fwd,
+        **{phase: float(sum(rows)) * per_fwd for phase, rows in work.forward_phases.items()},
+        **{phase: (3 + int(work.gradient_checkpointing)) * float(sum(rows)) * per_fwd
+           for phase, rows in work.backward_phases.items()},
         "weight_sync": coeff.weight_sync_s,
     }
     return StepSeconds({phase: seconds * coeff.gpus for phase, seconds in wall.items()})

@@ -10,7 +10,6 @@ statistics), ``lambda_schedule`` (λ per step), ``mechanism`` (what group normal
 ``first_divergence`` (localisation without a correction: where the policy, shown the reference, first departs
 from the wrong response; beyond the paper). Compute accounting, shared by every method, is the package
 ``compute_accounting``.
-``verl_plugin`` is only the old path of ``recipe.verl_plugin`` (the verl registrations).
 """
 
 from ibpo.options import IBPOConfig, IBPOConfigError

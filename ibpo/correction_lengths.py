@@ -17,7 +17,7 @@ loop by the row's ``agent_name`` column. The correction rows name the ``ibpo_cor
 (``recipe.ibpo.correction.agent_loop``, verl's single-turn loop that copies the row's ``ibpo_max_tokens``
 into ``sampling_params["max_tokens"]``), which both verl's vLLM server and the CPU ``hf`` server honour
 (``vllm_async_server.py:601``, ``verl_cpu/hf_rollout.resolve_max_tokens``); the ``verl.plugins`` entry point
-(``recipe.verl_plugin``) registers the name. This module holds the arithmetic and the names, no verl.
+(``recipe.ibpo.verl_plugin``) registers the name. This module holds the arithmetic and the names, no verl.
 """
 
 from __future__ import annotations

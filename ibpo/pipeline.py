@@ -1,13 +1,17 @@
 """IBPO steps B-C on plain Python data (Alg. 1 lines 12-31): plan the corrections of a batch, then turn
-their outcomes into Δ, φ, token masks and metrics. The verl trainer only converts DataProto to and from
-these inputs; every number it feeds verl comes from here.
+their outcomes into Δ, φ, token masks and metrics; :func:`correction_step` is the whole pass around a caller's
+generation, and :func:`joint_rewards` / :func:`joint_row_uids` its joint-training rows (App. E.2 (C)). The verl
+trainer (``recipe.ibpo.correction.step``) and the toy loop (``analysis.toy_loop``) both run a step through these
+functions, each with its own generation; the trainer only converts DataProto to and from their inputs, so every
+number it feeds verl comes from here.
 """
 
 from __future__ import annotations
 
 import math
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from typing import Callable, Hashable, Sequence
+from typing import Callable, Generic, Hashable, Sequence, TypeVar
 
 import numpy as np
 
@@ -18,6 +22,10 @@ from ibpo.prompts import Message, build_correction_messages, render_candidate
 from ibpo.references import get_reference_rule, select_references
 from ibpo.shaping import TargetShaping, aggregate_corrections, shape_targets
 from ibpo.variants import get_variant
+
+# the suffix of a correction's group id: a correction is never normalised against the original responses
+CORRECTION_UID_SUFFIX = "::ibpo_corr"
+Output = TypeVar("Output")  # what a caller's generation returns besides scores and ids (the trainer: a DataProto)
 
 
 @dataclass(frozen=True)
@@ -168,3 +176,76 @@ def shape_batch(
         metrics["mask_kept_fraction"] = float(np.mean([masks[r].mean() if masks[r].size else 0.0 for r in shaped_rows]))
     return ShapingOutcome(delta, phi, masks, np.array([r.rewrite for r in per_correction], dtype=bool),
                           alpha, adaptive, metrics)
+
+
+@dataclass(frozen=True)
+class Generated(Generic[Output]):
+    """A step's generated corrections, one per request in request order: verifier score, response token ids, and
+    the caller's own record of the generation (``output``: the trainer's DataProto, the toy loop's prompts)."""
+
+    scores: np.ndarray
+    ids: list[list[int]]
+    output: Output | None = None
+
+
+@dataclass(frozen=True)
+class CorrectionStep(Generic[Output]):
+    """One step's correction pass: the requests, which main rows were right, the corrections (``generated``:
+    None when nothing was wrong), which corrections were right, and the shaping (Δ, masks, rewrite flags)."""
+
+    requests: list[CorrectionRequest]
+    is_correct: list[bool]
+    generated: Generated[Output] | None
+    correction_right: list[bool]
+    outcome: ShapingOutcome
+
+
+def _untimed(phase: str) -> AbstractContextManager:
+    return nullcontext()
+
+
+def correction_step(group_ids: Sequence[Hashable], messages: Sequence[Sequence[Message]],
+                    response_ids: Sequence[Sequence[int]], scores: Sequence[float], config: IBPOConfig, step: int,
+                    generate: Callable[[list[CorrectionRequest]], Generated[Output]],
+                    decode: Callable[[list[int]], str], encode: Callable[[str], list[int]] | None = None,
+                    phase: Callable[[str], AbstractContextManager] = _untimed) -> CorrectionStep[Output]:
+    """Steps B-C of Alg. 1 on a step's main rows (their group ids, prompt messages, response tokens and verifier
+    scores): plan the corrections (:func:`plan_corrections`), have the caller ``generate`` them (called only when
+    there is a request), judge them against ``correct_threshold`` and shape (:func:`shape_batch`). ``phase(name)``
+    times the phases ``plan``, ``gen`` and ``shape`` (the trainer's verl timers)."""
+    with phase("plan"):
+        is_correct = (np.asarray(scores) >= config.correct_threshold).tolist()
+        requests = plan_corrections(group_ids, is_correct, messages, response_ids, decode, config, step, encode)
+    generated = None
+    if requests:
+        with phase("gen"):
+            generated = generate(requests)
+        if len(generated.ids) != len(requests) or len(generated.scores) != len(requests):
+            raise RuntimeError(f"the correction pass returned {len(generated.ids)} rows for {len(requests)} requests")
+    with phase("shape"):
+        right = (np.asarray(generated.scores) >= config.correct_threshold).tolist() if generated else []
+        outcome = shape_batch(requests, generated.ids if generated else [], right, response_ids, is_correct, config)
+    return CorrectionStep(requests, is_correct, generated, right, outcome)
+
+
+def joint_rewards(correction_scores: Sequence[float], rewrite: np.ndarray, config: IBPOConfig) -> np.ndarray:
+    """The joint-training rows' rewards (App. C.3, E.2 (C)): r(ŷ) − rewrite_penalty·1[rewrite], per correction."""
+    return np.asarray(correction_scores, dtype=np.float64) - rewrite_penalties(rewrite, config)
+
+
+def rewrite_penalties(rewrite: np.ndarray, config: IBPOConfig) -> np.ndarray:
+    """rewrite_penalty·1[rewrite] per correction: what a rewriting correction's joint-training row loses."""
+    return config.rewrite_penalty * np.asarray(rewrite, dtype=np.float64)
+
+
+def joint_row_uids(requests: Sequence[CorrectionRequest], grouping: str) -> np.ndarray:
+    """Group ids of the joint-training rows; never equal to a main row's (:data:`CORRECTION_UID_SUFFIX`), so a
+    correction sample is never normalised against the original responses.
+
+    ``per_prompt``: every correction for prompt x shares one group; ``per_correction_prompt``: the
+    ``corrections_per_target`` samples of one correction prompt x~ (one wrong target row) form a group."""
+    if grouping == "per_prompt":
+        return np.array([f"{r.group_id}{CORRECTION_UID_SUFFIX}" for r in requests], dtype=object)
+    if grouping == "per_correction_prompt":
+        return np.array([f"{r.group_id}{CORRECTION_UID_SUFFIX}:{r.target_row}" for r in requests], dtype=object)
+    raise ValueError(f"unknown ibpo.joint_grouping {grouping!r}")

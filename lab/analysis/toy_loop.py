@@ -4,8 +4,9 @@ and 3-40 s per step per run on 2 CPU cores; this loop ~1-2 s per step).
 
 What is the same as the verl path (``lab/scripts/compare_methods.py``): the warm start, the project's generator
 (``verl_cpu.hf_rollout.HFGenerator``, every request sampled from its own seeded stream, ``request_seed``),
-the scorer (``reward_fns.compute_score``), IBPO's steps B-C (``ibpo.pipeline.plan_corrections`` /
-``shape_batch``: references, correction prompts, alignment, rewrite filter, Δ, masks),
+the scorer (``reward_fns.compute_score``), IBPO's steps B-C and joint rows (the trainer's own functions,
+``ibpo.pipeline.correction_step``, ``joint_rewards``, ``joint_row_uids``: references, correction prompts,
+alignment, rewrite filter, Δ, masks),
 r' = r + λΔ and the group normalisation (``ibpo.advantages``), the GSPO loss at its on-policy point (one
 update per step, so the sequence ratio is 1 and the clip inactive; ``seq-mean-token-mean``), AdamW with
 verl's defaults (weight decay 0.01, gradient clip 1.0) and a linear warmup, the FLOP counter
@@ -18,7 +19,7 @@ same FLOP budget and is evaluated greedily on a held-out test set of ``--test-si
 when its cumulative FLOPs first reach each milestone (¼, ½, ¾, 1 of the budget). The primary metric is test
 accuracy at the full budget, compared to GSPO G=n by the paired t over seeds. Nothing is selected on the test
 set. ``--jobs N`` runs N (arm, seed) runs side by side in spawned one-thread workers (a run's result does not
-depend on N); ``--max-steps K`` matches runs in steps instead (``lab.analysis.loop_vs_verl``). Run
+depend on N); ``--max-steps K`` matches runs in steps instead. Run
 ``python -m lab.analysis.toy_loop --help``.
 """
 
@@ -60,7 +61,8 @@ from compute_accounting.gpu_time import (
 )
 from ibpo.mechanism import RewardDropAlarm, advantage_mechanism, group_kinds, localised_coverage, sibling_overlap
 from ibpo.options import IBPOConfig
-from ibpo.pipeline import plan_corrections, shape_batch
+from ibpo.pipeline import (CorrectionRequest, CorrectionStep, Generated, correction_step, joint_rewards,
+                           joint_row_uids, plan_corrections)
 from ibpo.variants import get_variant
 from lab.toy_tasks.tasks import ToyTask, get_task
 
@@ -338,37 +340,49 @@ def sample_step(toy: Toy, generator, order: np.ndarray, step: int, seed: int, ba
 
 def correction_pass(toy: Toy, generator, cfg: IBPOConfig, samples: StepSamples, seed: int, step: int,
                     newline_tokens: dict[int, str]) -> CorrectionResult:
-    """IBPO steps B-C (``ibpo.pipeline``) on the step's samples, the joint-training rows (App. E.2 (C), as
-    ``recipe.ibpo.correction.batch.build_joint_rows``: reward r(ŷ) − rewrite_penalty·1[rewrite], grouped per
-    original prompt or per x~) and the credit-localisation record of every right correction."""
+    """IBPO steps B-C on the step's samples through the trainer's own function (``ibpo.pipeline.correction_step``)
+    with the loop's generation, the joint-training rows (App. E.2 (C): ``ibpo.pipeline.joint_rewards`` and
+    ``joint_row_uids``, as the trainer's ``build_joint_rows``) and the credit-localisation record of every right
+    correction."""
     from verl_cpu.hf_rollout import request_seed
 
-    is_correct = [bool(r >= cfg.correct_threshold) for r in samples.rewards]
+    def generate_corrections(requests: list[CorrectionRequest]) -> Generated[tuple[list[list[int]], float]]:
+        c0 = time.perf_counter()
+        prompts = [toy.encode_chat(r.messages) for r in requests]
+        seeds = [request_seed(seed, f"corr|{r.target_row}|{k}", step) for k, r in enumerate(requests)]
+        corrections = generate(generator, prompts, seeds, chunk=64, max_tokens=toy.max_tokens)
+        seconds = time.perf_counter() - c0
+        scores = [toy.score(c, samples.problems[r.target_row]) for c, r in zip(corrections, requests)]
+        return Generated(np.asarray(scores), corrections, (prompts, seconds))
+
     messages = [toy.messages(p) for p in samples.problems]
-    requests = plan_corrections(samples.group_ids, is_correct, messages, samples.responses, toy.decode, cfg, step,
-                                toy.encode)
-    if not requests:
+    done = correction_step(samples.group_ids, messages, samples.responses, samples.rewards, cfg, step,
+                           generate_corrections, toy.decode, toy.encode)
+    if not done.requests:
         return CorrectionResult(np.zeros(len(samples.responses)))
-    c0 = time.perf_counter()
-    corr_prompts = [toy.encode_chat(r.messages) for r in requests]
-    corr_seeds = [request_seed(seed, f"corr|{r.target_row}|{k}", step) for k, r in enumerate(requests)]
-    corrections = generate(generator, corr_prompts, corr_seeds, chunk=64, max_tokens=toy.max_tokens)
-    seconds = time.perf_counter() - c0
+    requests, outcome, (corr_prompts, seconds) = done.requests, done.outcome, done.generated.output
+    corrections = done.generated.ids
     lookup = [simulate_lookup(p, c, TOY_NGRAM) for p, c in zip(corr_prompts, corrections)]
     generation = GenerationWork([len(p) for p in corr_prompts], [len(c) for c in corrections],
                                 [st.decode_steps for st in lookup], [st.drafted_tokens for st in lookup])
-    scores = [toy.score(c, samples.problems[r.target_row]) for c, r in zip(corrections, requests)]
-    right = [s >= cfg.correct_threshold for s in scores]
-    outcome = shape_batch(requests, corrections, right, samples.responses, is_correct, cfg)
     result = CorrectionResult(outcome.delta, outcome.token_masks, [len(p) + len(c) for p, c in zip(corr_prompts, corrections)],
                               generation=generation, metrics={k: float(v) for k, v in outcome.metrics.items()},
                               seconds=seconds)
     if cfg.joint_training:
         result.joint_prompts, result.joint_responses = corr_prompts, [list(c) for c in corrections]
-        result.joint_rewards = [s - cfg.rewrite_penalty * float(w) for s, w in zip(scores, outcome.correction_rewrite)]
-        result.joint_group_ids = [f"{r.group_id}:correction" + (f":{r.target_row}" if cfg.joint_grouping ==
-                                                                 "per_correction_prompt" else "") for r in requests]
-    for req, corr, ok, rewrite in zip(requests, corrections, right, outcome.correction_rewrite):
+        result.joint_rewards = joint_rewards(done.generated.scores, outcome.correction_rewrite, cfg).tolist()
+        result.joint_group_ids = joint_row_uids(requests, cfg.joint_grouping).tolist()
+    result.localisations = correction_localisations(toy, generator, samples, done, step, newline_tokens)
+    return result
+
+
+def correction_localisations(toy: Toy, generator, samples: StepSamples, done: CorrectionStep, step: int,
+                             newline_tokens: dict[int, str]) -> list[dict]:
+    """The credit-localisation record (``analysis.credit_localisation.localise``) of every right correction."""
+    out = []
+    is_correct, outcome = done.is_correct, done.outcome
+    for req, corr, ok, rewrite in zip(done.requests, done.generated.ids, done.correction_right,
+                                      outcome.correction_rewrite):
         if not ok:
             continue
         row = req.target_row
@@ -377,9 +391,8 @@ def correction_pass(toy: Toy, generator, cfg: IBPOConfig, samples: StepSamples, 
         loc = localise(samples.responses[row], corr, toy.truth(samples.problems[row], samples.responses[row]), reference,
                        lines, reference_right=bool(req.reference_rows and is_correct[req.reference_rows[0]]),
                        eos_ids=generator.eos_ids)
-        result.localisations.append({"step": step, "shaped": bool(outcome.delta[row] > 0), "rewrite": bool(rewrite),
-                                     **loc.as_dict()})
-    return result
+        out.append({"step": step, "shaped": bool(outcome.delta[row] > 0), "rewrite": bool(rewrite), **loc.as_dict()})
+    return out
 
 
 def divergence_pass(toy: Toy, model: torch.nn.Module, cfg: IBPOConfig, samples: StepSamples, step: int,
@@ -423,11 +436,12 @@ def oracle_masks(toy: Toy, samples: StepSamples) -> list[np.ndarray]:
             for r, p, ok in zip(samples.responses, samples.problems, samples.is_correct)]
 
 
-def token_advantages(arm: Arm, samples: StepSamples, corr: CorrectionResult,
-                     oracle: list[np.ndarray] | None) -> tuple[torch.Tensor, list[np.ndarray]]:
-    """Sequence advantages (``ibpo.advantages.ibpo_sequence_advantages``: Eq. 15/23 and ``ibpo.shaping``) and
-    per-token advantages: broadcast, times the signed token mask (Eq. 7/17, ``ibpo.mask_sign``) on the rows a
-    mask applies to (shaped rows of a masking variant; every wrong row of the oracle arm, ``negative_only``)."""
+def token_advantages(arm: Arm, samples: StepSamples, corr: CorrectionResult, oracle: list[np.ndarray] | None
+                     ) -> tuple[torch.Tensor, list[np.ndarray], tuple[list[np.ndarray] | None, np.ndarray]]:
+    """Sequence advantages (``ibpo.advantages.ibpo_sequence_advantages``: Eq. 15/23 and ``ibpo.shaping``),
+    per-token advantages (broadcast, times the signed token mask, Eq. 7/17, ``ibpo.mask_sign``, on the rows a mask
+    applies to: shaped rows of a masking variant; every wrong row of the oracle arm, ``negative_only``), and
+    (the masks, None when none applies; which rows were masked), what :func:`localisation_metrics` reads."""
     cfg = arm.ibpo
     is_correct = torch.tensor(samples.is_correct)
     rewards = torch.as_tensor(samples.rewards, dtype=torch.float64)
@@ -959,7 +973,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-steps", type=int, default=None,
                    help="equal STEPS instead of equal compute: every run makes exactly this many steps and is "
                         "evaluated after the last (no compute milestones; the equal-compute report does not read "
-                        "such runs; lab.analysis.loop_vs_verl does)")
+                        "such runs; analysis.ablation --max-steps does)")
     p.add_argument("--test-size", type=int, default=512)
     p.add_argument("--eval-split", choices=EVAL_SPLITS, default="test",
                    help="what every evaluation scores: the test set, or --test-size validation problems (disjoint "

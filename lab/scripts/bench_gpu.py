@@ -97,7 +97,7 @@ from compute_accounting.gpu_time import (  # noqa: E402
     roofline_coefficients,
     train_forward_tokens_per_s,
 )
-from recipe.ibpo.correction.rollout import SPEC_PROM_COUNTERS, SpecCounters, spec_counter_metrics  # noqa: E402
+from recipe.ibpo.correction.spec_counters import SPEC_PROM_COUNTERS, SpecCounters, spec_counter_metrics  # noqa: E402
 
 PARTS = ("coefficients", "step", "copy")
 # Planning estimates (seconds). The coefficients part: 114 s on an H200 at c9ae526 (vLLM's import ~20 s, its engine

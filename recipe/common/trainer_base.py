@@ -20,10 +20,11 @@ work lives in a hook of a subclass:
 The base also runs the ``compute_budget:`` block for every method (:meth:`HookedRayPPOTrainer._budget_step`):
 the cumulative FLOPs, GPU-seconds and modelled GPU-seconds, the stop at the budget (by shortening
 ``total_training_steps`` so that verl's own last step, with its checkpoint, ends the run) and validation at
-fixed fractions of the budget. A subclass names the metric holding its step FLOPs
-(:attr:`HookedRayPPOTrainer.STEP_FLOPS_METRIC`) and prices its step's work with the GPU-time model
-(:meth:`HookedRayPPOTrainer._model_gpu_seconds`: ``compute/modelled_gpu_seconds/<phase>``); a trainer that does
-not is priced as verl's plain step (every row generated once and trained on).
+fixed fractions of the budget. A subclass that counts its step's FLOPs says so
+(:attr:`HookedRayPPOTrainer.COUNTS_FLOPS`) and hands the step's cost to the ledger as a typed record
+(:class:`StepCost` in :attr:`HookedRayPPOTrainer.step_cost`: its FLOPs, and its work priced by the GPU-time model,
+:meth:`HookedRayPPOTrainer._model_gpu_seconds`, logged as ``compute/modelled_gpu_seconds/<phase>``); a trainer
+that does not is priced as verl's plain step (every row generated once and trained on).
 
 The hooks are no-ops here, so this class *is* verl's trainer. It names no method: an advantage estimator that
 only one method's trainer may run is refused for every other method by the registry
@@ -34,9 +35,9 @@ a method's own guards live in its trainer. ReMax's second (greedy) generation ro
 
 from __future__ import annotations
 
-import json
 import os
 import uuid
+from dataclasses import dataclass
 from pprint import pprint
 
 import numpy as np
@@ -65,80 +66,33 @@ from verl.utils.metric import reduce_metrics
 from verl.utils.skip.skip_manager import SkipManager
 
 from compute_accounting.flops import StepWork
-from compute_accounting.gpu_time import GenerationWork, step_seconds
+from compute_accounting.gpu_time import GenerationWork, StepSeconds, step_seconds
+from recipe.common.step_io import generation_work, read_state_file, require_finite_scores, write_json_atomically
 
 # the step's modelled GPU seconds (``compute_accounting.gpu_time.StepSeconds.as_metrics``): the total under this
 # name, each phase under ``<name>/<phase>``
 MODELLED_SECONDS_METRIC = "compute/modelled_gpu_seconds"
 
 
-class NonFiniteRewardError(RuntimeError):
-    """A reward function returned nan or ±inf: training on it would turn the advantages and then the weights
-    into nan (verl trains on whatever the reward manager stored)."""
+@dataclass(frozen=True)
+class StepCost:
+    """One step's cost as a method's hook hands it to the compute ledger (:meth:`HookedRayPPOTrainer._budget_step`):
+    its FLOPs (``compute_accounting.flops.step_flops``; None: the trainer counts none) and its modelled GPU seconds
+    per phase (``compute_accounting.gpu_time.step_seconds``; None: the run has no cost model)."""
 
-
-def write_json_atomically(path: str, data) -> None:
-    """Write ``data`` as JSON through a temporary file: a crash mid-write leaves the previous file, never half of
-    one (every checkpointed state file: the compute ledger, a method's own state)."""
-    with open(path + ".tmp", "w") as f:
-        json.dump(data, f)
-    os.replace(path + ".tmp", path)
-
-
-class ResumedStateError(ValueError):
-    """A checkpoint's state file (the compute ledger, a method's own state) is not what this recipe's trainer
-    writes: a resumed run would continue from garbage."""
-
-
-def json_kind(value) -> str:
-    """What JSON calls the type of a value :func:`json.load` returned (for a refusal: "a JSON array")."""
-    kinds = {dict: "object", list: "array", str: "string", bool: "boolean", int: "number", float: "number"}
-    return "null" if value is None else kinds.get(type(value), type(value).__name__)
-
-
-def read_state_file(path: str) -> dict:
-    """The JSON object a checkpoint's state file holds; a file that is not one (truncated, not JSON, a JSON list)
-    is refused naming it (:class:`ResumedStateError`)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            state = json.load(f)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ResumedStateError(f"{path} is not a JSON file ({error}): resume from a checkpoint this recipe's trainer "
-                                "wrote whole, or start a new run (trainer.resume_mode=disable)") from None
-    if not isinstance(state, dict):
-        raise ResumedStateError(f"{path} holds a JSON {json_kind(state)}, not an object: resume from a checkpoint "
-                                "this recipe's trainer wrote, or start a new run (trainer.resume_mode=disable)")
-    return state
-
-
-def generation_work(output: DataProto) -> GenerationWork:
-    """The GPU-time model's view of a generation (``compute_accounting.gpu_time.GenerationWork``): each row's
-    prompt tokens (valid tokens less the response) and response tokens, decoded without speculation."""
-    generated = output.batch["response_mask"].sum(-1)
-    return GenerationWork((output.batch["attention_mask"].sum(-1) - generated).tolist(), generated.tolist())
-
-
-def require_finite_scores(scores: torch.Tensor, data_sources, what: str) -> None:
-    """Stop the run when a sequence score is not finite, naming the rows and their ``data_source``
-    (``scores``: one per row; ``data_sources``: the batch's ``non_tensor_batch["data_source"]`` or None)."""
-    bad = ~torch.isfinite(scores)
-    if not bool(bad.any()):
-        return
-    rows = bad.nonzero().flatten().tolist()
-    sources = sorted({str(data_sources[i]) for i in rows}) if data_sources is not None else "unknown"
-    raise NonFiniteRewardError(
-        f"{what}: the reward function returned a non-finite score for {len(rows)} of {len(scores)} rows "
-        f"(rows {rows[:8]}, values {[float(scores[i]) for i in rows[:3]]}, data_source {sources}); "
-        "a verifier must return a finite number (reward.custom_reward_function)")
+    flops: float | None = None
+    modelled: StepSeconds | None = None
 
 
 class HookedRayPPOTrainer(RayPPOTrainer):
     """verl's ``RayPPOTrainer`` whose ``fit`` calls six (no-op) hooks; subclasses put a method in them."""
 
-    # The metric a subclass logs its step's FLOPs under (``compute_accounting.flops.step_flops``), read by the compute
-    # ledger at the end of the step; None: the trainer counts no FLOPs (a FLOP budget is then refused).
-    STEP_FLOPS_METRIC: str | None = None
+    # Whether a subclass puts its step's FLOPs into :attr:`step_cost`; False: a FLOP budget is refused at start.
+    COUNTS_FLOPS = False
     COMPUTE_LEDGER_FILE = "compute_budget_state.json"
+    # this step's cost, set by a subclass's hook and taken by the compute ledger at the end of the step (None: the
+    # trainer priced nothing of its own; the ledger prices verl's plain step)
+    step_cost: StepCost | None = None
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -152,7 +106,7 @@ class HookedRayPPOTrainer(RayPPOTrainer):
 
         budget = compute_budget_from(self.config)
         self.gpu_time_coefficients = gpu_time_coefficients(self.config, budget)  # None: not modelled
-        if budget.enabled and budget.unit == "flops" and self.STEP_FLOPS_METRIC is None:
+        if budget.enabled and budget.unit == "flops" and not self.COUNTS_FLOPS:
             raise ComputeBudgetError(f"compute_budget.unit=flops but {type(self).__name__} counts no FLOPs; "
                                      "use compute_budget.unit=gpu_seconds")
         self.compute_ledger = ComputeLedger(budget, method=self.config.get("method"))  # a resume checks the method
@@ -193,13 +147,15 @@ class HookedRayPPOTrainer(RayPPOTrainer):
 
     # ------------------------------------------------------------------ the compute budget (every method)
     def _model_gpu_seconds(self, work: StepWork, main: GenerationWork, correction: GenerationWork | None,
-                           metrics: dict) -> None:
+                           metrics: dict) -> StepSeconds | None:
         """Price the step's work with the GPU-time model (``compute_accounting.gpu_time.step_seconds``, the
-        coefficients of ``compute_budget.cost_model``): ``compute/modelled_gpu_seconds/<phase>`` and their total,
-        which the compute ledger reads at the end of the step. Nothing when the run has no cost model."""
-        if self.gpu_time_coefficients is not None:
-            metrics.update(step_seconds(work, main, correction, self.gpu_time_coefficients)
-                           .as_metrics(MODELLED_SECONDS_METRIC + "/"))
+        coefficients of ``compute_budget.cost_model``), logged as ``compute/modelled_gpu_seconds/<phase>`` and
+        their total; a hook returns it to the ledger in its :class:`StepCost`. None when the run has no cost model."""
+        if self.gpu_time_coefficients is None:
+            return None
+        seconds = step_seconds(work, main, correction, self.gpu_time_coefficients)
+        metrics.update(seconds.as_metrics(MODELLED_SECONDS_METRIC + "/"))
+        return seconds
 
     def _training_passes(self) -> dict:
         """The run's training passes per step, as fields of ``compute_accounting.flops.StepWork``: actor epochs,
@@ -219,15 +175,19 @@ class HookedRayPPOTrainer(RayPPOTrainer):
         return StepWork(main_gen=rows, train_main=rows, **self._training_passes(), **extra)
 
     def _budget_step(self, metrics: dict, timing_raw: dict, batch: DataProto | None = None) -> None:
-        """Add the step to the compute ledger (its FLOPs from :attr:`STEP_FLOPS_METRIC`, its seconds times the
-        run's GPUs, its modelled GPU seconds), validate when the spend crossed a budget fraction or the run ends, and, when the next step
-        would reach the budget, make it verl's last step (``compute_accounting.budget``: overshoot < one step)."""
+        """Add the step to the compute ledger (its FLOPs and modelled GPU seconds from :attr:`step_cost`, its
+        seconds times the run's GPUs), validate when the spend crossed a budget fraction or the run ends, and, when
+        the next step would reach the budget, make it verl's last step (``compute_accounting.budget``: overshoot
+        < one step)."""
         ledger = self.compute_ledger
-        flops = float(metrics.get(self.STEP_FLOPS_METRIC, 0.0)) if self.STEP_FLOPS_METRIC else 0.0
-        if MODELLED_SECONDS_METRIC not in metrics and batch is not None:  # a trainer that prices nothing of its own
-            self._model_gpu_seconds(self._plain_step_work(batch), generation_work(batch), None, metrics)
-        modelled = float(metrics.get(MODELLED_SECONDS_METRIC, 0.0))  # GPU seconds (the coefficients' GPUs counted)
-        ledger.add_step(flops, float(timing_raw.get("step", 0.0)) * self.resource_pool_manager.get_n_gpus(), modelled)
+        cost, self.step_cost = self.step_cost, None
+        if cost is None and batch is not None:  # a trainer that prices nothing of its own
+            cost = StepCost(modelled=self._model_gpu_seconds(self._plain_step_work(batch), generation_work(batch),
+                                                             None, metrics))
+        cost = cost or StepCost()
+        modelled = cost.modelled.total if cost.modelled is not None else 0.0  # GPU seconds (the coefficients' GPUs)
+        ledger.add_step(cost.flops or 0.0, float(timing_raw.get("step", 0.0)) * self.resource_pool_manager.get_n_gpus(),
+                        modelled)
         budget = ledger.budget
         is_last_step = self.global_steps >= self.total_training_steps
         if budget.enabled and not is_last_step and ledger.next_step_is_last():

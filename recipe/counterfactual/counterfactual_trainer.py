@@ -22,13 +22,16 @@ from counterfactual.importance import CounterfactualConfig
 from compute_accounting.flops import step_flops
 from recipe.common.methods import method_options
 from recipe.common.preflight.model import model_flop_shape
-from recipe.common.trainer_base import HookedRayPPOTrainer, generation_work
+from recipe.common.step_io import generation_work
+from recipe.common.trainer_base import HookedRayPPOTrainer, StepCost
+
+STEP_FLOPS_METRIC = "counterfactual/compute/step_flops"  # the step's FLOPs, as logged
 
 
 class RayCounterfactualTrainer(HookedRayPPOTrainer):
     """verl's PPO trainer with counterfactual token weights on the normalised advantages."""
 
-    STEP_FLOPS_METRIC = "counterfactual/compute/step_flops"  # the compute budget's FLOPs (trainer_base)
+    COUNTS_FLOPS = True  # its step_cost carries the step's FLOPs (trainer_base)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -65,6 +68,7 @@ class RayCounterfactualTrainer(HookedRayPPOTrainer):
         batch.batch["advantages"] = batch.batch["advantages"] * weights.to(batch.batch["advantages"].dtype)
         metrics.update(cf_metrics)
         metrics["counterfactual/forward_s"] = timing_raw.get("counterfactual_forward", 0.0)
-        work = self._plain_step_work(batch, counterfactual_forward=forward_rows)
-        metrics[self.STEP_FLOPS_METRIC] = step_flops(work, self.model_shape).total
-        self._model_gpu_seconds(work, generation_work(batch), None, metrics)
+        work = self._plain_step_work(batch, forward_phases={"counterfactual_forward": forward_rows})
+        flops = step_flops(work, self.model_shape).total
+        metrics[STEP_FLOPS_METRIC] = flops
+        self.step_cost = StepCost(flops, self._model_gpu_seconds(work, generation_work(batch), None, metrics))

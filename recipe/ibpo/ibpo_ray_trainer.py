@@ -33,7 +33,6 @@ from verl.utils.debug import marked_timer
 from verl.utils.py_functional import rename_dict
 from verl.workers.utils.padding import left_right_2_no_padding
 
-from compute_accounting.flops import phase_seconds
 from ibpo.advantages import get_mask_sign, shapes_reward
 from ibpo.lookup_decoding import ngram_params_from_speculative_config
 from ibpo.minibatch import ActorMiniBatchPlan, actor_minibatch_plan, optimizer_updates_reported, row_multiples
@@ -41,21 +40,22 @@ from ibpo.options import IBPOConfig
 from recipe.common.methods import method_options
 from recipe.common.preflight.model import configured_context_length, model_flop_shape
 from recipe.common.preflight.row_limits import observed_rows_line
-from recipe.common.trainer_base import HookedRayPPOTrainer, generation_work
+from recipe.common.step_io import generation_work
+from recipe.common.trainer_base import HookedRayPPOTrainer, StepCost
 from recipe.ibpo.correction import batch as corr
 from recipe.ibpo.correction.rollout import speculation_on, speculative_config_of
 from recipe.ibpo.correction.step import run_correction_pass
 from recipe.ibpo.run_state import STATE_FILE, IBPORunState
 from recipe.ibpo.start_checks import check_trainer_config
 from recipe.ibpo.step_compute import compute_metrics, generation_tokens, step_work
-from recipe.ibpo.step_metrics import MechanismMetrics, SpeculationCounters, theorem_metrics
+from recipe.ibpo.step_metrics import MechanismMetrics, SpeculationCounters, phase_seconds, theorem_metrics
 from recipe.ibpo.step_record import IBPOStep
 
 
 class RayIBPOTrainer(HookedRayPPOTrainer):
     """verl's PPO trainer with IBPO's counterfactual correction pass in every training step."""
 
-    STEP_FLOPS_METRIC = "ibpo/compute/step_flops"  # the compute budget's FLOPs (trainer_base)
+    COUNTS_FLOPS = True  # its step_cost carries the step's FLOPs (trainer_base)
     IBPO_STATE_FILE = STATE_FILE
 
     def __init__(self, *args, **kwargs):
@@ -83,10 +83,10 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
 
     def init_workers(self):
         """The ``ibpo`` estimator's guard: this trainer shapes the reward it normalises, so it announces itself
-        (``recipe.verl_plugin.assert_registered`` marks the process; the estimator refuses a run no IBPO trainer
+        (``recipe.ibpo.verl_plugin.assert_registered`` marks the process; the estimator refuses a run no IBPO trainer
         started). Another method's trainer never gets here with ``algorithm.adv_estimator=ibpo``: the registry
         refuses it (``recipe.common.methods.method_of``)."""
-        from recipe.verl_plugin import assert_registered
+        from recipe.ibpo.verl_plugin import assert_registered
 
         if self.config.algorithm.adv_estimator == "ibpo":
             assert_registered()  # verl swallows entry-point failures at DEBUG: fail here, loudly
@@ -169,7 +169,8 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
             correction_output = DataProto.concat([correction_output, *step.generation_padding])
         work = step_work(batch, step.batch_rows(), correction_output, grad_probe=step.grad_probe_lengths,
                          **self._training_passes())
-        compute_metrics(work, self.model_shape, metrics, self.run_state.compute_totals)
+        flops = compute_metrics(work, self.model_shape, metrics, self.run_state.compute_totals)
+        self.step_cost = StepCost(flops.total)
         if self.gpu_time_coefficients is None:  # no cost model: nothing to price (and no replay to pay for)
             return
 
@@ -177,8 +178,9 @@ class RayIBPOTrainer(HookedRayPPOTrainer):
             return generation_work(output) if self._ngram is None else corr.speculative_generation_work(
                 output, self._ngram)
 
-        self._model_gpu_seconds(work, decode_work(batch.select_idxs(step.rows.main)),
-                                None if correction_output is None else decode_work(correction_output), metrics)
+        self.step_cost = StepCost(flops.total, self._model_gpu_seconds(
+            work, decode_work(batch.select_idxs(step.rows.main)),
+            None if correction_output is None else decode_work(correction_output), metrics))
 
     def _step_metrics(self, batch: DataProto, metrics: dict, timing_raw: dict) -> None:
         """End of step: measured seconds per phase, the speculation counters and the running time total (the

@@ -14,7 +14,7 @@ from compute_accounting.budget import ComputeBudgetError, check_saved_total
 from ibpo.lambda_schedule import LambdaSchedule
 from ibpo.options import IBPOConfig, option_changes, saved_options
 from option_types import first_mistyped, matches, type_name
-from recipe.common.trainer_base import ResumedStateError, json_kind, write_json_atomically
+from recipe.common.step_io import ResumedStateError, json_kind, write_json_atomically
 
 STATE_FILE = "ibpo_state.json"
 # The file's fields: each a number >= 0 under a fixed name. time_totals, ibpo_options and rollout_n are absent from

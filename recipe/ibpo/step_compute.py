@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from verl import DataProto
 
-from compute_accounting.flops import ModelShape, StepWork, step_flops
+from compute_accounting.flops import ModelShape, StepFlops, StepWork, step_flops
 from recipe.ibpo.correction.batch import IBPORows
 
 
@@ -38,8 +38,7 @@ def step_work(batch: DataProto, rows: IBPORows, correction_output: DataProto | N
         main_gen=main,
         correction_gen=[] if correction_output is None else correction_output.batch["attention_mask"].sum(-1).tolist(),
         train_main=main, train_joint=lengths[rows.is_correction].tolist(), train_padding=lengths[rows.is_padding].tolist(),
-        counterfactual_forward=[],  # counterfactual weighting runs in its own trainer
-        grad_probe=list(grad_probe),
+        backward_phases={"grad_probe": list(grad_probe)},  # the gradient probe's rows (logged even when empty)
         ppo_epochs=ppo_epochs,
         gradient_checkpointing=gradient_checkpointing,
         old_log_prob_forward=old_log_prob_forward,
@@ -47,9 +46,9 @@ def step_work(batch: DataProto, rows: IBPORows, correction_output: DataProto | N
     )
 
 
-def compute_metrics(work: StepWork, shape: ModelShape, metrics: dict, totals: dict[str, float]) -> None:
-    """The step's FLOPs per phase (``compute_accounting.flops.step_flops``) and tokens (from the generation
-    metrics already in ``metrics``), added to the running ``totals`` (in place) and logged with them."""
+def compute_metrics(work: StepWork, shape: ModelShape, metrics: dict, totals: dict[str, float]) -> StepFlops:
+    """The step's FLOPs per phase (``compute_accounting.flops.step_flops``, returned) and tokens (from the
+    generation metrics already in ``metrics``), added to the running ``totals`` (in place) and logged with them."""
     flops = step_flops(work, shape)
     generated = metrics.get("ibpo/main_gen_tokens", 0.0) + metrics.get("ibpo/correction_gen_tokens", 0.0)
     prompt_tokens = metrics.get("ibpo/main_prompt_tokens", 0.0) + metrics.get("ibpo/correction_prompt_tokens", 0.0)
@@ -57,5 +56,6 @@ def compute_metrics(work: StepWork, shape: ModelShape, metrics: dict, totals: di
     totals["total_tokens"] += generated + prompt_tokens
     totals["total_flops"] += flops.total
     metrics.update({TOTAL_METRICS[k]: v for k, v in totals.items()})
-    metrics.update(flops.as_metrics())
+    metrics.update(flops.as_metrics("ibpo/compute/step_flops/"))
     metrics["ibpo/compute/step_flops"] = flops.total
+    return flops

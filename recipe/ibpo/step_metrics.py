@@ -7,6 +7,8 @@ them off verl's batches."""
 
 from __future__ import annotations
 
+from typing import Mapping
+
 import numpy as np
 from verl import DataProto
 
@@ -16,8 +18,36 @@ from ibpo.mechanism import RewardDropAlarm, advantage_mechanism, localised_cover
 from ibpo.options import IBPOConfig
 from ibpo.variants import get_variant
 from recipe.ibpo.correction import batch as corr
-from recipe.ibpo.correction.rollout import SpecCounterReader, spec_counter_metrics
+from recipe.ibpo.correction.spec_counters import SpecCounterReader, spec_counter_metrics
 from recipe.ibpo.step_compute import generation_tokens
+
+
+# IBPO's measured phases: metric phase name -> verl / trainer ``marked_timer`` names whose seconds it sums
+TIMED_PHASES: dict[str, tuple[str, ...]] = {
+    "gen": ("gen",),  # the whole generation block: main generation + correction pass
+    "main_gen": ("ibpo_main_gen",),
+    "correction_gen": ("ibpo_gen",),
+    "host": ("ibpo_plan", "ibpo_shape"),  # IBPO's own host work: plan, align, shape
+    "lookup_proxy": ("ibpo_lookup_proxy",),  # diagnostic replay of the ngram proposer (lookup_proxy_interval), not method work
+    "reward": ("reward",),
+    "old_log_prob": ("old_log_prob",),
+    "ref_log_prob": ("ref",),
+    "adv": ("adv",),
+    "grad_probe": ("ibpo_grad_probe",),
+    "counterfactual": ("counterfactual",),
+    "update_actor": ("update_actor",),
+    "update_weights": ("update_weights",),
+    "save_checkpoint": ("save_checkpoint",),
+    "testing": ("testing",),
+    "step": ("step",),
+}
+
+
+def phase_seconds(timing_raw: Mapping[str, float]) -> dict[str, float]:
+    """Measured seconds per phase of one step from verl's ``timing_raw`` (``marked_timer``), as
+    ``ibpo/time/<phase>_s``; a phase that did not run this step is 0."""
+    return {f"ibpo/time/{phase}_s": float(sum(timing_raw.get(name, 0.0) for name in names))
+            for phase, names in TIMED_PHASES.items()}
 
 
 def correction_metrics(result: corr.CorrectionPass, cfg: IBPOConfig, bounds: np.ndarray | None,

@@ -503,10 +503,10 @@ def test_trainer_counts_the_unmasked_rows_as_forward_work(batch, tokenizer, mode
     assert len(expected) == plan.num_copies + 2 and plan.num_forward_rows < 16
     padded = expected + [expected[i % len(expected)] for i in range(16 - len(expected))]  # verl's padding to 16
     assert trainer.actor_rollout_wg.calls == [{"rows": 16, "entropy": False, "temperature": TEMPERATURE}]
-    assert len(works) == 1 and list(works[0].counterfactual_forward) == padded
+    assert len(works) == 1 and list(works[0].forward_phases["counterfactual_forward"]) == padded
     assert metrics["counterfactual/compute/step_flops"] == step_flops(works[0], trainer.model_shape).total
     shape = trainer.model_shape
-    assert step_flops(works[0], shape).counterfactual_forward == forward_flops(padded, shape) > 0
+    assert step_flops(works[0], shape).own["counterfactual_forward"] == forward_flops(padded, shape) > 0
     assert metrics["counterfactual/extra_forward_rows"] == len(expected)
     assert metrics["counterfactual/masked_copies"] == plan.num_copies and metrics["counterfactual/unmasked_rows"] == 2
 
@@ -522,7 +522,7 @@ def test_the_filler_and_padding_rows_are_counted_as_forward_work(batch, tokenize
     padded = own + [own[i % len(own)] for i in range((-len(own)) % 6)]
     assert len(own) % 6 != 0 and (plan.forward_spans == FILLER).any(), "the fixture must need fillers and padding"
     assert trainer.actor_rollout_wg.calls[0]["rows"] == len(padded) and len(padded) % 6 == 0
-    assert list(works[0].counterfactual_forward) == padded
+    assert list(works[0].forward_phases["counterfactual_forward"]) == padded
     assert metrics["counterfactual/extra_forward_rows"] == len(own) == plan.num_copies + 2 + 1  # one filler
 
 

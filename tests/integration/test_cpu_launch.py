@@ -20,9 +20,9 @@ from verl_cpu.launch import (
 
 
 def test_cpu_env_selects_platform_engine_and_plugin():
-    env = cpu_env(metrics_path="/x/m.jsonl", extra_modules=["recipe.verl_plugin"])
+    env = cpu_env(metrics_path="/x/m.jsonl", extra_modules=["recipe.ibpo.verl_plugin"])
     assert env["VERL_PLATFORM"] == "cpu" and env["VERL_ENGINE_DEVICE"] == "cuda"
-    assert env["VERL_USE_EXTERNAL_MODULES"] == f"{PLUGIN_MODULE},recipe.verl_plugin"
+    assert env["VERL_USE_EXTERNAL_MODULES"] == f"{PLUGIN_MODULE},recipe.ibpo.verl_plugin"
     assert env["VERL_FILE_LOGGER_PATH"] == "/x/m.jsonl" and env["HF_HUB_OFFLINE"] == "1"
     assert "VERL_FILE_LOGGER_PATH" not in cpu_env()
     assert all(isinstance(v, str) for v in env.values())

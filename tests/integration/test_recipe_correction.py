@@ -23,7 +23,7 @@ from omegaconf import OmegaConf
 from verl import DataProto
 from verl.trainer.ppo.ray_trainer import compute_advantage
 
-import recipe.verl_plugin  # noqa: F401  (registration; the entry point does this under `import verl` too)
+import recipe.ibpo.verl_plugin  # noqa: F401  (registration; the entry point does this under `import verl` too)
 from ibpo.advantages import get_mask_sign
 from compute_accounting.flops import ModelShape, forward_flops
 from ibpo.options import IBPOConfig
@@ -475,7 +475,7 @@ def test_correction_prefix_cache_metrics():
 def test_a_non_finite_reward_stops_the_step_naming_rows_and_source(bad, monkeypatch):
     """A verifier that returns nan would make its group's advantages and then the weights nan: the scores of the
     main generation (and of the corrections, read by the same function) and of the trained batch are checked."""
-    from recipe.common.trainer_base import NonFiniteRewardError
+    from recipe.common.step_io import NonFiniteRewardError
 
     trainer = make_trainer({"variant": "binary"})
     monkeypatch.setattr(sys.modules[__name__], "score", lambda r: bad if r == [7, 7, 9] else float(r == CORRECT))
@@ -591,7 +591,7 @@ def test_a_resumed_state_of_another_run_or_option_set_stops_naming_the_option():
 def test_a_checkpoint_state_file_that_is_not_a_json_object_is_refused_naming_it(tmp_path, text, refusal):
     """What every resumed state file is read through (the compute ledger, ibpo_state.json): a truncated or
     non-JSON file, or JSON that is not an object, is refused naming the file."""
-    from recipe.common.trainer_base import ResumedStateError, read_state_file
+    from recipe.common.step_io import ResumedStateError, read_state_file
 
     path = tmp_path / "ibpo_state.json"
     path.write_text(text)
@@ -611,6 +611,7 @@ def test_the_loop_trains_on_the_trainers_advantages(shaping):
     from lab.analysis import toy_loop
     from ibpo.advantages import ibpo_sequence_advantages
     from ibpo.mechanism import advantage_mechanism
+    from ibpo.pipeline import joint_rewards, joint_row_uids
 
     n = 4
     trainer = make_trainer({"variant": "binary", "lam": 0.6, "joint_training": True, "shaping": shaping,
@@ -637,11 +638,11 @@ def test_the_loop_trains_on_the_trainers_advantages(shaping):
         assert (loop_main[1:] <= 0).all()
 
     ok = result.correction_scores >= 0.5
-    joint = toy_loop.CorrectionResult(
+    cfg = trainer.ibpo
+    joint = toy_loop.CorrectionResult(  # the joint rows as analysis.toy_loop.correction_pass builds them
         delta.numpy(), joint_responses=[[0] * 3 for _ in result.requests],
-        joint_rewards=[float(s) - 0.25 * float(w) for s, w in zip(result.correction_scores,
-                                                                  result.outcome.correction_rewrite)],
-        joint_group_ids=[f"{r.group_id}:correction" for r in result.requests])
+        joint_rewards=joint_rewards(result.correction_scores, result.outcome.correction_rewrite, cfg).tolist(),
+        joint_group_ids=joint_row_uids(result.requests, cfg.joint_grouping).tolist())
     loop_joint = [float(a[0]) for a in toy_loop.joint_token_advantages(joint)]
     rows = len(result.requests)
     assert trained[8:8 + rows].tolist() == pytest.approx(loop_joint, abs=1e-6)

@@ -178,6 +178,19 @@ def test_the_shared_layer_names_no_method():
     found = [f"{p.relative_to(ROOT)}: {name!r}" for p in sorted((ROOT / "recipe" / "common").rglob("*.py"))
              for name in code_names(p) if word.search(name)]
     assert len(methods) >= 2 and found == []
+
+
+def test_the_compute_package_names_no_method():
+    """"the method-neutral `compute_accounting/`" (Folders by layer), false while ``StepWork`` had a
+    ``counterfactual_forward`` field, ``StepFlops.as_metrics`` an ``ibpo/compute/`` prefix and the package IBPO's
+    timer names: a method declares its own phases (``StepWork.forward_phases`` / ``backward_phases``), and no
+    registered method's name is part of a name or string in the package's code."""
+    assert "the method-neutral `compute_accounting/`" in " ".join(doc_text().split())
+    methods = in_tree_methods()
+    word = re.compile(r"(?<![A-Za-z0-9])(%s)(?![A-Za-z0-9])" % "|".join(methods))
+    found = [f"{p.relative_to(ROOT)}: {name!r}" for p in sorted((ROOT / "compute_accounting").rglob("*.py"))
+             for name in code_names(p) if word.search(name)]
+    assert len(methods) >= 2 and found == []
     assert word.search("shapes_ibpo_rewards") and word.search("[ibpo] configuration error")  # what it once held
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from compute_accounting.flops import ModelShape, StepWork, forward_flops, phase_seconds, step_flops
+from compute_accounting.flops import ModelShape, StepWork, forward_flops, step_flops
+from recipe.ibpo.step_metrics import phase_seconds
 
 SHAPE = ModelShape(matmul_params=1000, num_layers=3, attention_dim=8)
 
@@ -39,7 +40,7 @@ def test_generation_with_a_kv_cache_costs_one_forward_over_prompt_and_response()
 
 def test_step_flops_counts_every_phase_by_hand():
     work = StepWork(main_gen=[12, 15], correction_gen=[30, 41, 28], train_main=[12, 15], train_joint=[41],
-                    train_padding=[2, 2], counterfactual_forward=[10, 11], grad_probe=[12], ppo_epochs=2,
+                    train_padding=[2, 2], forward_phases={"scan": [10, 11]}, backward_phases={"probe": [12]}, ppo_epochs=2,
                     gradient_checkpointing=True, old_log_prob_forward=True, reference_forward=True)
     f = step_flops(work, SHAPE)
     train = slow_forward([12, 15, 41, 2, 2], SHAPE)
@@ -47,13 +48,14 @@ def test_step_flops_counts_every_phase_by_hand():
     assert f.correction_gen == slow_forward([30, 41, 28], SHAPE)
     assert f.old_log_prob == train and f.ref_log_prob == train
     assert f.actor_update == 2 * (1 + 2 + 1) * train  # 2 epochs x (forward + backward + checkpoint recompute)
-    assert f.counterfactual_forward == slow_forward([10, 11], SHAPE)
-    assert f.grad_probe == 4 * slow_forward([12], SHAPE)
+    assert f.own == {"scan": slow_forward([10, 11], SHAPE), "probe": 4 * slow_forward([12], SHAPE)}  # a method's own
     passes = 2 * 4 + 1 + 1
     assert f.joint_rows == passes * slow_forward([41], SHAPE)
     assert f.padding_rows == passes * slow_forward([2, 2], SHAPE) > 0
     assert f.total == (f.main_gen + f.correction_gen + f.old_log_prob + f.ref_log_prob + f.actor_update
-                       + f.counterfactual_forward + f.grad_probe)
+                       + f.own["scan"] + f.own["probe"])
+    assert list(f.as_metrics("m/")) == ["m/main_gen", "m/correction_gen", "m/old_log_prob", "m/ref_log_prob",
+                                        "m/actor_update", "m/scan", "m/probe", "m/joint_rows", "m/padding_rows"]
     plain = step_flops(StepWork(main_gen=[12, 15], train_main=[12, 15]), SHAPE)
     assert plain.actor_update == 3 * slow_forward([12, 15], SHAPE) and plain.ref_log_prob == 0
     assert plain.total == slow_forward([12, 15], SHAPE) * (1 + 1 + 3)

@@ -125,7 +125,7 @@ def test_the_correction_loop_puts_the_rows_bound_into_the_request(monkeypatch):
 
 
 def test_the_loop_is_registered_with_verl():
-    import recipe.verl_plugin  # noqa: F401  (the verl.plugins entry point)
+    import recipe.ibpo.verl_plugin  # noqa: F401  (the verl.plugins entry point)
     from verl.experimental.agent_loop import agent_loop
 
     from ibpo.correction_lengths import AGENT_LOOP_NAME
@@ -147,13 +147,15 @@ from recipe.ibpo.correction.rollout import (  # noqa: E402
     PINNED_VLLM,
     SPEC_METHODS,
     SPEC_SAMPLING_RULES,
-    SpecCounterReader,
-    SpecCounters,
     check_speculation_stays_on,
-    spec_counter_metrics,
-    spec_counters_from_prometheus,
     speculation_kept_with,
     speculation_refused_by,
+)
+from recipe.ibpo.correction.spec_counters import (  # noqa: E402
+    SpecCounterReader,
+    SpecCounters,
+    spec_counter_metrics,
+    spec_counters_from_prometheus,
 )
 
 REFUSED_SAMPLING = [({"min_p": 0.05}, ["min_p=0.05"]),
@@ -431,6 +433,7 @@ def test_the_trainer_reads_the_rollout_servers_counters_each_step(monkeypatch, c
     from types import SimpleNamespace
 
     import recipe.ibpo.correction.rollout as cr
+    import recipe.ibpo.correction.spec_counters as sc
     from recipe.ibpo.ibpo_ray_trainer import RayIBPOTrainer
     from recipe.ibpo.step_metrics import SpeculationCounters
 
@@ -445,7 +448,7 @@ def test_the_trainer_reads_the_rollout_servers_counters_each_step(monkeypatch, c
             raise OSError("server gone")
         return page
 
-    monkeypatch.setattr(cr, "_http_get", fetch)
+    monkeypatch.setattr(sc, "_http_get", fetch)
     trainer = RayIBPOTrainer.__new__(RayIBPOTrainer)
     trainer.config = spec_config({"method": "suffix"})
     counters = SpeculationCounters(cr.speculation_on(trainer.config))

@@ -71,8 +71,10 @@ def test_generation_work_refuses_counts_that_are_not_one_per_request():
 # ------------------------------------------------------------------------------------------ training work
 @pytest.mark.parametrize("change, match", [({"train_main": [-100]}, "StepWork.train_main"),
                                            ({"train_joint": [NAN]}, "StepWork.train_joint"),
-                                           ({"counterfactual_forward": [-5]}, "StepWork.counterfactual_forward"),
-                                           ({"grad_probe": [INF]}, "StepWork.grad_probe"),
+                                           ({"forward_phases": {"scan": [-5]}}, r"StepWork.forward_phases\['scan'\]"),
+                                           ({"backward_phases": {"probe": [INF]}}, r"StepWork.backward_phases\['probe'\]"),
+                                           ({"forward_phases": {"actor_update": [5]}}, "'actor_update' is a shared phase"),
+                                           ({"forward_phases": {"p": [5]}, "backward_phases": {"p": [5]}}, "'p' is"),
                                            ({"ppo_epochs": 0}, "ppo_epochs"), ({"ppo_epochs": -1}, "ppo_epochs"),
                                            ({"ppo_epochs": 1.5}, "ppo_epochs"), ({"ppo_epochs": True}, "ppo_epochs")])
 def test_step_seconds_and_step_flops_refuse_work_no_step_did(change, match):

@@ -81,7 +81,7 @@ def test_bad_generation_work_is_refused():
 
 def test_step_seconds_price_each_phase():
     work = StepWork(main_gen=[30, 40], train_main=[30, 40], train_joint=[20], ppo_epochs=2,
-                    gradient_checkpointing=True, reference_forward=True, grad_probe=[10])
+                    gradient_checkpointing=True, reference_forward=True, backward_phases={"grad_probe": [10]})
     main, corr = GenerationWork([10, 20], [20, 20]), GenerationWork([50], [5], [1], [6])
     out = step_seconds(work, main, corr, COEFF).phases
     per_fwd = 1 / COEFF.train_forward_tokens_per_s
@@ -157,11 +157,12 @@ def test_the_budget_counts_modelled_gpu_seconds():
 def test_phases_sum_to_the_total_and_more_work_never_costs_less(seed):
     rng = np.random.default_rng(seed)
     rows = rng.integers(1, 200, 6).tolist()
-    work = StepWork(main_gen=rows, train_main=rows, train_joint=rows[:2], counterfactual_forward=rows[:3],
-                    grad_probe=rows[:1], ppo_epochs=int(rng.integers(1, 3)), reference_forward=True)
+    work = StepWork(main_gen=rows, train_main=rows, train_joint=rows[:2], forward_phases={"scan": rows[:3]},
+                    backward_phases={"probe": rows[:1]}, ppo_epochs=int(rng.integers(1, 3)), reference_forward=True)
     main = GenerationWork(rng.integers(0, 50, 6).tolist(), rng.integers(1, 40, 6).tolist())
     step = step_seconds(work, main, GenerationWork([30], [9], [3], [12]), COEFF)
-    metrics = step.as_metrics()
+    metrics = step.as_metrics("compute/modelled_gpu_seconds/")
+    assert step.phases["scan"] > 0 and step.phases["probe"] > 0  # a method's own phases, by the names it declares
     assert metrics["compute/modelled_gpu_seconds"] == pytest.approx(sum(step.phases.values()), rel=1e-12)
     assert sum(v for k, v in metrics.items() if k != "compute/modelled_gpu_seconds") == pytest.approx(step.total)
     assert all(v >= 0 for v in step.phases.values())

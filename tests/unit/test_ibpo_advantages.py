@@ -162,10 +162,11 @@ def test_correction_stats_and_schedule():
 @pytest.mark.slow  # a fresh interpreter imports verl (≈10 s)
 def test_entry_point_registers_estimator_in_fresh_process(tmp_path):
     """`import verl` alone (no import of ibpo) must make `ibpo` resolvable: proves the entry point (the module the
-    installed package's entry point names: ``recipe.verl_plugin``, or ``ibpo.verl_plugin`` for an older install)."""
+    installed package's entry point names: ``recipe.common.verl_plugin``, which loads ``recipe.ibpo.verl_plugin``)."""
     from importlib.metadata import entry_points
 
-    plugin = entry_points(group="verl.plugins")["ibpo"].value
+    assert entry_points(group="verl.plugins")["methods"].value == "recipe.common.verl_plugin"
+    plugin = "recipe.ibpo.verl_plugin"
     code = (
         "import sys, verl\n"
         f"assert {plugin!r} in sys.modules, 'entry point not loaded'\n"

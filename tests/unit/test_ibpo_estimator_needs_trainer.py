@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from verl import DataProto
 from verl.trainer.ppo.ray_trainer import compute_advantage
 
-import recipe.verl_plugin as plugin
+import recipe.ibpo.verl_plugin as plugin
 from ibpo.advantages import compute_ibpo_outcome_advantage
 
 

@@ -3,7 +3,7 @@ statement (module level or inside a function) of a package, by its AST.
 
 - ``recipe/common`` (the launcher, the verl glue every method shares, the pre-flight, the method registry)
   imports no method's folder, no method's pure package (``ibpo``, ``counterfactual``) and no other module of
-  ``recipe/`` (``recipe/verl_plugin.py`` is IBPO's verl registration), and names no method's folder: the
+  ``recipe/`` (``recipe/verl_plugin.py`` is the old path of IBPO's verl registration), and names no method's folder: the
   registry imports, besides itself, only the ``method`` module of each folder under ``recipe/`` (each method
   registers itself), and what a registered method gives it (trainer, start check, actor worker) lives in that
   method's folder;
@@ -12,7 +12,7 @@ statement (module level or inside a function) of a package, by its AST.
 The methods are the registry's (:func:`recipe.common.methods.registered_methods`): a third method folder is
 checked without an edit here.
 - the pure packages ``ibpo`` and ``counterfactual`` import no recipe, ``data_prep``, each
-  other, verl, ``verl_cpu`` or Ray (one exception, :data:`OLD_ENTRY_POINT`);
+  other, verl, ``verl_cpu`` or Ray;
 - ``data_prep`` (raw files -> verl parquet, the one row writer) is below the demo tasks: ``toy_task`` writes
   its rows with ``data_prep.common``, and ``data_prep`` imports no ``toy_task`` or recipe;
 - no installed package (setup.py's list) imports ``lab`` (the evidence, not installed).
@@ -30,9 +30,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-# The path the verl.plugins entry point of an install made before the plugin moved to recipe/ names: it only
-# makes that path the module recipe.verl_plugin (setup.py names the new path).
-OLD_ENTRY_POINT = "ibpo/verl_plugin.py"
+# The path the verl.plugins entry point of an install made before the plugin moved into recipe/ibpo/ names: it only
+# makes that path the module recipe.ibpo.verl_plugin (setup.py names recipe.common.verl_plugin, which loads it).
+OLD_ENTRY_POINT = "recipe/verl_plugin.py"
 
 
 def in_tree_methods() -> tuple[str, ...]:
@@ -68,9 +68,9 @@ def imported_modules(package_dir: Path) -> dict[str, set[str]]:
     return found
 
 
-def offending(package_dir: Path, forbidden: tuple[str, ...], exempt: tuple[str, ...] = ()) -> list[str]:
+def offending(package_dir: Path, forbidden: tuple[str, ...]) -> list[str]:
     return [f"{file}: {name}" for file, names in imported_modules(package_dir).items() for name in sorted(names)
-            if file not in exempt and any(name == f or name.startswith(f + ".") for f in forbidden)]
+            if any(name == f or name.startswith(f + ".") for f in forbidden)]
 
 
 def test_the_scan_sees_function_level_and_relative_imports(tmp_path, monkeypatch):
@@ -90,7 +90,7 @@ def test_the_method_list_is_the_registry():
 
 def test_recipe_common_imports_no_method_and_no_method_plugin():
     """No method folder, no method's pure package, and nothing of ``recipe/`` outside ``recipe/common`` (the
-    ``verl.plugins`` module ``recipe/verl_plugin.py`` is IBPO's registration)."""
+    old ``verl.plugins`` path ``recipe/verl_plugin.py`` is IBPO's registration under another name)."""
     recipe_modules = tuple(f"recipe.{p.stem}" for p in (ROOT / "recipe").iterdir()
                            if p.name != "common" and (p.suffix == ".py" or p.is_dir()) and p.stem != "__pycache__")
     assert "recipe.verl_plugin" in recipe_modules
@@ -141,7 +141,7 @@ def test_a_method_folder_imports_no_other_method(folder):
     ("compute_accounting", ("recipe", "data_prep", "ibpo", "counterfactual", "verl", "verl_cpu", "ray", "torch")),
 ])
 def test_lower_layers_import_no_upper_layer(package, forbidden):
-    assert offending(ROOT / package, forbidden, exempt=(OLD_ENTRY_POINT,)) == []
+    assert offending(ROOT / package, forbidden) == []
 
 
 def installed_packages() -> list[str]:
@@ -156,15 +156,18 @@ def test_no_installed_package_imports_the_lab():
     machine: the lab stands above everything, and nothing installed reaches up to it."""
     packages = installed_packages()
     assert "lab" not in packages and {"ibpo", "recipe", "evaluation", "toy_task"} <= set(packages)
-    assert [bad for package in packages for bad in offending(ROOT / package, ("lab",), exempt=(OLD_ENTRY_POINT,))] == []
+    assert [bad for package in packages for bad in offending(ROOT / package, ("lab",))] == []
 
 
 def test_the_old_entry_point_path_is_only_an_alias():
-    import ibpo.verl_plugin
+    import recipe.ibpo.verl_plugin
     import recipe.verl_plugin
 
-    assert ibpo.verl_plugin is recipe.verl_plugin
-    assert imported_modules(ROOT / "ibpo")[OLD_ENTRY_POINT] == {"sys", "recipe.verl_plugin"}
+    assert recipe.verl_plugin is recipe.ibpo.verl_plugin
+    assert imported_modules(ROOT / "recipe")[OLD_ENTRY_POINT] == {"sys", "recipe.ibpo.verl_plugin"}
+    from recipe.common.verl_plugin import method_plugins
+
+    assert "recipe.ibpo.verl_plugin" in method_plugins()  # what setup.py's entry point, recipe.common.verl_plugin, loads
 
 
 def test_importing_the_preflight_loads_no_method_recipe():

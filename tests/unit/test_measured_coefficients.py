@@ -65,7 +65,7 @@ def test_the_held_out_generations_priced_by_the_shipped_coefficients():
     recomputed here from the shipped coefficients. docs/gpu_time_model.md quotes the two ratios."""
     from bench_gpu import spec_row
 
-    from recipe.ibpo.correction.rollout import SpecCounters
+    from recipe.ibpo.correction.spec_counters import SpecCounters
 
     rows = json.loads(COPY_AND_STEP.read_text())["copy_part"]["speculation"]
     shipped = shipped_coefficients("H200", "Qwen3-1.7B")

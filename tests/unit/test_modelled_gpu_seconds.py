@@ -18,7 +18,8 @@ from compute_accounting.gpu_time import GenerationWork, roofline_coefficients, s
 from recipe.common.preflight.compute_budget import compute_budget_from, gpu_time_coefficients
 from recipe.common.preflight.errors import SetupError
 from recipe.common.preflight.model import model_serving_shape
-from recipe.common.trainer_base import MODELLED_SECONDS_METRIC, HookedRayPPOTrainer, generation_work
+from recipe.common.step_io import generation_work
+from recipe.common.trainer_base import MODELLED_SECONDS_METRIC, HookedRayPPOTrainer, StepCost
 
 
 @pytest.fixture
@@ -122,10 +123,10 @@ def test_a_trainers_own_pricing_reaches_the_ledger(model_dir):
     step; the ledger takes that total, not the plain step's."""
     t = trainer(run_config(model_dir, unit="modelled_gpu_seconds", limit=1e9))
     batch = rows([3, 5], [4, 2])
-    work = StepWork(main_gen=[7, 7], train_main=[7, 7], counterfactual_forward=[7, 7, 7], ppo_epochs=2)
+    work = StepWork(main_gen=[7, 7], train_main=[7, 7], forward_phases={"counterfactual_forward": [7, 7, 7]}, ppo_epochs=2)
     correction = GenerationWork([20, 30], [6, 1])
     metrics = {}
-    t._model_gpu_seconds(work, generation_work(batch), correction, metrics)
+    t.step_cost = StepCost(None, t._model_gpu_seconds(work, generation_work(batch), correction, metrics))
     t._step_metrics(batch, metrics, {"step": 1.0})
     own = step_seconds(work, GenerationWork([3, 5], [4, 2]), correction, t.gpu_time_coefficients)
     plain = step_seconds(StepWork(main_gen=[7, 7], train_main=[7, 7], ppo_epochs=2), GenerationWork([3, 5], [4, 2]),
@@ -181,3 +182,21 @@ def test_the_runs_own_batch_cap_sets_the_decode_waves(model_dir):
         config.actor_rollout_ref.rollout.max_num_seqs = bad
         with pytest.raises(SetupError, match=r"actor_rollout_ref.rollout.max_num_seqs=.* must be an integer >= 1"):
             gpu_time_coefficients(config, compute_budget_from(config))
+
+
+def test_the_ledger_takes_the_typed_step_cost_not_a_logged_metric(model_dir):
+    """The step's cost reaches the ledger as the hook's :class:`StepCost` (FLOPs and modelled seconds), whatever
+    the metrics dict holds under the logged names; it is used once (the next step without one is priced plain)."""
+    t = trainer(run_config(model_dir, unit="modelled_gpu_seconds", limit=1e9))
+    batch = rows([3, 5], [4, 2])
+    work = StepWork(main_gen=[7, 7], train_main=[7, 7], ppo_epochs=2)
+    seconds = step_seconds(work, GenerationWork([3, 5], [4, 2]), GenerationWork([9], [9]), t.gpu_time_coefficients)
+    t.step_cost = StepCost(flops=123.0, modelled=seconds)
+    metrics = {"ibpo/compute/step_flops": 7.0, MODELLED_SECONDS_METRIC: 1e6}  # logged names: not what is counted
+    t._step_metrics(batch, metrics, {"step": 1.0})
+    assert t.compute_ledger.flops == 123.0 and t.compute_ledger.modelled_gpu_seconds == pytest.approx(seconds.total)
+    assert t.step_cost is None
+    t._step_metrics(batch, {}, {"step": 1.0})
+    plain = step_seconds(work, GenerationWork([3, 5], [4, 2]), None, t.gpu_time_coefficients)
+    assert t.compute_ledger.modelled_gpu_seconds == pytest.approx(seconds.total + plain.total)
+    assert t.compute_ledger.flops == 123.0

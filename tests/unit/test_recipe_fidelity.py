@@ -122,7 +122,7 @@ def test_step_work_charges_main_joint_padding_and_correction_rows():
     work = step_work(batch, kinds(batch), correction_output, grad_probe=[7, 9], ppo_epochs=2, gradient_checkpointing=True,
                      old_log_prob_forward=True, reference_forward=False)
     assert work == StepWork(main_gen=main, correction_gen=[10, 12], train_main=main, train_joint=joint,
-                            train_padding=padding, counterfactual_forward=[], grad_probe=[7, 9], ppo_epochs=2,
+                            train_padding=padding, backward_phases={"grad_probe": [7, 9]}, ppo_epochs=2,
                             gradient_checkpointing=True, old_log_prob_forward=True, reference_forward=False)
     shape = ModelShape(matmul_params=1000, num_layers=2, attention_dim=8)
     flops = step_flops(work, shape)

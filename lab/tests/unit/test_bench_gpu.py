@@ -14,7 +14,6 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from compute_accounting.flops import phase_seconds
 from compute_accounting.gpu_time import (
     GenerationWork,
     coefficients_from_json,
@@ -23,7 +22,8 @@ from compute_accounting.gpu_time import (
     roofline_coefficients,
     train_forward_tokens_per_s,
 )
-from recipe.ibpo.correction.rollout import SpecCounters, spec_counter_metrics
+from recipe.ibpo.correction.spec_counters import SpecCounters, spec_counter_metrics
+from recipe.ibpo.step_metrics import phase_seconds
 from verl_cpu.launch import read_metrics_jsonl
 
 ROOT = Path(__file__).resolve().parents[3]

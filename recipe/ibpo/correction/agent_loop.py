@@ -1,7 +1,7 @@
 """verl's single-turn agent loop with a per-request ``max_tokens`` (the correction pass's length bound).
 
 Imported by hydra inside verl's agent-loop workers when a row names ``agent_name = "ibpo_correction"``
-(``recipe.verl_plugin`` registers the name). The row's ``ibpo_max_tokens`` column arrives here as a
+(``recipe.ibpo.verl_plugin`` registers the name). The row's ``ibpo_max_tokens`` column arrives here as a
 keyword (verl passes every non-tensor column of the row); a positive value becomes the request's
 ``sampling_params["max_tokens"]``, which verl's vLLM server and the CPU ``hf`` server use instead of
 ``rollout.response_length``. Everything else is verl's ``SingleTurnAgentLoop``.

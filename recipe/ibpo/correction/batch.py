@@ -30,16 +30,16 @@ from ibpo.advantages import (MaskSignPolicy, place_sequence_reward, shaped_rewar
 from ibpo.options import IBPOConfig
 from ibpo.correction_lengths import AGENT_LOOP_NAME, MAX_TOKENS_KEY, bounded_lengths
 from ibpo.lookup_decoding import NgramParams, batch_decode_steps, simulate_lookup
-from ibpo.pipeline import CorrectionRequest, ShapingOutcome, plan_corrections
+from ibpo.pipeline import (CORRECTION_UID_SUFFIX, CorrectionRequest, CorrectionStep, ShapingOutcome, joint_row_uids,
+                           rewrite_penalties)
 from ibpo.prefix_sharing import shared_prefix_lengths
-from recipe.common.trainer_base import require_finite_scores
+from recipe.common.step_io import require_finite_scores
 
 # keys IBPO adds to the training batch
 DELTA_KEY = "ibpo_delta"
 TOKEN_MASK_KEY = "ibpo_token_mask"
 IS_CORRECTION_KEY = "ibpo_is_correction"
 IS_PADDING_KEY = "ibpo_is_padding"
-CORRECTION_UID_SUFFIX = "::ibpo_corr"
 
 
 def sequence_scores(gen_output: DataProto, data_sources=None, what: str = "generation") -> torch.Tensor:
@@ -182,21 +182,21 @@ class CorrectionPass:
     correction_scores: torch.Tensor  # (num_corrections,) verifier reward of each correction
     main_scores: torch.Tensor  # (bs,)
 
+    @classmethod
+    def of(cls, step: CorrectionStep[DataProto], main_scores: torch.Tensor) -> "CorrectionPass":
+        """The trainer's record of ``ibpo.pipeline.correction_step``'s result (its generation a DataProto)."""
+        generated = step.generated
+        return cls(step.requests, step.outcome, generated.output if generated else None,
+                   torch.as_tensor(generated.scores) if generated else torch.zeros(0), main_scores)
 
-def plan(gen_batch: DataProto, gen_output: DataProto, decode: Callable[[list[int]], str], config: IBPOConfig,
-         step: int, encode: Callable[[str], list[int]] | None = None
-         ) -> tuple[list[CorrectionRequest], torch.Tensor, list[list[int]], list[bool]]:
-    """Score the main rows and plan one correction request per wrong response (× corrections_per_target);
-    ``encode`` makes the candidate budget count re-tokenised tokens."""
+
+def main_rows(gen_batch: DataProto, gen_output: DataProto, step: int) -> tuple[torch.Tensor, list[list[int]]]:
+    """The main generation's verifier scores (a non-finite one stops the run naming the step and the rows' data
+    sources) and response tokens, the inputs ``ibpo.pipeline.correction_step`` reads besides the prompts."""
     if len(gen_batch) != len(gen_output):
         raise ValueError(f"generation input has {len(gen_batch)} rows but output {len(gen_output)}")
     scores = sequence_scores(gen_output, gen_batch.non_tensor_batch.get("data_source"), f"step {step}, main generation")
-    is_correct = (scores >= config.correct_threshold).tolist()
-    ids = response_token_ids(gen_output)
-    prompts = [messages_of(p) for p in gen_batch.non_tensor_batch["raw_prompt"]]
-    requests = plan_corrections(list(gen_batch.non_tensor_batch["uid"]), is_correct, prompts, ids, decode,
-                                config, step, encode)
-    return requests, scores, ids, is_correct
+    return scores, response_token_ids(gen_output)
 
 
 def prompt_token_ids(output: DataProto) -> list[list[int]]:
@@ -265,19 +265,6 @@ def _attach(gen_output: DataProto, delta: torch.Tensor, mask: torch.Tensor) -> N
     gen_output.batch[IS_PADDING_KEY] = torch.zeros(len(gen_output), dtype=torch.float32)
 
 
-def joint_row_uids(requests: list[CorrectionRequest], grouping: str) -> np.ndarray:
-    """Group ids of the joint-training rows; never equal to a main row's uid (the suffix), so a
-    correction sample is never normalised against the original responses.
-
-    ``per_prompt``: every correction for prompt x shares one group; ``per_correction_prompt``: the
-    ``corrections_per_target`` samples of one correction prompt x~ (one wrong target row) form a group."""
-    if grouping == "per_prompt":
-        return np.array([f"{r.group_id}{CORRECTION_UID_SUFFIX}" for r in requests], dtype=object)
-    if grouping == "per_correction_prompt":
-        return np.array([f"{r.group_id}{CORRECTION_UID_SUFFIX}:{r.target_row}" for r in requests], dtype=object)
-    raise ValueError(f"unknown ibpo.joint_grouping {grouping!r}")
-
-
 def build_joint_rows(batch: DataProto, result: CorrectionPass, config: IBPOConfig) -> DataProto:
     """Correction samples (x~, ŷ) as training rows with exactly the main batch's keys (App. E.2 (C)).
 
@@ -299,8 +286,8 @@ def build_joint_rows(batch: DataProto, result: CorrectionPass, config: IBPOConfi
     if "extra_info" in joint.non_tensor_batch:
         joint.non_tensor_batch["extra_info"] = np.array(
             [copy.deepcopy(x) for x in joint.non_tensor_batch["extra_info"]], dtype=object)
-    if config.rewrite_penalty > 0 and result.outcome.correction_rewrite.any():
-        penalty = torch.as_tensor(result.outcome.correction_rewrite, dtype=torch.float32) * config.rewrite_penalty
+    if config.rewrite_penalty > 0 and result.outcome.correction_rewrite.any():  # ibpo.pipeline.joint_rewards
+        penalty = torch.as_tensor(rewrite_penalties(result.outcome.correction_rewrite, config), dtype=torch.float32)
         joint.batch["rm_scores"] = joint.batch["rm_scores"] - place_sequence_reward(
             joint.batch["response_mask"], penalty.to(joint.batch["rm_scores"].dtype))
     n = len(joint)
