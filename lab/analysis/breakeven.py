@@ -19,7 +19,8 @@ one run per seed serves every share).
   seeds within each warm start (:func:`bootstrap_line`): a seed keeps its differences at every share together, as
   they share its baseline run. The break-even is the share where the line crosses 0, reported only when b's
   interval lies below 0 (:func:`line_break_even`; an interval of width 0, every seed the same slope, is no interval:
-  ``evaluation.stats.interval_text``); otherwise the cost of a correction does not resolvably change
+  ``evaluation.stats.interval_text``), with the crossing's own percentile interval over the same resamples
+  (:func:`crossing_interval`, added after 2g P's runs); otherwise the cost of a correction does not resolvably change
   the answer and the report says "not resolved" (or, when the slope is resolved but the line is below 0 from
   share 0, "behind at every share").
 - **A check beside the line** (added after 2g P's runs, not pre-registered): the stratified t interval of the
@@ -142,6 +143,19 @@ def bootstrap_line(points: list[SharePoint], n_boot: int = 4000, seed: int = 0) 
     return out
 
 
+def crossing_interval(boot: np.ndarray, alpha: float = 0.05) -> tuple[float, float]:
+    """The (1 − alpha) percentile interval of the share where the line crosses 0, x = −a/b, over the bootstrap's
+    refitted lines (``boot``: :func:`bootstrap_line`'s rows (a, b)), as the intervals of a and b are read. A resample
+    whose slope is exactly 0 never crosses: it counts as beyond either end (+inf when a > 0, −inf when a < 0, 0
+    when both are 0). Added after 2g P's runs (the issue that closed the toy answer): a crossing is a ratio of two
+    noisy numbers, and its interval is much wider than the slope's."""
+    a, b = boot[:, 0], boot[:, 1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        x = np.where(b != 0, -a / np.where(b != 0, b, 1.0), np.sign(a) * np.inf)
+    low, high = np.percentile(x, [100 * alpha / 2, 100 * (1 - alpha / 2)])
+    return float(low), float(high)
+
+
 def per_seed_slope_interval(points: list[SharePoint], alpha: float = 0.05) -> dict:
     """A check beside the bootstrap (added after 2g P's runs, not pre-registered): each (warm start, seed)'s own
     least-squares slope of Δ over its shares, then the stratified t interval over seeds within warm starts
@@ -217,6 +231,7 @@ def analyse(folders: dict[float, Path], warm_starts: list[str], arms: list[str],
         a, b = fit_line(pts)
         boot = bootstrap_line(pts, n_boot)
         b_low, b_high = (float(v) for v in np.percentile(boot[:, 1], [2.5, 97.5]))
+        x_low, x_high = crossing_interval(boot)
         a_low, a_high = (float(v) for v in np.percentile(boot[:, 0], [2.5, 97.5]))
         matching = [s for s in sorted(rule) if rule[s][arm]["matches"]]
         seeds = {w: len({p.seed for p in pts if p.warm_start == w}) for w in warm_starts}
@@ -224,6 +239,7 @@ def analyse(folders: dict[float, Path], warm_starts: list[str], arms: list[str],
         # so in the table) and resolves nothing
         no_interval = no_interval_reason(b, b_low, b_high, sum(seeds.values())) is not None
         arms_out[arm] = {"a": a, "a_low": a_low, "a_high": a_high, "b": b, "b_low": b_low, "b_high": b_high,
+                         "crossing_low": x_low, "crossing_high": x_high,
                          "b_per_seed_t": per_seed_slope_interval(pts),
                          "line_break_even": ("not resolved", None) if no_interval else line_break_even(a, b, b_low,
                                                                                                          b_high),
@@ -275,7 +291,7 @@ def format_report(result: dict, shares: list[float]) -> str:
               "| seeds per warm start | slope, per-seed t check [95%] |", "|---|---:|---:|---:|---:|---|---:|"]
     for arm, r in result["arms"].items():
         verdict, x = r["line_break_even"]
-        line = verdict if x is None else f"{verdict} at {x:.2f}"
+        line = verdict if x is None else f"{verdict} at {x:.2f} [{r['crossing_low']:.2f}, {r['crossing_high']:.2f}]"
         rule = "none" if r["rule_break_even"] is None else f"{r['rule_break_even']:g}"
         seeds = ", ".join(f"{w} {n}" for w, n in r["seeds_per_warm_start"].items())
         n = sum(r["seeds_per_warm_start"].values())  # the bootstrap's resampling units

@@ -13,6 +13,7 @@ from lab.analysis.breakeven import (
     SharePoint,
     analyse,
     bootstrap_line,
+    crossing_interval,
     fit_line,
     format_report,
     line_break_even,
@@ -64,6 +65,40 @@ def test_the_bootstrap_resamples_seeds_with_all_their_shares():
     assert np.allclose(boot[:, 1], -0.03, atol=1e-12)
     assert boot[:, 0].std() > 0.01  # the intercepts do vary
     assert np.array_equal(boot, bootstrap_line(points, n_boot=200, seed=1))
+
+
+def slow_percentile(values: list[float], q: float) -> float:
+    """The q-th percentile (0-100) with linear interpolation between order statistics, rank (n − 1)·q/100."""
+    xs = sorted(values)
+    rank = (len(xs) - 1) * q / 100
+    lo = math.floor(rank)
+    hi = min(lo + 1, len(xs) - 1)
+    if xs[lo] == xs[hi]:  # also two equal infinities, where (hi − lo) · 0 would be NaN
+        return xs[lo]
+    return xs[lo] + (rank - lo) * (xs[hi] - xs[lo])
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_crossing_interval_against_a_slow_reference(seed):
+    rng = np.random.default_rng(seed)
+    boot = np.column_stack([rng.normal(0.01, 0.005, 999), rng.normal(-0.02, 0.01, 999)])
+    boot[:7, 1] = 0.0  # slope exactly 0: no crossing, beyond the end on a's side
+    xs = []
+    for a, b in boot:
+        xs.append(-a / b if b != 0 else (math.inf if a > 0 else -math.inf if a < 0 else 0.0))
+    low, high = crossing_interval(boot)
+    assert low == pytest.approx(slow_percentile(xs, 2.5), rel=1e-12)
+    assert high == pytest.approx(slow_percentile(xs, 97.5), rel=1e-12)
+    assert crossing_interval(boot, alpha=0.5)[0] == pytest.approx(slow_percentile(xs, 25), rel=1e-12)
+
+
+def test_a_crossing_is_reported_with_its_interval(tmp_path):
+    text = format_report({"baseline": "GSPO G=n", "fraction": 1.0, "per_share": {}, "arms": {"m": {
+        "a": 0.009, "a_low": 0.003, "a_high": 0.015, "b": -0.018, "b_low": -0.026, "b_high": -0.009,
+        "crossing_low": 0.181, "crossing_high": 1.156, "line_break_even": ("crosses", 0.52), "rule_break_even": 0.5,
+        "seeds_per_warm_start": {"w": 4}, "b_per_seed_t": {"diff": -0.018, "low": -0.032, "high": -0.003,
+                                                            "seeds": 4}}}}, [])
+    assert "crosses at 0.52 [0.18, 1.16]" in text
 
 
 def test_line_verdicts():
