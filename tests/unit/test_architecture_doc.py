@@ -110,11 +110,12 @@ def test_the_symbol_check_catches_a_stale_name(name):
 
 
 def test_readme_documentation_lists_every_doc():
+    """Each doc named in backticks or linked."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     section = readme[readme.index("## Documentation"):]
     docs = sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))
     readmes = ["verl_cpu/README.md", "reward_fns/README.md", "data_prep/README.md"]
-    assert [d for d in docs + readmes if f"`{d}`" not in section] == []
+    assert [d for d in docs + readmes if f"`{d}`" not in section and f"]({d})" not in section] == []
 
 
 def test_one_correction_place_per_layer():
