@@ -120,10 +120,13 @@ def cpu_overrides(
     return overrides
 
 
-def cpu_device_overrides(ray_gpus: int = 1, ray_num_cpus: int = 16) -> list[str]:
+def cpu_device_overrides(ray_gpus: int = 1, ray_num_cpus: int | None = None) -> list[str]:
     """The Hydra overrides that move a run, whatever its sizes, from GPUs to CPU (``ray_gpus`` fake Ray GPUs, one
     per FSDP2 rank): what :func:`cpu_overrides` adds to a tiny run, and what a launch script appends under
-    ``RECIPE_DEVICE=cpu`` (``recipe/common/launch_env.sh``, ``python -m verl_cpu.launch overrides``)."""
+    ``RECIPE_DEVICE=cpu`` (``recipe/common/launch_env.sh``, ``python -m verl_cpu.launch overrides``).
+    ``ray_num_cpus`` defaults to 16 for one rank and 3 more per further rank (each rank's bundle asks for 3: a5);
+    16 for 8 ranks leaves Ray waiting for ``{'GPU': 8.0, 'CPU': 24.0}`` forever."""
+    ray_num_cpus = 13 + 3 * ray_gpus if ray_num_cpus is None else ray_num_cpus
     return [
         # flash_attention_2 is the default and needs CUDA (notes b3).
         "++actor_rollout_ref.model.override_config.attn_implementation=sdpa",

@@ -93,8 +93,9 @@ def write_data(out_dir: str | Path, tokenizer, max_prompt: int, rows: int = 4) -
 
 
 def build_real_length_assets(out_dir: str | Path, max_prompt: int, context: int, hidden_size: int = 16,
-                             seed: int = 0) -> dict[str, str]:
-    """``out_dir/model`` (tokenizer beside it) and ``out_dir/data``; returns their paths."""
+                             seed: int = 0, heads: int = 2) -> dict[str, str]:
+    """``out_dir/model`` (tokenizer beside it) and ``out_dir/data``; returns their paths. ``heads``: attention
+    heads (one key-value head); ulysses sequence parallelism of size sp needs a multiple of sp."""
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
@@ -104,7 +105,7 @@ def build_real_length_assets(out_dir: str | Path, max_prompt: int, context: int,
     # Qwen3, as the scripts' models (transformers maps a qwen2 checkpoint to its own tokenizer class, not this one)
     model = Qwen3ForCausalLM(Qwen3Config(
         vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=2 * hidden_size, num_hidden_layers=1,
-        num_attention_heads=2, num_key_value_heads=1, head_dim=hidden_size // 2, max_position_embeddings=context,
+        num_attention_heads=heads, num_key_value_heads=1, head_dim=hidden_size // heads, max_position_embeddings=context,
         tie_word_embeddings=True, bos_token_id=None, eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id))
     model.generation_config.eos_token_id = tokenizer.eos_token_id
@@ -122,8 +123,9 @@ def main() -> None:
     parser.add_argument("--context", type=int, required=True,
                         help="the model's max_position_embeddings (the real model's: 40960 for Qwen3-1.7B)")
     parser.add_argument("--hidden-size", type=int, default=16)
+    parser.add_argument("--heads", type=int, default=2, help="attention heads: a multiple of the script's SP_SIZE")
     args = parser.parse_args()
-    print(build_real_length_assets(args.out, args.max_prompt, args.context, args.hidden_size))
+    print(build_real_length_assets(args.out, args.max_prompt, args.context, args.hidden_size, heads=args.heads))
 
 
 if __name__ == "__main__":
